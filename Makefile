@@ -1,0 +1,32 @@
+# One entry point for people and CI. Every target installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup docker run test lint bench lock
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed          ## the virtualenv with pinned dependencies
+
+docker:                            ## Docker engine running + sandbox image built (cached)
+	bash infra/docker/install-engine.sh
+	bash infra/sandbox-image/build.sh
+
+run: setup docker                  ## the main job on embedded defaults
+	$(BIN)/python scripts/judge_samples.py
+
+test: setup docker                 ## the test-suite (real Docker, real sandbox)
+	COBALT_REQUIRE_DOCKER=1 $(BIN)/python -m pytest
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: setup docker                ## sandbox throughput vs. peers (see docs/BENCHMARKS.md)
+	$(BIN)/python -m benchmarks.sandbox_throughput
+
+lock:                              ## re-pin constraints.txt from the current virtualenv
+	$(BIN)/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt

@@ -1,0 +1,20 @@
+"""Safe, fast execution of untrusted Python programs against tests.
+
+A library of its own (no Prefect here): `Judge` (async) and `SyncJudge` judge `JudgeRequest`s and
+return `Verdict`s; `python -m sandbox judge` does the same over JSONL files.
+"""
+
+from sandbox.judge import Judge, SyncJudge
+from sandbox.models import JudgeRequest, Limits, SandboxConfig, TestSuite, Verdict
+from sandbox.pool import SandboxUnavailable
+
+__all__ = [
+    "Judge",
+    "JudgeRequest",
+    "Limits",
+    "SandboxConfig",
+    "SandboxUnavailable",
+    "SyncJudge",
+    "TestSuite",
+    "Verdict",
+]

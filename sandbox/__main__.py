@@ -1,0 +1,5 @@
+import sys
+
+from sandbox.cli import main
+
+sys.exit(main())

@@ -1,0 +1,40 @@
+"""Isolation backends behind one interface (`sandbox.pool.Backend`), picked by configuration."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from sandbox.models import SandboxConfig
+from sandbox.pool import Backend, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+
+def make_backend(config: SandboxConfig) -> Backend:
+    """The configured backend; with `auto`, Docker where an engine and the image are there,
+    else namespaces. Raises SandboxUnavailable with what to install when nothing can isolate."""
+    from sandbox.backends.docker import DockerBackend
+    from sandbox.backends.namespace import NamespaceBackend
+
+    if config.backend == "docker":
+        return DockerBackend(config.limits, config.image, config.cpus_per_worker)
+    if config.backend == "namespace":
+        _require_linux()
+        return NamespaceBackend(config.limits)
+    try:
+        return DockerBackend(config.limits, config.image, config.cpus_per_worker)
+    except SandboxUnavailable as docker_error:
+        try:
+            _require_linux()
+        except SandboxUnavailable as ns_error:
+            raise SandboxUnavailable(
+                f"no sandbox backend can run here. docker: {docker_error} namespace: {ns_error}"
+            ) from ns_error
+        log.info("docker backend unavailable (%s); using namespaces", docker_error)
+        return NamespaceBackend(config.limits)
+
+
+def _require_linux() -> None:
+    if not sys.platform.startswith("linux"):
+        raise SandboxUnavailable("the namespace backend needs Linux (or install Docker)")

@@ -1,0 +1,107 @@
+"""Namespace backend: the runner jails itself with Linux namespaces and rlimits.
+
+For machines without Docker (GPU workers, laptops). The runner unshares user (when not root),
+mount, PID, network, IPC and UTS namespaces, chroots into a read-only view of the interpreter's
+directories with a tmpfs scratch, and runs tests as an unprivileged user with no capabilities.
+There is no cgroup here: memory is bounded per process (RLIMIT_AS) and processes per worker
+(RLIMIT_NPROC), see docs/SANDBOX.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+from sandbox.models import Limits
+from sandbox.pool import MAX_REPLY_BYTES, Backend, SandboxUnavailable, Worker
+from sandbox.runner_source import RUNNER_SOURCE
+
+BASE_UID = 61000  # runner uid when started as root: BASE_UID + worker index
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+
+
+def interpreter_dirs() -> list[str]:
+    """Directories the jailed base interpreter needs (never a virtualenv's: stdlib only)."""
+    dirs = {sys.base_prefix, sys.base_exec_prefix}
+    return sorted(d for d in dirs if not any(d.startswith(s + "/") or d == s for s in SYSTEM_DIRS))
+
+
+def site_packages() -> list[str]:
+    """The base interpreter's third-party package dirs, hidden inside the jail."""
+    return sorted(
+        {p for p in sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
+         .values() if p.endswith(("site-packages", "dist-packages"))}
+    )
+
+
+class NamespaceBackend(Backend):
+    name = "namespace"
+
+    def __init__(self, limits: Limits, python: str | None = None):
+        self.limits = limits
+        self.python = python or str(Path(sys._base_executable).resolve())
+        self._roots: list[str] = []
+
+    async def spawn(self, index: int) -> Worker:
+        root = tempfile.mkdtemp(prefix="cobalt-jail-")
+        self._roots.append(root)
+        cfg = {
+            "namespace": True,
+            "root": root,
+            "binds": list(SYSTEM_DIRS) + interpreter_dirs(),
+            "hide": site_packages(),
+            "tmp_mb": self.limits.scratch_mb,
+            "uid": BASE_UID + index,
+            "workdir": "/tmp",
+        }
+        proc = await asyncio.create_subprocess_exec(
+            self.python, "-I", "-S", "-c", RUNNER_SOURCE, json.dumps(cfg),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=MAX_REPLY_BYTES,
+        )
+        assert proc.stdin and proc.stdout and proc.stderr
+
+        async def write(data: bytes) -> None:
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+
+        async def close() -> None:
+            proc.stdin.close()  # the runner exits at end of input...
+            try:
+                await asyncio.wait_for(proc.wait(), 2)
+            except (TimeoutError, asyncio.TimeoutError):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()  # ...or dies with its parent (PR_SET_PDEATHSIG)
+                await proc.wait()
+            with contextlib.suppress(OSError):
+                os.rmdir(root)
+            with contextlib.suppress(ValueError):
+                self._roots.remove(root)
+
+        worker = Worker(index, proc.stdout.readline, write, close, enforce_nproc=True,
+                        name=f"namespace-worker-{index}")
+        try:
+            await worker.handshake(timeout=30)
+        except Exception as e:
+            await worker.close()
+            err = (await proc.stderr.read()).decode(errors="replace").strip()
+            raise SandboxUnavailable(
+                f"the namespace sandbox could not start: {err.splitlines()[-1] if err else e}. "
+                "It needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 "
+                "and user.max_user_namespaces > 0) or root."
+            ) from e
+        return worker
+
+    async def aclose(self) -> None:
+        for root in self._roots:
+            with contextlib.suppress(OSError):
+                os.rmdir(root)
+

@@ -1,0 +1,189 @@
+"""`python -m sandbox judge`: judge programs from a JSONL file, for people and scripts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from sandbox.judge import SyncJudge
+from sandbox.models import JudgeRequest, Limits, SandboxConfig, Verdict
+from sandbox.pool import SandboxUnavailable
+
+DESCRIPTION = """\
+Judge Python programs against tests in a sandbox.
+
+Input rows (JSONL):  {"id": str, "code": str,
+                      "tests": {"inputs": [str], "outputs": [str], "fn_name": str|null}}
+Output rows (JSONL, input order):
+                     {"id", "passed": [bool per test], "pass_rate", "status",
+                      "feedback": [str per test], "seconds", "outcomes": [status per test]}
+A malformed row gives an output row with status "invalid_request" and an "error" that names the
+field; it never stops the run. Results are written to OUTPUT.partial as they complete and moved
+to OUTPUT at the end; --resume continues from OUTPUT.partial after a crash.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=DESCRIPTION,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    judge = sub.add_parser("judge", help="judge programs from a JSONL file",
+                           description=DESCRIPTION,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    judge.add_argument("--input", "-i", required=True, help="programs JSONL ('-' for stdin)")
+    judge.add_argument("--output", "-o", required=True, help="verdicts JSONL ('-' for stdout)")
+    judge.add_argument("--backend", choices=["auto", "docker", "namespace"], default="auto",
+                       help="isolation: docker (default where an engine is reachable) or "
+                            "namespace (Linux namespaces + rlimits)")
+    judge.add_argument("--concurrency", "-j", type=int, default=os.cpu_count() or 1,
+                       help="programs judged at once (default: CPU count)")
+    d = Limits()
+    judge.add_argument("--timeout", type=float, default=d.timeout_s,
+                       help=f"seconds per test, wall and CPU (default {d.timeout_s:g})")
+    judge.add_argument("--suite-timeout", type=float, default=d.suite_timeout_s,
+                       help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})")
+    judge.add_argument("--memory-mb", type=int, default=d.memory_mb,
+                       help=f"memory per test process (default {d.memory_mb})")
+    judge.add_argument("--fail-fast", action="store_true",
+                       help="skip a program's remaining tests after its first failure")
+    judge.add_argument("--resume", action="store_true",
+                       help="keep the rows of OUTPUT.partial from an interrupted run")
+    judge.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    return parser
+
+
+def read_rows(path: str) -> Iterator[tuple[int, str]]:
+    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+    with stream:
+        for number, line in enumerate(stream, 1):
+            if line.strip():
+                yield number, line
+
+
+def parse_row(number: int, line: str) -> JudgeRequest | Verdict:
+    """A request, or an `invalid_request` verdict that names the line and the field."""
+    try:
+        raw = json.loads(line)
+    except json.JSONDecodeError as e:
+        return _invalid(f"line-{number}", f"line {number}: not JSON ({e.msg} at column {e.colno})")
+    row_id = str(raw.get("id", f"line-{number}")) if isinstance(raw, dict) else f"line-{number}"
+    try:
+        return JudgeRequest.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'row'}: {err['msg']}" for err in e.errors()
+        )
+        return _invalid(row_id, f"line {number}: {problems}")
+
+
+def _invalid(row_id: str, message: str) -> Verdict:
+    return Verdict(id=row_id, passed=[], pass_rate=0.0, status="invalid_request",
+                   feedback=[message], seconds=0.0, error=message)
+
+
+class OrderedWriter:
+    """Writes verdicts in input order as soon as each one's predecessors are done."""
+
+    def __init__(self, stream, skip: int = 0):
+        self.stream = stream
+        self.next = skip
+        self.pending: dict[int, Verdict] = {}
+
+    def put(self, index: int, verdict: Verdict) -> None:
+        self.pending[index] = verdict
+        while self.next in self.pending:
+            self.stream.write(self.pending.pop(self.next).model_dump_json() + "\n")
+            self.next += 1
+        self.stream.flush()
+
+
+def judge_command(args: argparse.Namespace) -> int:
+    try:
+        limits = Limits(timeout_s=args.timeout, suite_timeout_s=args.suite_timeout,
+                        memory_mb=args.memory_mb)
+        config = SandboxConfig(backend=args.backend, concurrency=args.concurrency, limits=limits)
+    except ValidationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    rows = [parse_row(n, line) for n, line in read_rows(args.input)]
+    to_stdout = args.output == "-"
+    partial = Path(args.output + ".partial") if not to_stdout else None
+    done = 0
+    if args.resume and partial is not None and partial.exists():
+        done = _count_complete_rows(partial)
+    if partial is not None:
+        mode = "a" if done else "w"
+        out = open(partial, mode, encoding="utf-8")  # noqa: SIM115
+    else:
+        out = sys.stdout
+    writer = OrderedWriter(out, skip=done)
+    todo = [(i, r) for i, r in enumerate(rows) if i >= done]
+    invalid = [(i, r) for i, r in todo if isinstance(r, Verdict)]
+    requests = [(i, r) for i, r in todo if isinstance(r, JudgeRequest)]
+    bar = _progress(len(todo), args.quiet)
+    start = time.perf_counter()
+    try:
+        for i, verdict in invalid:
+            writer.put(i, verdict)
+            bar.update(1)
+        if requests:
+            with SyncJudge(config) as judge:
+                bar.set_description(f"judging ({judge.backend_name})")
+
+                def on_done(k: int, verdict: Verdict) -> None:
+                    writer.put(requests[k][0], verdict)
+                    bar.update(1)
+
+                judge.judge_many([r for _, r in requests], fail_fast=args.fail_fast,
+                                 on_done=on_done)
+    except SandboxUnavailable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    finally:
+        bar.close()
+        if out is not sys.stdout:
+            out.close()
+    if partial is not None:
+        os.replace(partial, args.output)
+    elapsed = time.perf_counter() - start
+    n_tests = sum(len(r.tests.inputs) for _, r in requests)
+    print(f"judged {len(requests)} programs ({n_tests} tests, {len(invalid)} invalid rows) "
+          f"in {elapsed:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _count_complete_rows(path: Path) -> int:
+    """Rows of a partial output that are whole JSON lines; a torn last line is dropped."""
+    good = b""
+    with open(path, "rb") as f:
+        for line in f:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                json.loads(line)
+            except json.JSONDecodeError:
+                break
+            good += line
+    with open(path, "wb") as f:
+        f.write(good)
+    return good.count(b"\n")
+
+
+def _progress(total: int, quiet: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="prog", disable=quiet, file=sys.stderr, desc="judging")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "judge":
+        return judge_command(args)
+    return 2  # pragma: no cover - argparse requires a command

@@ -1,0 +1,460 @@
+"""The runner that lives inside a sandbox (a Docker container or a namespace jail).
+
+Standard library only, Python 3.11+: it runs on the sandbox image's bare interpreter, started as
+``python3 -I -S -c <this file's source> <json settings>``. It never sees expected outputs and
+decides no verdicts; it executes and reports. The trusted parent compares outputs.
+
+Protocol: one JSON object per line on stdin, one JSON reply per line on stdout.
+
+* ``{"op": "program", "code", "fn_name", "limits"}`` compiles a program once (reply: ``ok`` or a
+  syntax error report);
+* ``{"op": "test", "input"}`` forks a fresh process from this warm interpreter, runs the program on
+  one input under rlimits, and replies with what the process did (exit code or signal, time,
+  stdout, stderr, call-based return value as JSON text);
+* ``{"op": "ping"}`` replies ``{"ok": true}``.
+
+As PID 1 of its own PID namespace the runner cannot be killed from inside, and after each test it
+kills every other process in the namespace (leftover daemons included) and wipes the scratch dir,
+so no state survives from one test to the next.
+"""
+
+import builtins
+import ctypes
+import gc
+import io
+import json
+import linecache
+import os
+import resource
+import select
+import shutil
+import signal
+import sys
+import time
+import traceback
+
+PRELUDE_MODULES = (
+    "string re datetime collections heapq bisect copy math random statistics itertools "
+    "functools operator io sys json typing"
+).split()
+PROGRAM_FILE = "solution.py"
+RECURSION_LIMIT = 50_000
+INT_DIGITS_LIMIT = 50_000
+STDERR_KEEP = 64 * 1024
+
+
+def prelude_globals():
+    """Globals of a fresh ``__main__`` after ``import m; from m import *`` of every prelude module."""
+    g = {"__name__": "__main__", "__builtins__": builtins}
+    for name in PRELUDE_MODULES:
+        module = __import__(name)
+        g[name] = module
+        public = getattr(module, "__all__", None)
+        if public is None:
+            public = [k for k in vars(module) if not k.startswith("_")]
+        for key in public:
+            if hasattr(module, key):
+                g[key] = getattr(module, key)
+    return g
+
+
+# --------------------------------------------------------------------------------------------
+# Isolation for the namespace backend (the Docker backend gets the same from the container).
+
+CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_KEEP = 8 | 1024 | 2048 | 4096  # noexec, noatime, nodiratime, relatime: locked, must be kept
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(src, dst, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(_libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+           f"mount {src} on {dst}")
+
+
+def _bind_readonly(src, dst):
+    _mount(src, dst, None, MS_BIND | MS_REC)
+    keep = os.statvfs(src).f_flag & MS_KEEP
+    _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | keep)
+
+
+def _drop_capabilities():
+    for cap in range(64):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
+            break  # EINVAL: past the last capability this kernel knows
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all zero
+    _check(_libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
+
+
+def enter_namespace(cfg):
+    """Unshare every namespace, build a read-only root with a tmpfs scratch, chroot into it and
+    fork: the child returns as PID 1 of the new PID namespace, the parent waits and mirrors it."""
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
+    if uid != 0:
+        flags |= CLONE_NEWUSER
+    _check(_libc.unshare(flags), "unshare")
+    if uid != 0:  # unprivileged: map ourselves to an ordinary user inside
+        for name, text in (("setgroups", "deny"), ("uid_map", f"1000 {uid} 1"),
+                           ("gid_map", f"1000 {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as f:
+                f.write(text)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    root = cfg["root"]
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path in cfg["binds"]:
+        target = root + path
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            os.symlink(os.readlink(path), target)  # merged-usr: /bin -> usr/bin
+            continue
+        if not os.path.isdir(path) or os.path.exists(target):
+            continue
+        os.makedirs(target)
+        _bind_readonly(path, target)
+    for path in cfg.get("hide", ()):  # e.g. the host's site-packages: the jail has the stdlib only
+        if os.path.isdir(root + path):
+            _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
+    os.makedirs(root + "/dev")
+    for dev in ("null", "zero", "random", "urandom"):
+        open(f"{root}/dev/{dev}", "w").close()
+        _mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
+    os.makedirs(root + "/tmp")
+    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"size={cfg['tmp_mb']}m,mode=1777")
+    _mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    os.chdir(root)
+    os.chroot(".")
+    os.chdir("/")
+    pid = os.fork()
+    if pid:  # outside the new PID namespace: wait, then exit like the namespace's init
+        os.close(0)
+        os.close(1)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    if uid == 0:  # real root: become an unprivileged user of our own (all capabilities go)
+        os.setgroups([])
+        os.setgid(cfg["uid"])
+        os.setuid(cfg["uid"])
+    else:
+        _drop_capabilities()
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the parent outside
+
+
+def harden():
+    """No privilege gain through exec, and no ptrace or /proc access to this process."""
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+# --------------------------------------------------------------------------------------------
+# Running one test.
+
+
+class Runner:
+    def __init__(self, workdir):
+        self.scratch = os.path.join(workdir, "work")
+        self.iodir = os.path.join(workdir, "io")
+        for d in (self.scratch, self.iodir):
+            os.makedirs(d, exist_ok=True)
+        self.files = {k: os.path.join(self.iodir, k) for k in ("stdin", "stdout", "stderr", "result")}
+        self.globals = prelude_globals()
+        self.code = None
+        self.fn_name = None
+        self.limits = {}
+        self.is_init = os.getpid() == 1
+
+    # -- program ------------------------------------------------------------------------------
+    def load(self, msg):
+        self.code, self.fn_name, self.limits = None, msg.get("fn_name"), msg["limits"]
+        source = msg["code"]
+        try:
+            try:
+                self.code = compile(source, PROGRAM_FILE, "exec", dont_inherit=True)
+            except SyntaxError as e:
+                if "'return' outside function" not in str(e):
+                    raise
+                self.code = compile(_returns_to_exits(source), PROGRAM_FILE, "exec", dont_inherit=True)
+        except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
+            text = "".join(traceback.format_exception_only(type(e), e))
+            return {"ok": False, "error": text}
+        linecache.cache[PROGRAM_FILE] = (len(source), None, source.splitlines(True), PROGRAM_FILE)
+        return {"ok": True}
+
+    # -- test ---------------------------------------------------------------------------------
+    def test(self, msg):
+        if self.code is None:
+            return {"error": "no program loaded"}
+        with open(self.files["stdin"], "w", encoding="utf-8") as f:
+            f.write(msg["input"] if not self.fn_name else "")
+        for k in ("stdout", "stderr", "result"):
+            open(self.files[k], "wb").close()
+        timeout = float(msg.get("timeout_s") or self.limits["timeout_s"])
+        sys.stdout.flush()
+        gc.collect()
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self._child(msg["input"], timeout)
+            finally:
+                os._exit(70)
+        fd = os.pidfd_open(pid)
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            timed_out = not poller.poll(timeout * 1000)
+        finally:
+            os.close(fd)
+        if timed_out:
+            os.kill(pid, signal.SIGKILL)
+        _, status, usage = os.wait4(pid, 0)
+        wall = time.perf_counter() - start
+        leftover = self._kill_leftovers(pid)
+        reply = {
+            "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "timeout": timed_out or (usage.ru_utime + usage.ru_stime) > timeout,
+            "wall": wall,
+            "cpu": usage.ru_utime + usage.ru_stime,
+            "max_rss_kb": usage.ru_maxrss,
+            "leftover": leftover,
+        }
+        cap = int(self.limits["output_bytes"])
+        out = self._read(self.files["stdout"], cap)
+        reply["stdout"] = out[:cap].decode("utf-8", "replace")
+        reply["stdout_truncated"] = len(out) > cap
+        reply["stderr"] = self._read(self.files["stderr"], STDERR_KEEP, tail=True).decode("utf-8", "replace")
+        result = self._read(self.files["result"], cap + 1)
+        reply["result"] = result.decode("utf-8", "replace") if result else None
+        reply["clean"] = self._wipe_scratch()
+        return reply
+
+    def _child(self, test_input, timeout):
+        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setsid()
+        fds = [os.open(self.files["stdin"], os.O_RDONLY)]
+        for k in ("stdout", "stderr", "result"):
+            fds.append(os.open(self.files[k], os.O_WRONLY | os.O_TRUNC))
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+        os.closerange(4, 1 << 16)
+        lim = self.limits
+        cpu = int(timeout) + 1
+        memory = int(lim["memory_mb"]) << 20
+        rlimits = [
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+            (resource.RLIMIT_AS, (memory, memory)),
+            (resource.RLIMIT_FSIZE, (int(lim["output_bytes"]) + 1, int(lim["output_bytes"]) + 1)),
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_NOFILE, (256, 256)),
+            (resource.RLIMIT_STACK, (min(memory, 256 << 20), min(memory, 256 << 20))),
+        ]
+        if lim.get("nproc"):
+            rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
+        for which, value in rlimits:
+            try:
+                resource.setrlimit(which, value)
+            except (ValueError, OSError):
+                hard = resource.getrlimit(which)[1]
+                resource.setrlimit(which, (min(value[0], hard) if hard >= 0 else value[0], hard))
+        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries, not the runner's
+        try:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")  # the kernel's OOM killer takes the test, not the runner
+        except OSError:
+            pass
+        os.chdir(self.scratch)
+        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+                                      encoding="utf-8", errors="backslashreplace")
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
+                                      errors="backslashreplace", write_through=True)
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+        sys.argv = [PROGRAM_FILE]
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
+        os._exit(self._execute(test_input))
+
+    def _execute(self, test_input):
+        g = dict(self.globals, stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr)
+        code = 0
+        try:
+            exec(self.code, g)
+            if self.fn_name:
+                self._call(g, test_input)
+        except SystemExit as e:
+            code = _exit_code(e.code)
+        except BaseException as e:  # noqa: BLE001 - the program's own error, reported as stderr
+            _print_user_traceback(e)
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - closed or broken stdout: output is what it is
+                code = code or 1
+        return code
+
+    def _call(self, g, test_input):
+        lines = [line for line in test_input.split("\n") if line.strip()]
+        args = [json.loads(line) for line in lines]
+        cls = g.get("Solution")
+        if isinstance(cls, type) and hasattr(cls, self.fn_name):
+            fn = getattr(cls(), self.fn_name)
+        elif callable(g.get(self.fn_name)):
+            fn = g[self.fn_name]
+        else:
+            raise NameError(f"function {self.fn_name!r} is not defined (neither "
+                            f"Solution().{self.fn_name} nor a top-level {self.fn_name})")
+        value = fn(*args)
+        try:
+            text = json.dumps(value)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"return value of {self.fn_name} is not JSON data: {e}") from None
+        with io.FileIO(3, "w", closefd=False) as f:
+            f.write(text.encode())
+
+    # -- cleanup ------------------------------------------------------------------------------
+    def _kill_leftovers(self, pid):
+        """Kill what the test left behind: its session, and as PID 1 every process but us."""
+        count = 0
+        try:
+            os.killpg(pid, signal.SIGKILL)
+            count += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.is_init:
+            try:
+                os.kill(-1, 0)
+                count += 1
+                os.kill(-1, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                try:
+                    if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                        time.sleep(0.001)
+                except ChildProcessError:
+                    break
+        return count
+
+    def _wipe_scratch(self):
+        def force(func, path, _exc):
+            os.chmod(os.path.dirname(path), 0o700)
+            os.chmod(path, 0o700) if os.path.isdir(path) else None
+            func(path)
+
+        try:
+            for name in os.listdir(self.scratch):
+                path = os.path.join(self.scratch, name)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, onerror=force)
+                else:
+                    os.unlink(path)
+            os.chmod(self.scratch, 0o700)
+            return True
+        except OSError:
+            return False
+
+    @staticmethod
+    def _read(path, limit, tail=False):
+        try:
+            with open(path, "rb") as f:
+                if tail:
+                    size = os.fstat(f.fileno()).st_size
+                    f.seek(max(0, size - limit))
+                return f.read(limit + 1 if not tail else limit)
+        except OSError:
+            return b""
+
+
+def _returns_to_exits(source):
+    """Scripts written as a function body ('return' at top level, accepted by the APPS and
+    LiveCodeBench judges, which wrap stdin programs in a function): each such `return` becomes
+    `raise SystemExit`, which ends the program the same way and keeps module-level globals."""
+    import ast
+
+    tree = ast.parse(source, PROGRAM_FILE)
+
+    class TopLevelReturns(ast.NodeTransformer):
+        def visit_FunctionDef(self, node):
+            return node
+
+        visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = visit_FunctionDef
+
+        def visit_Return(self, node):
+            exit_call = ast.Raise(exc=ast.Name(id="SystemExit", ctx=ast.Load()), cause=None)
+            return ast.copy_location(exit_call, node)
+
+    return ast.fix_missing_locations(TopLevelReturns().visit(tree))
+
+
+def _exit_code(code):
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(exc):
+    """Print the traceback with only the program's own frames (the runner's are noise)."""
+    te = traceback.TracebackException.from_exception(exc, capture_locals=False)
+    for t in _chain(te):
+        t.stack = traceback.StackSummary.from_list([f for f in t.stack if f.filename == PROGRAM_FILE])
+    try:
+        sys.stderr.write("".join(te.format()))
+    except BaseException:  # noqa: BLE001
+        pass
+
+
+def _chain(te):
+    seen = set()
+    while te is not None and id(te) not in seen:
+        seen.add(id(te))
+        yield te
+        te = te.__cause__ or te.__context__
+
+
+def serve(runner, rfile, wfile):
+    handlers = {"program": runner.load, "test": runner.test, "ping": lambda msg: {"ok": True}}
+    for line in rfile:
+        try:
+            msg = json.loads(line)
+            reply = handlers[msg["op"]](msg)
+        except Exception as e:  # noqa: BLE001 - report and stay alive for the next request
+            reply = {"error": f"runner: {type(e).__name__}: {e}"}
+        wfile.write(json.dumps(reply).encode() + b"\n")
+        wfile.flush()
+
+
+def main():
+    cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    rfile = os.fdopen(os.dup(0), "rb")
+    wfile = os.fdopen(os.dup(1), "wb")
+    if cfg.get("namespace"):
+        enter_namespace(cfg)
+    harden()
+    runner = Runner(cfg.get("workdir", "/tmp"))
+    gc.freeze()
+    wfile.write(json.dumps({"ready": True, "pid": os.getpid(), "uid": os.getuid()}).encode() + b"\n")
+    wfile.flush()
+    serve(runner, rfile, wfile)
+
+
+if __name__ == "__main__":
+    main()
