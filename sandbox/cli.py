@@ -31,30 +31,63 @@ to OUTPUT at the end; --resume continues from OUTPUT.partial after a crash.
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sandbox", description=DESCRIPTION,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m sandbox",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    judge = sub.add_parser("judge", help="judge programs from a JSONL file",
-                           description=DESCRIPTION,
-                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    judge = sub.add_parser(
+        "judge",
+        help="judge programs from a JSONL file",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     judge.add_argument("--input", "-i", required=True, help="programs JSONL ('-' for stdin)")
     judge.add_argument("--output", "-o", required=True, help="verdicts JSONL ('-' for stdout)")
-    judge.add_argument("--backend", choices=["auto", "docker", "namespace"], default="auto",
-                       help="isolation: docker (default where an engine is reachable) or "
-                            "namespace (Linux namespaces + rlimits)")
-    judge.add_argument("--concurrency", "-j", type=int, default=os.cpu_count() or 1,
-                       help="programs judged at once (default: CPU count)")
+    judge.add_argument(
+        "--backend",
+        choices=["auto", "docker", "namespace"],
+        default="auto",
+        help="isolation: docker (default where an engine is reachable) or "
+        "namespace (Linux namespaces + rlimits)",
+    )
+    judge.add_argument(
+        "--concurrency",
+        "-j",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="programs judged at once (default: CPU count)",
+    )
     d = Limits()
-    judge.add_argument("--timeout", type=float, default=d.timeout_s,
-                       help=f"seconds per test, wall and CPU (default {d.timeout_s:g})")
-    judge.add_argument("--suite-timeout", type=float, default=d.suite_timeout_s,
-                       help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})")
-    judge.add_argument("--memory-mb", type=int, default=d.memory_mb,
-                       help=f"memory per test process (default {d.memory_mb})")
-    judge.add_argument("--fail-fast", action="store_true",
-                       help="skip a program's remaining tests after its first failure")
-    judge.add_argument("--resume", action="store_true",
-                       help="keep the rows of OUTPUT.partial from an interrupted run")
+    judge.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout_s,
+        help=f"seconds per test, wall and CPU (default {d.timeout_s:g})",
+    )
+    judge.add_argument(
+        "--suite-timeout",
+        type=float,
+        default=d.suite_timeout_s,
+        help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})",
+    )
+    judge.add_argument(
+        "--memory-mb",
+        type=int,
+        default=d.memory_mb,
+        help=f"memory per test process (default {d.memory_mb})",
+    )
+    judge.add_argument(
+        "--fail-fast",
+        action="store_true",
+        help="skip a program's remaining tests after its first failure",
+    )
+    judge.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the rows of OUTPUT.partial from an interrupted run",
+    )
     judge.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return parser
 
@@ -84,8 +117,15 @@ def parse_row(number: int, line: str) -> JudgeRequest | Verdict:
 
 
 def _invalid(row_id: str, message: str) -> Verdict:
-    return Verdict(id=row_id, passed=[], pass_rate=0.0, status="invalid_request",
-                   feedback=[message], seconds=0.0, error=message)
+    return Verdict(
+        id=row_id,
+        passed=[],
+        pass_rate=0.0,
+        status="invalid_request",
+        feedback=[message],
+        seconds=0.0,
+        error=message,
+    )
 
 
 class OrderedWriter:
@@ -106,8 +146,9 @@ class OrderedWriter:
 
 def judge_command(args: argparse.Namespace) -> int:
     try:
-        limits = Limits(timeout_s=args.timeout, suite_timeout_s=args.suite_timeout,
-                        memory_mb=args.memory_mb)
+        limits = Limits(
+            timeout_s=args.timeout, suite_timeout_s=args.suite_timeout, memory_mb=args.memory_mb
+        )
         config = SandboxConfig(backend=args.backend, concurrency=args.concurrency, limits=limits)
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -141,8 +182,9 @@ def judge_command(args: argparse.Namespace) -> int:
                     writer.put(requests[k][0], verdict)
                     bar.update(1)
 
-                judge.judge_many([r for _, r in requests], fail_fast=args.fail_fast,
-                                 on_done=on_done)
+                judge.judge_many(
+                    [r for _, r in requests], fail_fast=args.fail_fast, on_done=on_done
+                )
     except SandboxUnavailable as e:
         print(f"error: {e}", file=sys.stderr)
         return 3
@@ -154,8 +196,11 @@ def judge_command(args: argparse.Namespace) -> int:
         os.replace(partial, args.output)
     elapsed = time.perf_counter() - start
     n_tests = sum(len(r.tests.inputs) for _, r in requests)
-    print(f"judged {len(requests)} programs ({n_tests} tests, {len(invalid)} invalid rows) "
-          f"in {elapsed:.1f}s", file=sys.stderr)
+    print(
+        f"judged {len(requests)} programs ({n_tests} tests, {len(invalid)} invalid rows) "
+        f"in {elapsed:.1f}s",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -64,18 +64,22 @@ class Judge:
         limits = self.config.limits
         tests = request.tests
         n = len(tests.inputs)
-        start = time.perf_counter()
         statuses: list[TestStatus] = ["skipped"] * n
         feedback = [""] * n
         async with self.pool.worker() as worker:
+            start = time.perf_counter()  # waiting for a worker is not the program's time
             worker.programs += 1
             runner_limits = limits.for_runner()
             if worker.enforce_nproc:
                 runner_limits["nproc"] = limits.max_processes
             try:
                 loaded = await worker.request(
-                    {"op": "program", "code": request.code, "fn_name": tests.fn_name,
-                     "limits": runner_limits},
+                    {
+                        "op": "program",
+                        "code": request.code,
+                        "fn_name": tests.fn_name,
+                        "limits": runner_limits,
+                    },
                     timeout=30,
                 )
             except WorkerDied as e:
@@ -84,7 +88,9 @@ class Judge:
                 report = test_report("syntax_error", "", "", stderr=loaded["error"])
                 return _verdict(request, ["syntax_error"] * n, [report] * n, start)
             deadline = start + limits.suite_timeout_s
-            for i, (test_input, expected) in enumerate(zip(tests.inputs, tests.outputs, strict=True)):
+            for i, (test_input, expected) in enumerate(
+                zip(tests.inputs, tests.outputs, strict=True)
+            ):
                 remaining = deadline - time.perf_counter()
                 if remaining <= 0:
                     feedback[i:] = [_skipped_note("time")] * (n - i)
@@ -104,13 +110,20 @@ class Judge:
                 status = classify(reply, expected, tests.fn_name, limits.memory_mb << 20)
                 statuses[i] = status
                 feedback[i] = test_report(
-                    status, test_input, expected, reply.get("stdout", ""), reply.get("stderr", ""),
-                    reply.get("result"), tests.fn_name, timeout, limits.output_bytes,
+                    status,
+                    test_input,
+                    expected,
+                    reply.get("stdout", ""),
+                    reply.get("stderr", ""),
+                    reply.get("result"),
+                    tests.fn_name,
+                    timeout,
+                    limits.output_bytes,
                 )
                 if status == "timeout":
                     worker.tainted = True
                 if fail_fast and status != "passed":
-                    feedback[i + 1:] = [_skipped_note("fail_fast")] * (n - i - 1)
+                    feedback[i + 1 :] = [_skipped_note("fail_fast")] * (n - i - 1)
                     break
         return _verdict(request, statuses, feedback, start)
 
@@ -167,8 +180,9 @@ class SyncJudge:
         self.config = config or SandboxConfig()
         self._backend = backend
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="sandbox-judge")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="sandbox-judge"
+        )
         self._judge: Judge | None = None
 
     def _run(self, coro):

@@ -58,7 +58,9 @@ class SandboxConfig(BaseModel):
         "auto", description="docker where an engine is reachable, else namespace; or force one."
     )
     concurrency: int = Field(
-        default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024,
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        le=1024,
         description="Programs judged at once (one sandbox worker each).",
     )
     image: str = Field(
@@ -111,7 +113,9 @@ class Verdict(BaseModel):
     passed: list[bool]
     pass_rate: float
     status: VerdictStatus
-    feedback: list[str] = Field(description="Per test: '' if it passed, else a report for the model.")
+    feedback: list[str] = Field(
+        description="Per test: '' if it passed, else a report for the model."
+    )
     seconds: float
     outcomes: list[TestStatus] = Field(default_factory=list, description="Per test status.")
     error: str | None = None

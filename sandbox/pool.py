@@ -55,7 +55,7 @@ class Worker:
         try:
             await asyncio.wait_for(self._write(json.dumps(message).encode() + b"\n"), timeout)
             line = await asyncio.wait_for(self._read_line(), timeout)
-        except (TimeoutError, asyncio.TimeoutError) as e:
+        except TimeoutError as e:
             self.tainted = True
             raise WorkerDied(f"{self.name}: no reply within {timeout:.1f}s") from e
         except (OSError, asyncio.IncompleteReadError, EOFError) as e:
@@ -137,7 +137,7 @@ class WorkerPool:
             try:
                 worker = await asyncio.wait_for(self._idle.get(), 5)
                 break
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 continue
         try:
             yield worker

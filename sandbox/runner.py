@@ -29,14 +29,32 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import sys
 import time
 import traceback
 
-PRELUDE_MODULES = (
-    "string re datetime collections heapq bisect copy math random statistics itertools "
-    "functools operator io sys json typing"
-).split()
+# LiveCodeBench's order: `from builtins import *` undoes math.pow, operator.pow and re.compile.
+PRELUDE_MODULES = [
+    "string",
+    "re",
+    "datetime",
+    "collections",
+    "heapq",
+    "bisect",
+    "copy",
+    "math",
+    "random",
+    "statistics",
+    "itertools",
+    "functools",
+    "operator",
+    "io",
+    "sys",
+    "json",
+    "builtins",
+    "typing",
+]
 PROGRAM_FILE = "solution.py"
 RECURSION_LIMIT = 50_000
 INT_DIGITS_LIMIT = 50_000
@@ -48,13 +66,15 @@ def prelude_globals():
     g = {"__name__": "__main__", "__builtins__": builtins}
     for name in PRELUDE_MODULES:
         module = __import__(name)
-        g[name] = module
+        if name != "builtins":  # star-imported only, as LiveCodeBench does
+            g[name] = module
         public = getattr(module, "__all__", None)
         if public is None:
             public = [k for k in vars(module) if not k.startswith("_")]
         for key in public:
             if hasattr(module, key):
                 g[key] = getattr(module, key)
+    g.setdefault("quit", sys.exit)  # `site` (off under -S) would define exit() and quit()
     return g
 
 
@@ -79,8 +99,10 @@ def _check(ret, what):
 
 def _mount(src, dst, fstype, flags, data=None):
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(_libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-           f"mount {src} on {dst}")
+    _check(
+        _libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {src} on {dst}",
+    )
 
 
 def _bind_readonly(src, dst):
@@ -107,8 +129,11 @@ def enter_namespace(cfg):
         flags |= CLONE_NEWUSER
     _check(_libc.unshare(flags), "unshare")
     if uid != 0:  # unprivileged: map ourselves to an ordinary user inside
-        for name, text in (("setgroups", "deny"), ("uid_map", f"1000 {uid} 1"),
-                           ("gid_map", f"1000 {gid} 1")):
+        for name, text in (
+            ("setgroups", "deny"),
+            ("uid_map", f"1000 {uid} 1"),
+            ("gid_map", f"1000 {gid} 1"),
+        ):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -131,8 +156,9 @@ def enter_namespace(cfg):
         open(f"{root}/dev/{dev}", "w").close()
         _mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
     os.makedirs(root + "/tmp")
-    _mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"size={cfg['tmp_mb']}m,mode=1777")
+    _mount(
+        "tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_mb']}m,mode=1777"
+    )
     _mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     os.chdir(root)
     os.chroot(".")
@@ -156,6 +182,9 @@ def harden():
     """No privilege gain through exec, and no ptrace or /proc access to this process."""
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    # PID 1 gets only the signals it handles: Python's SIGINT handler would let a test's
+    # os.kill(1, SIGINT) end the runner. Tests restore the default (see `_child`).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 # --------------------------------------------------------------------------------------------
@@ -164,11 +193,14 @@ def harden():
 
 class Runner:
     def __init__(self, workdir):
+        self.workdir = workdir
         self.scratch = os.path.join(workdir, "work")
         self.iodir = os.path.join(workdir, "io")
         for d in (self.scratch, self.iodir):
             os.makedirs(d, exist_ok=True)
-        self.files = {k: os.path.join(self.iodir, k) for k in ("stdin", "stdout", "stderr", "result")}
+        self.files = {
+            k: os.path.join(self.iodir, k) for k in ("stdin", "stdout", "stderr", "result")
+        }
         self.globals = prelude_globals()
         self.code = None
         self.fn_name = None
@@ -185,7 +217,9 @@ class Runner:
             except SyntaxError as e:
                 if "'return' outside function" not in str(e):
                     raise
-                self.code = compile(_returns_to_exits(source), PROGRAM_FILE, "exec", dont_inherit=True)
+                self.code = compile(
+                    _returns_to_exits(source), PROGRAM_FILE, "exec", dont_inherit=True
+                )
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
             text = "".join(traceback.format_exception_only(type(e), e))
             return {"ok": False, "error": text}
@@ -235,7 +269,9 @@ class Runner:
         out = self._read(self.files["stdout"], cap)
         reply["stdout"] = out[:cap].decode("utf-8", "replace")
         reply["stdout_truncated"] = len(out) > cap
-        reply["stderr"] = self._read(self.files["stderr"], STDERR_KEEP, tail=True).decode("utf-8", "replace")
+        reply["stderr"] = self._read(self.files["stderr"], STDERR_KEEP, tail=True).decode(
+            "utf-8", "replace"
+        )
         result = self._read(self.files["result"], cap + 1)
         reply["result"] = result.decode("utf-8", "replace") if result else None
         reply["clean"] = self._wipe_scratch()
@@ -277,11 +313,20 @@ class Runner:
         except OSError:
             pass
         os.chdir(self.scratch)
-        sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
-                                      encoding="utf-8", errors="backslashreplace")
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                      errors="backslashreplace", write_through=True)
+        sys.stdin = io.TextIOWrapper(
+            io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
+        )
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+            encoding="utf-8",
+            errors="backslashreplace",
+        )
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            write_through=True,
+        )
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
         sys.argv = [PROGRAM_FILE]
         sys.setrecursionlimit(RECURSION_LIMIT)
@@ -289,7 +334,7 @@ class Runner:
         os._exit(self._execute(test_input))
 
     def _execute(self, test_input):
-        g = dict(self.globals, stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr)
+        g = dict(self.globals, stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, argv=sys.argv)
         code = 0
         try:
             exec(self.code, g)
@@ -316,8 +361,10 @@ class Runner:
         elif callable(g.get(self.fn_name)):
             fn = g[self.fn_name]
         else:
-            raise NameError(f"function {self.fn_name!r} is not defined (neither "
-                            f"Solution().{self.fn_name} nor a top-level {self.fn_name})")
+            raise NameError(
+                f"function {self.fn_name!r} is not defined (neither "
+                f"Solution().{self.fn_name} nor a top-level {self.fn_name})"
+            )
         value = fn(*args)
         try:
             text = json.dumps(value)
@@ -357,22 +404,27 @@ class Runner:
             os.chmod(path, 0o700) if os.path.isdir(path) else None
             func(path)
 
-        try:
-            for name in os.listdir(self.scratch):
-                path = os.path.join(self.scratch, name)
+        try:  # the whole writable tmpfs: the test may have written (or replaced) anything in it
+            for name in os.listdir(self.workdir):
+                path = os.path.join(self.workdir, name)
                 if os.path.isdir(path) and not os.path.islink(path):
+                    os.chmod(path, 0o700)
                     shutil.rmtree(path, onerror=force)
                 else:
                     os.unlink(path)
-            os.chmod(self.scratch, 0o700)
+            for d in (self.scratch, self.iodir):
+                os.makedirs(d)
             return True
         except OSError:
             return False
 
     @staticmethod
     def _read(path, limit, tail=False):
-        try:
-            with open(path, "rb") as f:
+        try:  # not a FIFO (it would block the runner) nor a link: the test may swap either in
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+            with open(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return b""
                 if tail:
                     size = os.fstat(f.fileno()).st_size
                     f.seek(max(0, size - limit))
@@ -413,13 +465,28 @@ def _exit_code(code):
 
 def _print_user_traceback(exc):
     """Print the traceback with only the program's own frames (the runner's are noise)."""
+    _trim_tracebacks(exc)
     te = traceback.TracebackException.from_exception(exc, capture_locals=False)
     for t in _chain(te):
-        t.stack = traceback.StackSummary.from_list([f for f in t.stack if f.filename == PROGRAM_FILE])
+        t.stack = traceback.StackSummary.from_list(
+            [f for f in t.stack if f.filename == PROGRAM_FILE]
+        )
     try:
         sys.stderr.write("".join(te.format()))
     except BaseException:  # noqa: BLE001
         pass
+
+
+def _trim_tracebacks(exc, keep=50):
+    """Keep the outermost and innermost `keep` frames: the traceback module takes seconds (of the
+    test's time limit) to format the ~50,000 frames of a RecursionError."""
+    for e in _chain(exc):
+        tbs, tb = [], e.__traceback__
+        while tb is not None:
+            tbs.append(tb)
+            tb = tb.tb_next
+        if len(tbs) > 2 * keep:
+            tbs[keep - 1].tb_next = tbs[-keep]
 
 
 def _chain(te):
@@ -451,7 +518,9 @@ def main():
     harden()
     runner = Runner(cfg.get("workdir", "/tmp"))
     gc.freeze()
-    wfile.write(json.dumps({"ready": True, "pid": os.getpid(), "uid": os.getuid()}).encode() + b"\n")
+    wfile.write(
+        json.dumps({"ready": True, "pid": os.getpid(), "uid": os.getuid()}).encode() + b"\n"
+    )
     wfile.flush()
     serve(runner, rfile, wfile)
 

@@ -30,7 +30,7 @@ def docker_client():
         client = docker.from_env(timeout=60)
         client.ping()
         return client
-    except Exception as e:  # noqa: BLE001 - any failure means: no usable engine
+    except Exception as e:
         raise SandboxUnavailable(
             f"no Docker engine is reachable ({type(e).__name__}: {e}); start one "
             "(bash infra/docker/install-engine.sh) or set DOCKER_HOST"
@@ -88,7 +88,9 @@ class DockerBackend(Backend):
     def remove_stale(self) -> None:
         """Remove workers left behind by a process of this host that died without cleaning up."""
         host = socket.gethostname()
-        for c in self.client.containers.list(all=True, filters={"label": LABEL}):
+        # ignore_removed: a container another pool removes while we list it is no error
+        stale = self.client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+        for c in stale:
             owner = c.labels.get(LABEL, "")
             name, _, pid = owner.partition(":")
             if name == host and pid.isdigit() and not _alive(int(pid)):
@@ -142,8 +144,14 @@ class DockerBackend(Backend):
             writer.close()
             await asyncio.to_thread(_remove, container)
 
-        worker = Worker(index, demux.readline, write, close, enforce_nproc=False,
-                        name=f"docker-worker-{index}:{container.short_id}")
+        worker = Worker(
+            index,
+            demux.readline,
+            write,
+            close,
+            enforce_nproc=False,
+            name=f"docker-worker-{index}:{container.short_id}",
+        )
         try:
             await worker.handshake(timeout=60)
         except Exception as e:

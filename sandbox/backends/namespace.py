@@ -22,8 +22,22 @@ from sandbox.models import Limits
 from sandbox.pool import MAX_REPLY_BYTES, Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
 
-BASE_UID = 61000  # runner uid when started as root: BASE_UID + worker index
+BASE_UID = 61000  # as root, workers run as BASE_UID + slot * 256 + index (slot: per process)
+
+
+def _worker_uid(index: int) -> int:
+    """An unprivileged uid of this pool's own, so RLIMIT_NPROC (counted per uid) is not shared
+    with other pools on the host (each process gets its own block of 256 uids)."""
+    return BASE_UID + (os.getpid() % 65536) * 256 + index % 256
+
+
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "HOME": "/nonexistent",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 
 
 def interpreter_dirs() -> list[str]:
@@ -35,8 +49,13 @@ def interpreter_dirs() -> list[str]:
 def site_packages() -> list[str]:
     """The base interpreter's third-party package dirs, hidden inside the jail."""
     return sorted(
-        {p for p in sysconfig.get_paths(vars={"base": sys.base_prefix, "platbase": sys.base_prefix})
-         .values() if p.endswith(("site-packages", "dist-packages"))}
+        {
+            p
+            for p in sysconfig.get_paths(
+                vars={"base": sys.base_prefix, "platbase": sys.base_prefix}
+            ).values()
+            if p.endswith(("site-packages", "dist-packages"))
+        }
     )
 
 
@@ -57,15 +76,21 @@ class NamespaceBackend(Backend):
             "binds": list(SYSTEM_DIRS) + interpreter_dirs(),
             "hide": site_packages(),
             "tmp_mb": self.limits.scratch_mb,
-            "uid": BASE_UID + index,
+            "uid": _worker_uid(index),
             "workdir": "/tmp",
         }
         proc = await asyncio.create_subprocess_exec(
-            self.python, "-I", "-S", "-c", RUNNER_SOURCE, json.dumps(cfg),
+            self.python,
+            "-I",
+            "-S",
+            "-c",
+            RUNNER_SOURCE,
+            json.dumps(cfg),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             limit=MAX_REPLY_BYTES,
+            env=SANDBOX_ENV,  # never the host's: it may hold credentials
         )
         assert proc.stdin and proc.stdout and proc.stderr
 
@@ -77,7 +102,7 @@ class NamespaceBackend(Backend):
             proc.stdin.close()  # the runner exits at end of input...
             try:
                 await asyncio.wait_for(proc.wait(), 2)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()  # ...or dies with its parent (PR_SET_PDEATHSIG)
                 await proc.wait()
@@ -86,8 +111,14 @@ class NamespaceBackend(Backend):
             with contextlib.suppress(ValueError):
                 self._roots.remove(root)
 
-        worker = Worker(index, proc.stdout.readline, write, close, enforce_nproc=True,
-                        name=f"namespace-worker-{index}")
+        worker = Worker(
+            index,
+            proc.stdout.readline,
+            write,
+            close,
+            enforce_nproc=True,
+            name=f"namespace-worker-{index}",
+        )
         try:
             await worker.handshake(timeout=30)
         except Exception as e:
@@ -104,4 +135,3 @@ class NamespaceBackend(Backend):
         for root in self._roots:
             with contextlib.suppress(OSError):
                 os.rmdir(root)
-

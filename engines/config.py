@@ -1,0 +1,146 @@
+"""Typed settings of the generation engines: how to sample, and which engine serves which model."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+EngineKind = Literal["transformers", "litellm", "vllm"]
+
+
+class SamplingConfig(BaseModel):
+    """How to sample completions. Defaults follow the paper's trajectory collection (SPEC §1.2)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    n: int = Field(1, ge=1, le=1024, description="Completions sampled per conversation.")
+    temperature: float = Field(
+        0.6, ge=0.0, le=4.0, description="Sampling temperature; 0 means greedy decoding."
+    )
+    top_p: float = Field(0.95, gt=0.0, le=1.0, description="Nucleus sampling mass.")
+    max_new_tokens: int = Field(
+        6144, ge=1, le=1 << 20, description="Most tokens generated per completion."
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="Base seed. Local engines seed their generator with it; API engines send "
+        "seed + i for the i-th sample of a conversation (servers may ignore it).",
+    )
+    thinking: bool | None = Field(
+        None,
+        description="Chat templates' `enable_thinking`: True/False to force reasoning on or off, "
+        "None to keep the template's default.",
+    )
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        return {} if self.thinking is None else {"enable_thinking": self.thinking}
+
+
+class EngineConfig(BaseModel):
+    """Which engine generates, for which model, and how hard it may push its backend."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: EngineKind = Field(
+        "transformers",
+        description="transformers: local model in this process; litellm: an API model or any "
+        "OpenAI-compatible server; vllm: vLLM offline engine in this process (GPU).",
+    )
+    model: str = Field(
+        description="Local engines: a model directory (loaded with from_pretrained). litellm: a "
+        "LiteLLM model name, e.g. `openai/gpt-4o-mini`, or `openai/<served-name>` with api_base.",
+    )
+    api_base: str | None = Field(
+        None, description="litellm: base URL of an OpenAI-compatible server, e.g. http://h:8000/v1."
+    )
+    api_key_env: str | None = Field(
+        None,
+        description="litellm: name of the environment variable holding the API key (the key "
+        "itself is never stored nor logged). A missing variable fails before the first request. "
+        "None: no key is sent (local servers) and LiteLLM's own defaults apply.",
+    )
+    timeout_s: float = Field(600.0, gt=0, le=86400, description="Seconds per request (litellm).")
+    max_retries: int = Field(
+        3, ge=0, le=100, description="Retries of a request after a transient error (litellm)."
+    )
+    retry_backoff_s: float = Field(
+        1.0,
+        ge=0,
+        le=600,
+        description="First retry delay; doubles per retry, capped at 60 s; a server's "
+        "Retry-After of up to 60 s wins (litellm).",
+    )
+    concurrency: int = Field(16, ge=1, le=4096, description="Requests in flight at once (litellm).")
+    use_n: bool | None = Field(
+        None,
+        description="litellm: send `n` in one request (True), one request per sample (False), or "
+        "try `n` and fall back to single requests when the server returns fewer choices or "
+        "rejects it (None).",
+    )
+    batch_size: int = Field(
+        8,
+        ge=1,
+        le=4096,
+        description="transformers: conversations per generate() call (each expands to n rows).",
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype of local engines; auto: bfloat16 on GPU, float32 on CPU."
+    )
+    device: str = Field(
+        "auto", description="transformers: torch device (auto: cuda when available, else cpu)."
+    )
+    continuous_batching: bool = Field(
+        False,
+        description="transformers: use generate_batch (continuous batching, paged KV cache) when "
+        "the installed transformers has it; falls back to padded batches otherwise.",
+    )
+    tensor_parallel_size: int = Field(1, ge=1, le=64, description="vllm: GPUs per model.")
+    gpu_memory_utilization: float = Field(
+        0.9, gt=0, le=1, description="vllm: fraction of GPU memory vLLM may take."
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, description="vllm: context length (prompt + completion); None: the model's."
+    )
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra keyword arguments passed as-is: to litellm.acompletion (e.g. "
+        "extra_body), to vllm.LLM(...), or to from_pretrained (transformers).",
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> EngineConfig:
+        if self.api_base is not None and self.kind != "litellm":
+            raise ValueError("api_base only applies to kind='litellm'")
+        return self
+
+    def api_key(self) -> str | None:
+        """The API key from `api_key_env`, or None when no variable is configured.
+
+        Raises `MissingAPIKeyError` (naming the variable, never a value) when it is unset or empty.
+        """
+        if self.api_key_env is None:
+            return None
+        value = os.environ.get(self.api_key_env, "")
+        if not value:
+            raise MissingAPIKeyError(
+                f"environment variable {self.api_key_env} (api_key_env) is not set or empty; "
+                f"export {self.api_key_env}=<key> for model {self.model!r}"
+            )
+        return value
+
+    def __repr_args__(self):  # never show a key even if someone puts one into `extra`
+        for name, value in super().__repr_args__():
+            if name == "extra" and isinstance(value, dict):
+                value = {k: ("***" if "key" in k.lower() else v) for k, v in value.items()}
+            yield name, value
+
+
+class MissingAPIKeyError(RuntimeError):
+    """The environment variable named by `EngineConfig.api_key_env` is unset or empty."""

@@ -1,0 +1,276 @@
+"""LiteLLM engine: hosted API models and any OpenAI-compatible server (`vllm serve`,
+`transformers serve`, SGLang, ...), with bounded concurrency, retries and per-request usage/cost.
+
+Retries are done here rather than with LiteLLM's `num_retries`, which retries every error (bad
+requests and authentication failures included) without backing off; the decision uses LiteLLM's
+exception classes and its status-code rule (`litellm._should_retry`: 408, 409, 429, 5xx).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .base import Completion, Conversation, Engine, validate_conversations
+from .config import EngineConfig, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 60.0
+
+
+def _import_litellm():
+    # Without this LiteLLM downloads its model price list at import time.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    if "LITELLM_LOG" not in os.environ:  # one INFO line per request otherwise, under Prefect too
+        logger = logging.getLogger("LiteLLM")
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+    return litellm
+
+
+class LiteLLMEngine(Engine):
+    kind = "litellm"
+
+    def __init__(self, config: EngineConfig):
+        super().__init__(config)
+        self._api_key = config.api_key()  # fails now, naming the variable, if it is missing
+        self._litellm = _import_litellm()
+        lm = self._litellm
+        self._transient = (
+            lm.RateLimitError,
+            lm.Timeout,
+            lm.APIConnectionError,
+            lm.InternalServerError,
+            lm.ServiceUnavailableError,
+            lm.BadGatewayError,
+        )
+        # use_n=None: learnt on the first request that asks for n > 1
+        self._n_supported: bool | None = config.use_n
+
+    def __repr__(self) -> str:
+        return f"LiteLLMEngine(model={self.config.model!r}, api_base={self.config.api_base!r})"
+
+    # --- sync / async entry points ---------------------------------------------------------
+
+    def generate(
+        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        validate_conversations(conversations)
+        coro = self.agenerate(conversations, sampling)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(coro)
+        # called from inside an event loop (a notebook, an async task): run on a fresh loop
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, coro).result()
+
+    async def agenerate(
+        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        validate_conversations(conversations)
+        semaphore = asyncio.Semaphore(self.config.concurrency)
+        tasks = [self._sample(list(c), sampling, semaphore) for c in conversations]
+        return list(await asyncio.gather(*tasks))
+
+    # --- one conversation ------------------------------------------------------------------
+
+    async def _sample(
+        self, messages: Conversation, sampling: SamplingConfig, semaphore: asyncio.Semaphore
+    ) -> list[Completion]:
+        n = sampling.n
+        done: list[Completion] = []
+        if n > 1 and self._n_supported is not False:
+            try:
+                done = await self._request(messages, sampling, n, sampling.seed, semaphore)
+            except Exception as exc:
+                if self._n_supported is not None or not isinstance(
+                    exc, self._litellm.BadRequestError
+                ):
+                    return [self._failed(exc) for _ in range(n)]
+                # a 400: was it `n`? One plain request tells (a bad model name fails it too)
+                first = await self._single(messages, sampling, 0, semaphore)
+                if not first.ok:
+                    return [first] + [first.model_copy() for _ in range(n - 1)]
+                log.info("server rejected n=%d (%s); sending one request per sample", n, exc)
+                self._n_supported = False
+                done = [first]
+            if len(done) < n and self._n_supported is None:
+                log.info("server returned %d of n=%d choices; one request per sample", len(done), n)
+                self._n_supported = False
+            elif len(done) >= n and self._n_supported is None:
+                self._n_supported = True
+            done = done[:n]
+        singles = await asyncio.gather(
+            *[self._single(messages, sampling, i, semaphore) for i in range(len(done), n)]
+        )
+        return done + list(singles)
+
+    async def _single(
+        self,
+        messages: Conversation,
+        sampling: SamplingConfig,
+        index: int,
+        semaphore: asyncio.Semaphore,
+    ) -> Completion:
+        seed = None if sampling.seed is None else sampling.seed + index
+        try:
+            completions = await self._request(messages, sampling, 1, seed, semaphore)
+        except Exception as exc:
+            return self._failed(exc)
+        if not completions:
+            return Completion.failed("the server returned no choices")
+        return completions[0]
+
+    def _failed(self, exc: BaseException) -> Completion:
+        message = f"{type(exc).__name__}: {exc}"
+        if self._api_key:
+            message = message.replace(self._api_key, "***")
+        return Completion.failed(message[:2000])
+
+    # --- one request -----------------------------------------------------------------------
+
+    def _request_kwargs(self, sampling: SamplingConfig, n: int, seed: int | None) -> dict:
+        config = self.config
+        kwargs: dict[str, Any] = {
+            "model": config.model,
+            "temperature": sampling.temperature,
+            "max_tokens": sampling.max_new_tokens,
+            "timeout": config.timeout_s,
+            "num_retries": 0,  # retries happen in _request, with backoff
+            "max_retries": 0,  # the OpenAI client's own retries, likewise
+            "drop_params": True,  # e.g. temperature/top_p on models that take none
+        }
+        if not sampling.greedy:
+            kwargs["top_p"] = sampling.top_p
+        if n > 1:
+            kwargs["n"] = n
+        if seed is not None:
+            kwargs["seed"] = seed
+        if config.api_base is not None:
+            kwargs["api_base"] = config.api_base
+        if self._api_key is not None:
+            kwargs["api_key"] = self._api_key
+        elif config.api_base is not None:
+            kwargs["api_key"] = "none"  # local servers take any key; the client needs one
+        kwargs.update(config.extra)
+        template_kwargs = sampling.chat_template_kwargs()
+        if template_kwargs and config.api_base is not None:  # vLLM / transformers serve / SGLang
+            extra_body = dict(kwargs.get("extra_body") or {})
+            extra_body.setdefault("chat_template_kwargs", template_kwargs)
+            kwargs["extra_body"] = extra_body
+        return kwargs
+
+    def _retry_delay(self, attempt: int, exc: BaseException) -> float:
+        retry_after = -1.0
+        # LiteLLM keeps the server's headers on the exception (its `response` is rebuilt)
+        for headers in (
+            getattr(exc, "litellm_response_headers", None),
+            getattr(getattr(exc, "response", None), "headers", None),
+        ):
+            try:
+                retry_after = float(headers.get("retry-after"))
+                break
+            except (AttributeError, TypeError, ValueError):
+                continue
+        if 0 < retry_after <= MAX_BACKOFF_S:
+            return retry_after
+        base = min(self.config.retry_backoff_s * 2**attempt, MAX_BACKOFF_S)
+        return base * (0.75 + 0.5 * random.random())
+
+    def _is_transient(self, exc: BaseException) -> bool:
+        if isinstance(exc, self._transient):
+            return True
+        status = getattr(exc, "status_code", None)
+        if isinstance(status, int):
+            return bool(self._litellm._should_retry(status))
+        return isinstance(exc, asyncio.TimeoutError | ConnectionError)
+
+    async def _request(
+        self,
+        messages: Conversation,
+        sampling: SamplingConfig,
+        n: int,
+        seed: int | None,
+        semaphore: asyncio.Semaphore,
+    ) -> list[Completion]:
+        """One chat completion request (with retries): one Completion per returned choice."""
+        kwargs = self._request_kwargs(sampling, n, seed)
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                async with semaphore:
+                    started = time.perf_counter()
+                    response = await self._litellm.acompletion(messages=messages, **kwargs)
+                break
+            except Exception as exc:
+                if attempt >= self.config.max_retries or not self._is_transient(exc):
+                    raise
+                delay = self._retry_delay(attempt, exc)
+                log.info(
+                    "%s on %s (attempt %d/%d); retrying in %.1fs",
+                    type(exc).__name__,
+                    self.config.model,
+                    attempt + 1,
+                    self.config.max_retries + 1,
+                    delay,
+                )
+                attempt += 1
+                await asyncio.sleep(delay)
+        return self._completions(response, time.perf_counter() - started)
+
+    def _completions(self, response: Any, seconds: float) -> list[Completion]:
+        choices = list(response.choices or [])
+        if not choices:
+            return []
+        k = len(choices)
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        details = getattr(usage, "completion_tokens_details", None)
+        reasoning = int(getattr(details, "reasoning_tokens", 0) or 0)
+        cost = self._cost(response)
+        out = []
+        for i, choice in enumerate(choices):
+            message = choice.message
+            text = message.content or ""
+            thought = getattr(message, "reasoning_content", None)
+            if thought is not None:
+                # LiteLLM moves a leading <think>…</think> out of `content` (and servers with a
+                # reasoning parser send it apart): put it back, as local engines return it
+                text = f"<think>{thought}</think>{text}"
+            out.append(
+                Completion(
+                    text=text,
+                    finish_reason=choice.finish_reason,
+                    # one request's usage is shared by its choices so that sums match billing
+                    prompt_tokens=_share(prompt, k, i),
+                    completion_tokens=_share(completion, k, i),
+                    reasoning_tokens=_share(reasoning, k, i),
+                    cost_usd=cost / k,
+                    seconds=seconds / k,
+                )
+            )
+        return out
+
+    def _cost(self, response: Any) -> float:
+        try:
+            return float(self._litellm.completion_cost(completion_response=response) or 0.0)
+        except Exception:  # models without a price (local servers) cost nothing
+            return 0.0
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    """Split `total` into `parts` integers that sum to it; the first ones take the remainder."""
+    return total // parts + (1 if index < total % parts else 0)

@@ -1,0 +1,245 @@
+"""Local `transformers` engine: the model runs in this process (CPU or GPU).
+
+Two paths: padded batches through `model.generate` (left padding, `num_return_sequences=n`), or,
+with `continuous_batching=True` and a transformers that has it, `model.generate_batch` (paged KV
+cache, requests scheduled as they finish). Both take the seed; the padded path is the default
+because it is the one that runs everywhere at the same speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .base import Completion, Conversation, Engine, validate_conversations
+from .config import EngineConfig, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+
+class TransformersEngine(Engine):
+    kind = "transformers"
+
+    def __init__(self, config: EngineConfig, *, model: Any = None, tokenizer: Any = None):
+        super().__init__(config)
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self._torch = torch
+        if config.device == "auto":
+            self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        else:
+            self.device = torch.device(config.device)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(config.model)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
+        if model is None:
+            kwargs = dict(config.extra)
+            kwargs.setdefault("dtype", self._dtype())
+            model = AutoModelForCausalLM.from_pretrained(config.model, **kwargs)
+            model.to(self.device)
+        model.eval()
+        self.model = model
+        self._eos_ids = self._stop_ids()
+        self._think_close_id = tokenizer.get_added_vocab().get("</think>")
+        self._cb_available = config.continuous_batching and hasattr(model, "generate_batch")
+        if config.continuous_batching and not self._cb_available:
+            log.warning(
+                "continuous batching asked for, but this transformers has no generate_batch; "
+                "using padded batches"
+            )
+
+    # --- setup helpers ---------------------------------------------------------------------
+
+    def _dtype(self):
+        torch = self._torch
+        if self.config.dtype != "auto":
+            return getattr(torch, self.config.dtype)
+        return "auto" if self.device.type == "cuda" else torch.float32
+
+    def _stop_ids(self) -> list[int]:
+        ids: list[int] = []
+        gen_eos = getattr(self.model.generation_config, "eos_token_id", None)
+        for value in (gen_eos, self.tokenizer.eos_token_id):
+            if value is None:
+                continue
+            for token in value if isinstance(value, list) else [value]:
+                if token not in ids:
+                    ids.append(int(token))
+        return ids
+
+    def render(self, conversation: Conversation, sampling: SamplingConfig) -> str:
+        """The prompt text: the chat template with the generation prompt."""
+        return self.tokenizer.apply_chat_template(
+            conversation,
+            tokenize=False,
+            add_generation_prompt=True,
+            **sampling.chat_template_kwargs(),
+        )
+
+    def _encode(self, conversations: Sequence[Conversation], sampling: SamplingConfig):
+        texts = [self.render(c, sampling) for c in conversations]
+        return [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+
+    @contextlib.contextmanager
+    def _seeded(self, seed: int | None):
+        torch = self._torch
+        if seed is None:
+            yield
+            return
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            yield
+
+    def _completion(self, prompt_len: int, generated: list[int], seconds: float) -> Completion:
+        stop_at = next((i for i, t in enumerate(generated) if t in self._eos_ids), None)
+        if stop_at is not None:
+            body, finish, n_tokens = generated[:stop_at], "stop", stop_at + 1
+        else:
+            body, finish, n_tokens = generated, "length", len(generated)
+        reasoning = 0
+        if self._think_close_id is not None and self._think_close_id in body:
+            reasoning = body.index(self._think_close_id) + 1
+        return Completion(
+            text=self.tokenizer.decode(body, skip_special_tokens=True),
+            finish_reason=finish,
+            prompt_tokens=prompt_len,
+            completion_tokens=n_tokens,
+            reasoning_tokens=reasoning,
+            seconds=seconds,
+        )
+
+    # --- generation ------------------------------------------------------------------------
+
+    def generate(
+        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        validate_conversations(conversations)
+        if not conversations:
+            return []
+        prompts = self._encode(conversations, sampling)
+        if self._cb_available:
+            try:
+                return self._generate_continuous(prompts, sampling)
+            except Exception as exc:  # the API moves fast; padded batches always work
+                log.warning("continuous batching failed (%s); using padded batches", exc)
+                self._cb_available = False
+        results: list[list[Completion]] = []
+        size = self.config.batch_size
+        with self._seeded(sampling.seed):
+            for start in range(0, len(prompts), size):
+                results.extend(self._generate_batch(prompts[start : start + size], sampling))
+        return results
+
+    def _generation_kwargs(self, sampling: SamplingConfig) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens,
+            "eos_token_id": self._eos_ids or None,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+        if sampling.greedy:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        else:
+            kwargs.update(
+                do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=None
+            )
+        return kwargs
+
+    def _generate_batch(
+        self, prompts: list[list[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        """One padded batch; if it fails as a whole, each conversation is retried alone so one bad
+        prompt (too long, out of memory) only fails its own completions."""
+        try:
+            return self._run_padded(prompts, sampling)
+        except Exception as exc:
+            if len(prompts) == 1:
+                error = f"{type(exc).__name__}: {exc}"
+                log.warning("generation failed: %s", error)
+                return [[Completion.failed(error) for _ in range(sampling.n)]]
+            log.warning("batch of %d failed (%s); retrying one by one", len(prompts), exc)
+            out: list[list[Completion]] = []
+            for prompt in prompts:
+                out.extend(self._generate_batch([prompt], sampling))
+            return out
+
+    def _run_padded(
+        self, prompts: list[list[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        torch = self._torch
+        started = time.perf_counter()
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        per_prompt = 1 if sampling.greedy else sampling.n  # greedy samples are all the same
+        with torch.inference_mode():
+            output = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention.to(self.device),
+                num_return_sequences=per_prompt,
+                **self._generation_kwargs(sampling),
+            )
+        generated = output[:, width:].tolist()
+        seconds = (time.perf_counter() - started) / (len(prompts) * sampling.n)
+        results = []
+        for i, prompt in enumerate(prompts):
+            rows = generated[i * per_prompt : (i + 1) * per_prompt]
+            completions = [self._completion(len(prompt), row, seconds) for row in rows]
+            while len(completions) < sampling.n:
+                completions.append(completions[0].model_copy())
+            results.append(completions)
+        return results
+
+    def _generate_continuous(
+        self, prompts: list[list[int]], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        from transformers import ContinuousBatchingConfig, GenerationConfig
+
+        started = time.perf_counter()
+        n = sampling.n
+        inputs = [p for p in prompts for _ in range(n)]
+        kwargs = self._generation_kwargs(sampling)
+        kwargs = {k: v for k, v in kwargs.items() if v is not None}
+        gen_config = GenerationConfig(num_return_sequences=1, **kwargs)
+        cb_kwargs: dict[str, Any] = {"seed": sampling.seed}
+        on_gpu = self.device.type == "cuda"
+        if not on_gpu:  # size the paged cache for this workload (defaults assume a GPU)
+            block = 32
+            blocks = sum(math.ceil((len(p) + sampling.max_new_tokens) / block) for p in inputs)
+            cb_kwargs.update(block_size=block, num_blocks=blocks + 4, max_batch_tokens=512)
+        with self._seeded(sampling.seed):
+            outputs = self.model.generate_batch(
+                inputs,
+                generation_config=gen_config,
+                continuous_batching_config=ContinuousBatchingConfig(**cb_kwargs),
+                progress_bar=False,
+                warmup=on_gpu,
+            )
+        seconds = (time.perf_counter() - started) / max(1, len(inputs))
+        ordered = list(outputs.values())
+        if len(ordered) != len(inputs):
+            raise RuntimeError(f"generate_batch returned {len(ordered)} of {len(inputs)} results")
+        results: list[list[Completion]] = []
+        for i, prompt in enumerate(prompts):
+            row = []
+            for out in ordered[i * n : (i + 1) * n]:
+                if out.error is not None:
+                    row.append(Completion.failed(str(out.error), seconds))
+                else:
+                    row.append(self._completion(len(prompt), list(out.generated_tokens), seconds))
+            results.append(row)
+        return results
+
+    def close(self) -> None:
+        self.model = None
+        if self._torch.cuda.is_available():
+            self._torch.cuda.empty_cache()

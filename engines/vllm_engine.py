@@ -1,0 +1,96 @@
+"""vLLM offline engine (GPU): `LLM(...).chat(conversations, SamplingParams(n=...))`.
+
+vLLM is the `gpu` extra and is not installed on the CPU machines this project is developed on, so
+this module is imported lazily and has not been exercised here (see docs/ENGINES.md). To reach a
+`vllm serve` endpoint instead, use the litellm engine with `api_base`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .base import Completion, Conversation, Engine, validate_conversations
+from .config import EngineConfig, SamplingConfig
+
+log = logging.getLogger(__name__)
+
+
+class VLLMEngine(Engine):
+    kind = "vllm"
+
+    def __init__(self, config: EngineConfig):
+        super().__init__(config)
+        try:
+            import vllm
+        except ImportError as exc:
+            raise ImportError(
+                "EngineConfig(kind='vllm') needs vLLM, which is not installed: install the GPU "
+                "extra (pip install -e '.[gpu]') on a CUDA machine, or serve the model with "
+                "`vllm serve` elsewhere and use kind='litellm' with api_base"
+            ) from exc
+        self._vllm = vllm
+        kwargs: dict[str, Any] = {
+            "model": config.model,
+            "tensor_parallel_size": config.tensor_parallel_size,
+            "gpu_memory_utilization": config.gpu_memory_utilization,
+            "dtype": "auto" if config.dtype == "auto" else config.dtype,
+        }
+        if config.max_model_len is not None:
+            kwargs["max_model_len"] = config.max_model_len
+        kwargs.update(config.extra)
+        self.llm = vllm.LLM(**kwargs)
+        self._think_close_id = self.llm.get_tokenizer().get_added_vocab().get("</think>")
+
+    def generate(
+        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        validate_conversations(conversations)
+        if not conversations:
+            return []
+        params = self._vllm.SamplingParams(
+            n=sampling.n,
+            temperature=sampling.temperature,
+            top_p=1.0 if sampling.greedy else sampling.top_p,
+            max_tokens=sampling.max_new_tokens,
+            seed=sampling.seed,
+        )
+        started = time.perf_counter()
+        try:
+            outputs = self.llm.chat(
+                [list(c) for c in conversations],
+                sampling_params=params,
+                use_tqdm=False,
+                chat_template_kwargs=sampling.chat_template_kwargs() or None,
+            )
+        except Exception as exc:  # one failed batch is recorded, not raised
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("vLLM generation failed: %s", error)
+            return [[Completion.failed(error) for _ in range(sampling.n)] for _ in conversations]
+        seconds = (time.perf_counter() - started) / (len(conversations) * sampling.n)
+        results = []
+        for output in outputs:
+            prompt_tokens = len(output.prompt_token_ids or [])
+            row = []
+            for sample in output.outputs:
+                ids = list(sample.token_ids)
+                reasoning = 0
+                if self._think_close_id is not None and self._think_close_id in ids:
+                    reasoning = ids.index(self._think_close_id) + 1
+                row.append(
+                    Completion(
+                        text=sample.text,
+                        finish_reason=sample.finish_reason or "stop",
+                        prompt_tokens=prompt_tokens,
+                        completion_tokens=len(ids),
+                        reasoning_tokens=reasoning,
+                        seconds=seconds,
+                    )
+                )
+            results.append(row)
+        return results
+
+    def close(self) -> None:
+        self.llm = None

@@ -1,0 +1,91 @@
+"""Reference-solution verification in the sandbox (SPEC §1.1: computed upstream, applied here).
+
+A problem is kept only if one of its (seeded-shuffled, at most 16) reference solutions passes
+every kept test. Solutions are tried in rounds: round k judges the k-th solution of every problem
+still undecided, all in one `judge_many` (bounded by the sandbox's concurrency, `fail_fast`).
+Problems without reference solutions are kept and marked `no_reference`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from tqdm import tqdm
+
+from sandbox import JudgeRequest, Limits, SandboxConfig, SyncJudge
+from tasks.problems import Problem
+from tasks.tally import Rejected, Tally
+
+
+class VerifyConfig(BaseModel):
+    """What decides a verification result (part of the cache key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(True, description="Run reference solutions; off marks problems not_run.")
+    limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
+
+
+class SandboxRuntime(BaseModel):
+    """How verification runs (not part of the cache key: it does not change results)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["auto", "docker", "namespace"] = "auto"
+    concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024)
+
+
+def verify_problems(
+    problems: list[Problem], config: VerifyConfig, runtime: SandboxRuntime
+) -> tuple[list[Problem], Tally]:
+    tally = Tally()
+    status: dict[int, str] = {}
+    todo = {i: p for i, p in enumerate(problems) if p.solutions and config.enabled}
+    for i in range(len(problems)):
+        if i not in todo:
+            status[i] = "no_reference" if config.enabled else "not_run"
+    failures: dict[int, str] = {}
+    if todo:
+        sandbox = SandboxConfig(
+            backend=runtime.backend, concurrency=runtime.concurrency, limits=config.limits
+        )
+        with (
+            SyncJudge(sandbox) as judge,
+            tqdm(total=len(todo), desc="verify", unit="problem") as bar,
+        ):
+            attempt = 0
+            while todo:
+                batch = [(i, p) for i, p in todo.items() if attempt < len(p.solutions)]
+                requests = [
+                    JudgeRequest(id=f"{p.id}#{attempt}", code=p.solutions[attempt], tests=p.tests)
+                    for _, p in batch
+                ]
+                for (i, p), verdict in zip(
+                    batch, judge.judge_many(requests, fail_fast=True), strict=True
+                ):
+                    failures.setdefault(i, verdict.status)
+                    if verdict.accepted:
+                        status[i] = "passed"
+                    if verdict.accepted or attempt + 1 >= len(p.solutions):
+                        del todo[i]
+                        bar.update()
+                attempt += 1
+    kept = []
+    for i, problem in enumerate(problems):
+        if i in status:
+            kept.append(problem.model_copy(update={"verification": status[i]}))
+            tally.keep(problem.source, problem.difficulty, status[i])
+        else:
+            n = len(problem.solutions)
+            tally.drop(
+                problem.source,
+                problem.difficulty,
+                Rejected(
+                    "no_passing_reference",
+                    f"{n} reference solution(s) failed (first: {failures[i]})",
+                ),
+                problem.id,
+            )
+    return kept, tally

@@ -1,0 +1,72 @@
+"""Shared fixtures: one Prefect test harness per session, and an S3 server (moto) on 127.0.0.1.
+
+Everything stays on this machine: the Hub is off (HF_HUB_OFFLINE), Prefect's analytics are off,
+and AWS credentials are dummies so botocore never asks an instance-metadata endpoint.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ["DO_NOT_TRACK"] = "1"
+os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
+os.environ["AWS_ACCESS_KEY_ID"] = "testing"
+os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
+for _var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "COBALT_STORAGE"):
+    os.environ.pop(_var, None)
+# datasets' cache of converted files: private to the session, not the user's ~/.cache
+_HF_CACHE = tempfile.mkdtemp(prefix="hf-datasets-")
+atexit.register(shutil.rmtree, _HF_CACHE, True)
+os.environ["HF_DATASETS_CACHE"] = _HF_CACHE
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_harness() -> Iterator[None]:
+    """A temporary Prefect API (SQLite) for the whole session: it takes ~30 s to start."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server on 127.0.0.1 (as s3fs's own tests run it); yields the endpoint URL."""
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
+    """A fresh, empty bucket for one test; returns its name."""
+    import s3fs
+
+    name = "t-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    fs = s3fs.S3FileSystem(endpoint_url=s3_endpoint, skip_instance_cache=True)
+    fs.mkdir(name)
+    return name

@@ -1,0 +1,197 @@
+"""Fixtures of the engine tests: the tiny model (built once), a real `transformers serve` process
+serving it on 127.0.0.1, and a small scripted OpenAI-compatible server for the failure modes a
+real local server does not produce on demand (429 with Retry-After, 503, `n` choices, reasoning).
+Everything is offline: no Hugging Face Hub, no price-list download.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+SERVE_START_TIMEOUT_S = 120
+RAW_THINK = "<think>\nplan: read, add</think>\n\n```python\nprint(1)\n```"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def closed_port_api_base() -> str:
+    """An api_base where nothing listens (a stopped server)."""
+    return f"http://127.0.0.1:{free_port()}/v1"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from engines.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
+def served_model(tiny_model_dir, tmp_path_factory) -> Iterator[dict]:
+    """`transformers serve <tiny model dir>` on a free port; yields api_base and the model name."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", NO_COLOR="1")
+    code = "import sys; from transformers.cli.transformers import main; sys.exit(main())"
+    cmd = [
+        sys.executable,
+        "-c",
+        code,
+        "serve",
+        str(tiny_model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+        "--log-level",
+        "warning",
+    ]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + SERVE_START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(
+                    f"transformers serve exited with {proc.returncode}:\n"
+                    f"{log_path.read_text()[-3000:]}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"transformers serve not up after {SERVE_START_TIMEOUT_S}s:\n"
+                    f"{log_path.read_text()[-3000:]}"
+                )
+            time.sleep(0.3)
+        yield {
+            "api_base": f"http://127.0.0.1:{port}/v1",
+            # transformers serve names a pinned model by its path; `openai/` picks the protocol
+            "model": f"openai/{tiny_model_dir}",
+            "log": log_path,
+        }
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class ScriptedServer:
+    """OpenAI-compatible `/v1/chat/completions` whose replies depend on the requested model:
+
+    - `flaky`: 429 with `Retry-After: 1`, then 503, then a normal reply (per ScriptedServer);
+    - `no-n`: 400 for a request with `n` > 1;
+    - `raw-think`: the reasoning inline in `content` (`RAW_THINK`);
+    - anything else: `n` choices, usage with reasoning tokens, and `reasoning_content`.
+    Every request body is kept in `requests`.
+    """
+
+    RAW_THINK = RAW_THINK
+
+    def __init__(self) -> None:
+        self.requests: list[dict] = []
+        self._flaky_calls = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                server.requests.append(body)
+                status, headers, payload = server.reply(body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                for key, value in {**headers, "content-type": "application/json"}.items():
+                    self.send_header(key, value)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.api_base = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def reply(self, body: dict) -> tuple[int, dict, dict]:
+        if body["model"] == "flaky":
+            self._flaky_calls += 1
+            if self._flaky_calls == 1:
+                return 429, {"retry-after": "1"}, {"error": {"message": "slow down"}}
+            if self._flaky_calls == 2:
+                return 503, {}, {"error": {"message": "overloaded"}}
+        n = int(body.get("n") or 1)
+        if body["model"] == "no-n" and n > 1:
+            return 400, {}, {"error": {"message": "n > 1 is not supported", "code": 400}}
+        if body["model"] == "raw-think":  # reasoning inline, as a server without a parser sends
+            messages = [{"role": "assistant", "content": RAW_THINK} for _ in range(n)]
+        else:
+            messages = [
+                {"role": "assistant", "content": f"answer {i}", "reasoning_content": f"thought {i}"}
+                for i in range(n)
+            ]
+        choices = [
+            {
+                "index": i,
+                "finish_reason": "stop",
+                "message": messages[i],
+            }
+            for i in range(n)
+        ]
+        usage = {
+            "prompt_tokens": 10,
+            "completion_tokens": 7 * n,
+            "total_tokens": 10 + 7 * n,
+            "completion_tokens_details": {"reasoning_tokens": 3 * n},
+        }
+        payload = {
+            "id": "chatcmpl-scripted",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": choices,
+            "usage": usage,
+        }
+        return 200, {}, payload
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def scripted_server() -> Iterator[ScriptedServer]:
+    server = ScriptedServer()
+    yield server
+    server.close()
