@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup docker run test lint bench lock
+.PHONY: setup docker run judge-samples test lint bench lock
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,10 @@ docker:                            ## Docker engine running + sandbox image buil
 	bash infra/docker/install-engine.sh
 	bash infra/sandbox-image/build.sh
 
-run: setup docker                  ## the main job on embedded defaults
+run: setup docker                  ## the main job on embedded defaults (bundled samples, ./runs)
+	$(BIN)/python -m flows.data
+
+judge-samples: setup docker        ## the sandbox vs. the APPS judge's labels on the bundled sample
 	$(BIN)/python scripts/judge_samples.py
 
 test: setup docker                 ## the test-suite (real Docker, real sandbox)
