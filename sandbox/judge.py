@@ -120,8 +120,6 @@ class Judge:
                     timeout,
                     limits.output_bytes,
                 )
-                if status == "timeout":
-                    worker.tainted = True
                 if fail_fast and status != "passed":
                     feedback[i + 1 :] = [_skipped_note("fail_fast")] * (n - i - 1)
                     break

@@ -59,6 +59,7 @@ PROGRAM_FILE = "solution.py"
 RECURSION_LIMIT = 50_000
 INT_DIGITS_LIMIT = 50_000
 STDERR_KEEP = 64 * 1024
+GO_FD = 9  # where a prepared test process waits for its go
 
 
 def prelude_globals():
@@ -86,7 +87,14 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_KEEP = 8 | 1024 | 2048 | 4096  # noexec, noatime, nodiratime, relatime: locked, must be kept
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = (
+    1,
+    4,
+    15,
+    24,
+    38,
+)
+READY_NAME = b"cobalt-ready"  # the name of a prepared test process until its go
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -205,10 +213,12 @@ class Runner:
         self.code = None
         self.fn_name = None
         self.limits = {}
+        self.next_child = None  # (pid, go pipe) of the process prepared for the next test
         self.is_init = os.getpid() == 1
 
     # -- program ------------------------------------------------------------------------------
     def load(self, msg):
+        self.discard()
         self.code, self.fn_name, self.limits = None, msg.get("fn_name"), msg["limits"]
         source = msg["code"]
         try:
@@ -227,24 +237,54 @@ class Runner:
         return {"ok": True}
 
     # -- test ---------------------------------------------------------------------------------
-    def test(self, msg):
-        if self.code is None:
-            return {"error": "no program loaded"}
-        with open(self.files["stdin"], "w", encoding="utf-8") as f:
-            f.write(msg["input"] if not self.fn_name else "")
-        for k in ("stdout", "stderr", "result"):
+    def prepare(self):
+        """Fork the next test's process ahead of time, while the parent talks to the host: it
+        opens its files, sets its limits and waits for the go (its timeout) on a pipe. The input
+        is written into the stdin file, which the child opened at offset 0, just before the go."""
+        if self.code is None or self.next_child is not None:
+            return
+        for k in ("stdin", "stdout", "stderr", "result"):
             open(self.files[k], "wb").close()
-        timeout = float(msg.get("timeout_s") or self.limits["timeout_s"])
         sys.stdout.flush()
         gc.collect()
-        start = time.perf_counter()
+        go_read, go_write = os.pipe()
         pid = os.fork()
         if pid == 0:
             try:
-                self._child(msg["input"], timeout)
+                os.close(go_write)
+                self._child(go_read)
             finally:
                 os._exit(70)
+        os.close(go_read)
+        self.next_child = (pid, go_write)
+
+    def discard(self):
+        """Drop a prepared process (a new program is coming): end of pipe, it exits."""
+        if self.next_child is not None:
+            pid, go_write = self.next_child
+            self.next_child = None
+            os.close(go_write)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+
+    def test(self, msg):
+        if self.code is None:
+            return {"error": "no program loaded"}
+        self.prepare()  # normally done already, right after the previous reply
+        pid, go_write = self.next_child
+        self.next_child = None
+        with open(self.files["stdin"], "wb") as f:  # same inode: the child's fd 0 sees it
+            f.write((msg["input"] if not self.fn_name else "").encode("utf-8"))
+        timeout = float(msg.get("timeout_s") or self.limits["timeout_s"])
         fd = os.pidfd_open(pid)
+        start = time.perf_counter()
+        go = memoryview(json.dumps([timeout, msg["input"] if self.fn_name else ""]).encode())
+        try:
+            while go:
+                go = go[os.write(go_write, go) :]
+        except BrokenPipeError:
+            pass  # it died before the go: reported below from its exit status
+        os.close(go_write)
         try:
             poller = select.poll()
             poller.register(fd, select.POLLIN)
@@ -277,7 +317,7 @@ class Runner:
         reply["clean"] = self._wipe_scratch()
         return reply
 
-    def _child(self, test_input, timeout):
+    def _child(self, go_read):
         for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
@@ -286,12 +326,12 @@ class Runner:
             fds.append(os.open(self.files[k], os.O_WRONLY | os.O_TRUNC))
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
-        os.closerange(4, 1 << 16)
+        os.dup2(go_read, GO_FD)
+        os.closerange(4, GO_FD)
+        os.closerange(GO_FD + 1, 1 << 16)
         lim = self.limits
-        cpu = int(timeout) + 1
         memory = int(lim["memory_mb"]) << 20
         rlimits = [
-            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
             (resource.RLIMIT_AS, (memory, memory)),
             (resource.RLIMIT_FSIZE, (int(lim["output_bytes"]) + 1, int(lim["output_bytes"]) + 1)),
             (resource.RLIMIT_CORE, (0, 0)),
@@ -301,11 +341,7 @@ class Runner:
         if lim.get("nproc"):
             rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
         for which, value in rlimits:
-            try:
-                resource.setrlimit(which, value)
-            except (ValueError, OSError):
-                hard = resource.getrlimit(which)[1]
-                resource.setrlimit(which, (min(value[0], hard) if hard >= 0 else value[0], hard))
+            _setrlimit(which, value)
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries, not the runner's
         try:
             with open("/proc/self/oom_score_adj", "w") as f:
@@ -331,7 +367,16 @@ class Runner:
         sys.argv = [PROGRAM_FILE]
         sys.setrecursionlimit(RECURSION_LIMIT)
         sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
-        os._exit(self._execute(test_input))
+        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(READY_NAME), 0, 0, 0)
+        go = _read_all(GO_FD)  # blocks until the test starts; empty: discarded
+        os.close(GO_FD)
+        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(b"solution"), 0, 0, 0)
+        if not go:
+            os._exit(0)
+        timeout, call_input = json.loads(go)
+        cpu = int(timeout) + 1
+        _setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        os._exit(self._execute(call_input))
 
     def _execute(self, test_input):
         g = dict(self.globals, stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, argv=sys.argv)
@@ -454,6 +499,21 @@ def _returns_to_exits(source):
     return ast.fix_missing_locations(TopLevelReturns().visit(tree))
 
 
+def _setrlimit(which, value):
+    try:
+        resource.setrlimit(which, value)
+    except (ValueError, OSError):  # above the hard limit we were given: clamp to it
+        hard = resource.getrlimit(which)[1]
+        resource.setrlimit(which, (min(value[0], hard) if hard >= 0 else value[0], hard))
+
+
+def _read_all(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 def _exit_code(code):
     if code is None:
         return 0
@@ -507,6 +567,10 @@ def serve(runner, rfile, wfile):
             reply = {"error": f"runner: {type(e).__name__}: {e}"}
         wfile.write(json.dumps(reply).encode() + b"\n")
         wfile.flush()
+        try:
+            runner.prepare()  # the next test's process, while the host reads this reply
+        except Exception:  # noqa: BLE001 - retried (and then reported) by the next test
+            runner.discard()
 
 
 def main():

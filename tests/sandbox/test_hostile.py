@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 
 from sandbox import Judge, JudgeRequest, Limits, SandboxConfig, SyncJudge, Verdict
+from sandbox.backends.namespace import BASE_UID
 from sandbox.models import TestSuite as Suite
+from sandbox.runner import READY_NAME
 
 PROJECT = Path(__file__).resolve().parents[2]
 LIMITS = {"timeout_s": 2.0, "suite_timeout_s": 8.0, "memory_mb": 256}
@@ -361,7 +363,7 @@ def our_runners(table: dict[int, tuple[int, int, str]]) -> set[int]:
     runners = {
         pid
         for pid, (uid, ppid, _) in table.items()
-        if 61000 <= uid < 62000
+        if BASE_UID <= uid < BASE_UID + (1 << 24)
         and ppid in table
         and table[ppid][0] < 61000
         and me in ancestors(pid)
@@ -379,15 +381,19 @@ def our_runners(table: dict[int, tuple[int, int, str]]) -> set[int]:
         }
     except Exception:  # no engine: no docker runners
         pass
+    runners.discard(0)  # a container that is stopping has no process any more
     return runners
 
 
 def sandboxed_processes() -> list[str]:
-    """Processes still running that programs of this session started: descendants of a runner."""
+    """Processes still running that programs of this session started: descendants of a runner,
+    except the one process each runner prepares for its next test (named READY_NAME)."""
     table = process_table()
     runners = our_runners(table)
     left = []
     for pid, (_, ppid, name) in table.items():
+        if ppid in runners and name == READY_NAME.decode():
+            continue
         parent = ppid
         while parent in table and parent > 1 and parent not in runners:
             parent = table[parent][1]
