@@ -1,0 +1,282 @@
+"""The trajectories flow end to end, against real parts: Prefect's test harness, the real sandbox
+(namespace backend), the tiny model in this process, `transformers serve` for the LiteLLM path,
+moto's S3 server."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from trajectory_helpers import REPO, doubling
+
+from engines import EngineConfig, MissingAPIKeyError
+from flows.trajectories import (
+    ProblemSetError,
+    TrajectoryParams,
+    main,
+    parse_params,
+    preflight,
+    trajectories_flow,
+)
+from tasks.evaluation import EvalRecord
+from tasks.trajectories import Record, no_code_feedback, read_records
+
+NAMESPACE = {"backend": "namespace", "concurrency": 2}
+STAGES = ("initial", "multiturn", "evaluation")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _boot_server_early(serve_process):
+    """Start `transformers serve` before the Prefect harness, so both boot at once."""
+
+
+def problems_file(tmp_path: Path) -> Path:
+    path = tmp_path / "problems.jsonl"
+    path.write_text(
+        "".join(p.model_dump_json() + "\n" for p in (doubling("a", "easy"), doubling("b", "hard")))
+    )
+    return path
+
+
+def params(tmp_path: Path, **overrides: Any) -> TrajectoryParams:
+    values = {
+        "problems": str(problems_file(tmp_path)),
+        "collect": {"sampling": {"n": 2, "seed": 0, "max_new_tokens": 8}, "turns": 1},
+        "sandbox": NAMESPACE,
+        "storage": {"url": str(tmp_path / "runs")},
+        **overrides,
+    }
+    return TrajectoryParams.model_validate(values)
+
+
+def run(p: TrajectoryParams):
+    state = trajectories_flow(p, return_state=True)
+    flow_run_id = state.state_details.flow_run_id
+    return state.result(), task_states(flow_run_id), flow_run_id
+
+
+def task_states(flow_run_id: Any) -> dict[str, str]:
+    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    with get_client(sync_client=True) as client:
+        for attempt in range(50):  # task run states reach the API asynchronously
+            runs = client.read_task_runs(flow_run_filter=flow_runs)
+            if (runs or attempt >= 5) and all(r.state and r.state.is_final() for r in runs):
+                break
+            time.sleep(0.2)
+    return {r.name.split("-", 1)[0]: r.state.name for r in runs}
+
+
+def artifacts(flow_run_id: Any) -> dict[str, Any]:
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key: a for a in found}
+
+
+def records(uri: str, model=Record) -> dict:
+    found, _ = read_records(Path(uri) / "records.jsonl", model)
+    return found
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_local_engine_flow_caches_and_shares_first_programs_with_perturbed_runs(tmp_path):
+    p = params(tmp_path)
+    summary, states, run_id = run(p)
+    assert states == dict.fromkeys(STAGES, "Completed")
+    trajectories = records(summary.multiturn.uri)
+    assert sorted(trajectories) == ["hand/a", "hand/b"]
+    for record in trajectories.values():  # the tiny model writes no code
+        assert [[t.turn for t in s.turns] for s in record.samples] == [[0, 1], [0, 1]]
+        assert all(t.feedback == no_code_feedback() for s in record.samples for t in s.turns)
+    assert [(r["difficulty"], r["turn"], r["pass@1"]) for r in summary.table] == [
+        ("all", 0, 0.0),
+        ("all", 1, 0.0),
+        ("easy", 0, 0.0),
+        ("easy", 1, 0.0),
+        ("hard", 0, 0.0),
+        ("hard", 1, 0.0),
+    ]
+    plot = Path(summary.plot.removeprefix("file://"))
+    assert plot.read_bytes().startswith(b"\x89PNG")
+    assert json.loads((plot.parent / "table.json").read_text()) == summary.table
+    found = artifacts(run_id)
+    assert {"trajectories-pass-at-1", "trajectories-plot", "trajectories-summary"} <= set(found)
+    assert found["trajectories-plot"].data == summary.plot
+    assert "Pass@1 0.0% at turn 0" in found["trajectories-summary"].data
+    manifest = json.loads((Path(summary.multiturn.uri) / "MANIFEST.json").read_text())
+    assert manifest["rows"] == 2 and manifest["stats"]["completions"] == 4
+    before = {
+        f: f.stat().st_mtime_ns for f in (tmp_path / "runs" / "trajectories").rglob("*.jsonl")
+    }
+
+    again, states, _ = run(p)  # same inputs: every stage is a cache hit, nothing is rewritten
+    assert states == dict.fromkeys(STAGES, "Cached")
+    assert again.multiturn == summary.multiturn and again.table == summary.table
+    assert {f: f.stat().st_mtime_ns for f in before} == before
+
+    # the perturbed experiment starts from the same first programs
+    perturbed, states, _ = run(p.model_copy(update={"perturbed": True}))
+    assert states == {"initial": "Cached", "multiturn": "Completed", "evaluation": "Completed"}
+    assert perturbed.initial == summary.initial
+    assert {r.feedback_tests for r in records(perturbed.multiturn.uri).values()} == {"perturbed"}
+    evals = records(perturbed.evaluation.uri, EvalRecord)
+    assert {(e.n_tests, e.n_modified) for e in evals.values()} == {(5, 2)}
+    assert "passes_wrong_test" in perturbed.table[0]
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_cli_on_the_bundled_sample(tmp_path, capsys):
+    code = main(
+        [
+            "--problems",
+            "samples/apps_sample.jsonl:taco",
+            "--limit",
+            "2",
+            "--n",
+            "1",
+            "--turns",
+            "1",
+            "--max-new-tokens",
+            "8",
+            "--backend",
+            "namespace",
+            "--sandbox-concurrency",
+            "2",
+            "--storage",
+            str(tmp_path / "runs"),
+        ]
+    )
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "trajectories: 2 problems x 1 samples, 1 feedback turns; Pass@1 0.0%" in out
+    assert "| all | 1 | 2 | 2 | 0.0 |" in out
+    assert (tmp_path / "runs" / "models" / "tiny-seed0" / "tiny_model.json").exists()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_litellm_engine_against_a_served_model(tmp_path, served_tiny):
+    """The same code path through LiteLLM, holding Prefect global concurrency slots for the
+    endpoint (one flow run at a time) and the sandbox host while it works."""
+    with get_client(sync_client=True) as client:
+        for name in ("tiny-endpoint", "sandbox-host"):
+            client.upsert_global_concurrency_limit_by_name(name, 1)
+    engine = EngineConfig(
+        kind="litellm", model=served_tiny["model"], api_base=served_tiny["api_base"], concurrency=4
+    )
+    summary, states, _ = run(
+        params(tmp_path, engine=engine, llm_limit="tiny-endpoint", sandbox_limit="sandbox-host")
+    )
+    assert states == dict.fromkeys(STAGES, "Completed")
+    turns = [t for r in records(summary.multiturn.uri).values() for s in r.samples for t in s.turns]
+    assert len(turns) == 2 * 2 * 2
+    assert not [t.error for t in turns if t.error]
+    assert all(t.usage.prompt_tokens > 0 and t.feedback == no_code_feedback() for t in turns)
+    assert summary.table[0]["pass@1"] == 0.0
+    with get_client(sync_client=True) as client:  # every slot was given back
+        assert client.read_global_concurrency_limit_by_name("tiny-endpoint").active_slots == 0
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_s3_storage(tmp_path, s3_endpoint, s3_bucket):
+    url = f"s3://{s3_bucket}/cobalt"
+    p = params(
+        tmp_path,
+        storage={"url": url, "endpoint_url": s3_endpoint},
+        work_dir=str(tmp_path / "work"),
+        limit=1,
+    )
+    summary, states, _ = run(p)
+    assert states == dict.fromkeys(STAGES, "Completed")
+    assert summary.multiturn.uri.startswith(f"s3://{s3_bucket}/cobalt/trajectories/multiturn/")
+    assert summary.plot.endswith("/pass_at_1.png") and summary.plot.startswith("s3://")
+    fs = fsspec.filesystem("s3", endpoint_url=s3_endpoint, skip_instance_cache=True)
+    data = fs.cat(summary.multiturn.records_uri)
+    assert data.count(b"\n") == 1 and b'"problem_id":"hand/a"' in data
+    assert fs.exists(f"{summary.multiturn.uri}/MANIFEST.json")
+    assert (tmp_path / "work" / "models" / "tiny-seed0").is_dir()
+
+
+def test_preflight_fails_before_any_work(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("COBALT_TEST_KEY", raising=False)
+    keyed = EngineConfig(kind="litellm", model="openai/gpt-4o-mini", api_key_env="COBALT_TEST_KEY")
+    with pytest.raises(MissingAPIKeyError, match="COBALT_TEST_KEY"):
+        preflight(params(tmp_path, engine=keyed))
+    assert (
+        main(
+            [
+                "--engine",
+                "litellm",
+                "--model",
+                "openai/x",
+                "--api-key-env",
+                "COBALT_TEST_KEY",
+                "--problems",
+                str(problems_file(tmp_path)),
+                "--storage",
+                str(tmp_path / "runs"),
+            ]
+        )
+        == 2
+    )
+    assert "COBALT_TEST_KEY" in capsys.readouterr().err
+    with pytest.raises(ProblemSetError, match=r"python -m flows\.data"):
+        preflight(params(tmp_path, problems="latest"))
+    with pytest.raises(ProblemSetError, match="model directory"):
+        preflight(params(tmp_path, engine={"kind": "transformers", "model": "/no/such/model"}))
+    assert main(["--n", "0", "--storage", str(tmp_path / "runs")]) == 2
+    assert "invalid parameters" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_params(["--engine", "litellm"])  # no built-in model for API engines
+    # a perturbed run needs problems that can be perturbed (two distinct public outputs)
+    single = tmp_path / "single.jsonl"
+    single.write_text(
+        doubling("c")
+        .model_copy(
+            update={
+                "public_tests": doubling().hidden_tests.model_copy(
+                    update={"inputs": ["1\n"], "outputs": ["2\n"]}
+                )
+            }
+        )
+        .model_dump_json()
+        + "\n"
+    )
+    with pytest.raises(ProblemSetError, match="no problems"):
+        preflight(params(tmp_path, problems=str(single), perturbed=True))
+
+
+def test_cli_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.trajectories", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0
+    for flag in (
+        "--problems",
+        "--engine",
+        "--api-base",
+        "--n",
+        "--turns",
+        "--perturbed",
+        "--llm-limit",
+        "--sandbox-concurrency",
+        "--storage",
+    ):
+        assert flag in result.stdout
