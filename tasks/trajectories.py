@@ -1,7 +1,7 @@
 """Trajectory collection (SPEC §1.2): a reference LLM writes programs, the sandbox runs them on the
 public tests, the first failing test goes back to the model, and the model repairs its program.
 
-Plain functions, no Prefect and no storage layer (the flow in `flows/trajectories.py` wraps them;
+Plain functions, no Prefect and no storage layer (`tasks/trajectory_stages.py` wraps them in tasks;
 `benchmarks/trajectory_throughput.py` calls them directly on a GPU machine without Prefect):
 
 - `collect_initial`: turn 0, `n` samples per problem; one record per problem (the cached "first

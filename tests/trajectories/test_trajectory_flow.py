@@ -23,16 +23,10 @@ from prefect.client.schemas.filters import (
 from trajectory_helpers import REPO, doubling
 
 from engines import EngineConfig, MissingAPIKeyError
-from flows.trajectories import (
-    ProblemSetError,
-    TrajectoryParams,
-    main,
-    parse_params,
-    preflight,
-    trajectories_flow,
-)
+from flows.trajectories import main, parse_params, trajectories_flow
 from tasks.evaluation import EvalRecord
 from tasks.trajectories import Record, no_code_feedback, read_records
+from tasks.trajectory_stages import ProblemSetError, TrajectoryParams, preflight
 
 NAMESPACE = {"backend": "namespace", "concurrency": 2}
 STAGES = ("initial", "multiturn", "evaluation")
