@@ -18,6 +18,7 @@ docker:                            ## Docker engine running + sandbox image buil
 
 run: setup docker                  ## the main job on embedded defaults (bundled samples, ./runs)
 	$(BIN)/python -m flows.data
+	$(BIN)/python -m flows.trajectories --limit 4 --n 4 --turns 2
 
 judge-samples: setup docker        ## the sandbox vs. the APPS judge's labels on the bundled sample
 	$(BIN)/python scripts/judge_samples.py
