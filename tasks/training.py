@@ -1,0 +1,289 @@
+"""GRPO post-training on the Cobalt bandit dataset (SPEC §1.6) with TRL's `GRPOTrainer`.
+
+Plain functions, no Prefect. `TrainingConfig` picks a preset ("paper": the upstream verl settings
+mapped to TRL 1.16's `GRPOConfig`; "tiny": a few CPU steps for tests) and a mode ("single_turn"
+keeps only the turn-0 contexts, "cobalt" keeps every bandit row). `CobaltRewards` holds one shared
+sandbox judge and gives TRL's reward callables `correctness` and `format` (logged by TRL as
+`rewards/correctness/mean` and `rewards/format/mean`). `train(...)` runs the trainer, saves the
+final model and returns the trainer's log history.
+
+Mapping notes (TRL 1.16):
+
+- KL coefficient = `beta`; TRL only has the k3 estimator (exp(r) - r - 1), not verl's "mse"
+  (k2 = 0.5 * r^2) estimator, so the paper's "mse" KL loss is approximated by k3.
+- Clip ratio low/high = `epsilon` / `epsilon_high`; loss_type "dapo" (token-level mean, as verl).
+- `GRPOConfig` has no `max_prompt_length`: rows whose templated prompt is longer are dropped here.
+- 128 prompts x 16 samples = `generation_batch_size` 2048 completions; mini-batch 64 prompts =
+  1024 completions per optimizer step (`per_device_train_batch_size` x processes x grad accum),
+  so 2 optimizer steps per generation batch (`steps_per_generation` = 2 x grad accum).
+- vLLM rollouts (`use_vllm`) and validation sampling (temperature 0.6 / top-p 0.95) are not set
+  here.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandbox import JudgeRequest, SandboxConfig, SyncJudge, TestSuite
+from tasks.reward import correctness_reward, format_reward
+from tasks.trajectories import extract_code
+
+Preset = Literal["paper", "tiny"]
+Mode = Literal["single_turn", "cobalt"]
+
+
+class TrainingConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    preset: Preset = "tiny"
+    mode: Mode = "cobalt"
+    use_format_reward: bool = Field(False, description="Add the thinking-model format term.")
+    max_prompt_length: int | None = Field(
+        None, description="Drop rows whose templated prompt has more tokens (preset default)."
+    )
+    num_processes: int = Field(
+        1, ge=1, description="Training processes (GPUs) for the paper preset."
+    )
+    max_steps: int | None = Field(None, description="Override the optimizer steps (tiny: 2).")
+    seed: int = 0
+    sandbox: SandboxConfig = Field(default_factory=lambda: SandboxConfig(backend="namespace"))
+    overrides: dict[str, Any] = Field(default_factory=dict, description="Extra GRPOConfig kwargs.")
+
+    def prompt_limit(self) -> int:
+        if self.max_prompt_length is not None:
+            return self.max_prompt_length
+        return 10_240 if self.preset == "paper" else 512
+
+    def grpo_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
+        """Keyword arguments of TRL's `GRPOConfig` for this preset."""
+        import torch
+
+        gpu = torch.cuda.is_available()
+        common: dict[str, Any] = {
+            "output_dir": str(output_dir),
+            "learning_rate": 1e-6,
+            "max_grad_norm": 1.0,
+            "epsilon": 0.2,
+            "epsilon_high": 0.4,
+            "beta": 1e-4,
+            "temperature": 1.0,
+            "loss_type": "dapo",
+            "seed": self.seed,
+            "bf16": gpu,
+            "report_to": "none",
+            "logging_steps": 1,
+        }
+        if self.preset == "paper":
+            if 64 % self.num_processes:
+                raise ValueError("num_processes must divide 64")
+            kwargs = common | {
+                "num_generations": 16,
+                "max_completion_length": 6144,
+                "num_train_epochs": 2,
+                "gradient_checkpointing": True,
+                "per_device_train_batch_size": 16,
+                "gradient_accumulation_steps": 64 // self.num_processes,
+                "generation_batch_size": 128 * 16,
+                "save_strategy": "epoch",
+            }
+        else:
+            kwargs = common | {
+                "learning_rate": 1e-5,
+                "num_generations": 2,
+                "max_completion_length": 24,
+                "max_steps": 2,
+                "gradient_checkpointing": False,
+                "per_device_train_batch_size": 2,
+                "gradient_accumulation_steps": 1,
+                "save_strategy": "no",
+                "use_cpu": not gpu,
+                "dataloader_num_workers": 0,
+            }
+        if self.max_steps is not None:
+            kwargs["max_steps"] = self.max_steps
+        return kwargs | self.overrides
+
+
+# --- rewards -------------------------------------------------------------------------------------
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a string, or a list of messages (conversational)."""
+    if isinstance(completion, str):
+        return completion
+    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
+
+
+def as_suite(test_cases: Any) -> TestSuite:
+    """A `TestSuite` from a row's `test_cases` (a suite, a dict, or its JSON text)."""
+    if isinstance(test_cases, TestSuite):
+        return test_cases
+    if isinstance(test_cases, str):
+        test_cases = json.loads(test_cases)
+    return TestSuite.model_validate(test_cases)
+
+
+def _clip(x: float) -> float:
+    return max(-1.0, min(1.0, x))
+
+
+class CobaltRewards:
+    """TRL reward callables sharing one sandbox judge; use as a context manager.
+
+    `correctness` judges every completion of the batch concurrently (`judge_many`) and returns
+    `correctness_reward(pass_rate or None, prev_best_pass_rate, training=True)`; `format` is
+    `format_reward` with `correct` = correctness reward >= 0 (pass rates are cached per program).
+
+    TRL sums the reward functions (weights 1) without clipping, so `format` returns the clipped
+    contribution clip(correctness + format_term, -1, 1) - correctness: the sum TRL trains on is
+    SPEC §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
+    contribution (0 when correctness is already -1)."""
+
+    def __init__(self, sandbox: SandboxConfig, count_tokens: Callable[[str], int] | None = None):
+        self.judge = SyncJudge(sandbox)
+        self.count_tokens = count_tokens
+        self._cache: dict[tuple[str, str], float] = {}
+
+    def __enter__(self) -> CobaltRewards:
+        self.judge.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.judge.__exit__(*exc)
+
+    def pass_rates(self, texts: Sequence[str], test_cases: Sequence[Any]) -> list[float | None]:
+        codes = [extract_code(t) for t in texts]
+        suites = [as_suite(tc) for tc in test_cases]
+        keys = [
+            (c, s.model_dump_json()) if c is not None else None
+            for c, s in zip(codes, suites, strict=True)
+        ]
+        todo = {k: s for k, s in zip(keys, suites, strict=True) if k and k not in self._cache}
+        if todo:
+            requests = [
+                JudgeRequest(id=str(i), code=k[0], tests=s) for i, (k, s) in enumerate(todo.items())
+            ]
+            for key, verdict in zip(todo, self.judge.judge_many(requests), strict=True):
+                self._cache[key] = verdict.pass_rate
+        if len(self._cache) > 50_000:
+            self._cache.clear()
+        return [self._cache.get(k) if k else None for k in keys]
+
+    def correctness_rewards(self, completions, test_cases, prev_best_pass_rate) -> list[float]:
+        texts = [completion_text(c) for c in completions]
+        rates = self.pass_rates(texts, test_cases)
+        return [
+            correctness_reward(p, float(b or 0.0), training=True)
+            for p, b in zip(rates, prev_best_pass_rate, strict=True)
+        ]
+
+    def format_rewards(self, completions, test_cases, prev_best_pass_rate) -> list[float]:
+        if self.count_tokens is None:
+            raise ValueError("the format reward needs count_tokens")
+        texts = [completion_text(c) for c in completions]
+        correct = self.correctness_rewards(completions, test_cases, prev_best_pass_rate)
+        return [
+            _clip(r + format_reward(t, self.count_tokens, correct=r >= 0)) - r
+            for t, r in zip(texts, correct, strict=True)
+        ]
+
+    def reward_funcs(self, use_format: bool = False) -> list[Callable[..., list[float]]]:
+        """TRL reward callables (named `correctness` and `format` in the logs)."""
+
+        def correctness(completions, test_cases, prev_best_pass_rate, **kwargs) -> list[float]:
+            return self.correctness_rewards(completions, test_cases, prev_best_pass_rate)
+
+        def format(completions, test_cases, prev_best_pass_rate, **kwargs) -> list[float]:  # noqa: A001
+            return self.format_rewards(completions, test_cases, prev_best_pass_rate)
+
+        return [correctness, format] if use_format else [correctness]
+
+
+# --- dataset and training ------------------------------------------------------------------------
+
+
+def is_turn0(row: dict[str, Any]) -> bool:
+    """A turn-0 context: the prompt holds no earlier assistant answer."""
+    return not any(m.get("role") == "assistant" for m in row["prompt"])
+
+
+def prepare_rows(
+    rows: Sequence[dict[str, Any]],
+    mode: Mode,
+    prompt_tokens: Callable[[list[dict[str, str]]], int] | None = None,
+    max_prompt_length: int | None = None,
+) -> list[dict[str, Any]]:
+    """Rows for `Dataset.from_list`: filtered by mode and prompt length, test_cases as JSON text."""
+    out = []
+    for row in rows:
+        if mode == "single_turn" and not is_turn0(row):
+            continue
+        too_long = max_prompt_length is not None and prompt_tokens is not None
+        if too_long and prompt_tokens(row["prompt"]) > max_prompt_length:
+            continue
+        tc = row["test_cases"]
+        if isinstance(tc, TestSuite):
+            tc = tc.model_dump_json()
+        elif not isinstance(tc, str):
+            tc = json.dumps(tc)
+        out.append(
+            {
+                "prompt": [dict(m) for m in row["prompt"]],
+                "test_cases": tc,
+                "prev_best_pass_rate": float(row.get("prev_best_pass_rate") or 0.0),
+                "difficulty": str(row.get("difficulty") or ""),
+                "example_id": str(row.get("example_id") or ""),
+            }
+        )
+    return out
+
+
+def train(
+    config: TrainingConfig,
+    dataset_rows: Sequence[dict[str, Any]],
+    model_path: str | Path,
+    output_dir: str | Path,
+) -> list[dict[str, Any]]:
+    """Run TRL's GRPOTrainer on the bandit rows; save the final model to `output_dir`; return the
+    trainer's log history."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    def prompt_tokens(messages: list[dict[str, str]]) -> int:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return len(ids)
+
+    rows = prepare_rows(dataset_rows, config.mode, prompt_tokens, config.prompt_limit())
+    if not rows:
+        raise ValueError("no training rows left after the mode / prompt-length filter")
+    dataset = Dataset.from_list(rows)
+    args = GRPOConfig(**config.grpo_kwargs(output_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_path))
+
+    def count_tokens(text: str) -> int:
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    with CobaltRewards(config.sandbox, count_tokens) as rewards:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=rewards.reward_funcs(config.use_format_reward),
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
+        trainer.train()
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return list(trainer.state.log_history)

@@ -1,0 +1,111 @@
+"""GRPO on the tiny model with TRL's real GRPOTrainer and the namespace sandbox (CPU, offline)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sandbox import SandboxConfig
+from sandbox import TestSuite as Suite
+from tasks.reward import total_reward
+from tasks.training import CobaltRewards, TrainingConfig, prepare_rows, train
+
+SANDBOX = SandboxConfig(backend="namespace", concurrency=2)
+SUM_TESTS = Suite(inputs=["1 2\n", "5 7\n"], outputs=["3\n", "12\n"])
+SUM_CODE = "a, b = map(int, input().split())\nprint(a + b)"
+
+
+def rows() -> list[dict]:
+    system = {"role": "system", "content": "Solve the problem in Python."}
+    problems = [
+        ("Print the sum of two integers.", SUM_TESTS),
+        ("Print the product of two integers.", Suite(inputs=["2 3\n"], outputs=["6\n"])),
+        ("Print the input line reversed.", Suite(inputs=["abc\n"], outputs=["cba\n"])),
+    ]
+    out = [
+        {
+            "prompt": [system, {"role": "user", "content": q}],
+            "test_cases": t.model_dump(),
+            "prev_best_pass_rate": 0.0,
+            "difficulty": "easy",
+            "example_id": f"p{i}",
+        }
+        for i, (q, t) in enumerate(problems)
+    ]
+    # a later-turn context (dropped in single_turn mode)
+    later = dict(out[0], prev_best_pass_rate=0.5, example_id="p0-t1")
+    later["prompt"] = [
+        *out[0]["prompt"],
+        {"role": "assistant", "content": "```python\nprint(3)\n```"},
+        {"role": "user", "content": "Feedback: test 2 failed. Fix it."},
+    ]
+    return [*out, later]
+
+
+def test_modes_filter_rows() -> None:
+    assert len(prepare_rows(rows(), "cobalt")) == 4
+    single = prepare_rows(rows(), "single_turn")
+    assert [r["example_id"] for r in single] == ["p0", "p1", "p2"]
+    assert all(isinstance(r["test_cases"], str) for r in single)
+    # GRPOConfig has no max_prompt_length: longer prompts are dropped before training
+    short = prepare_rows(rows(), "cobalt", lambda m: len(m), max_prompt_length=2)
+    assert [r["example_id"] for r in short] == ["p0", "p1", "p2"]
+
+
+def test_paper_preset_maps_to_grpo_config(tmp_path) -> None:
+    from trl import GRPOConfig
+
+    kw = TrainingConfig(preset="paper").grpo_kwargs(tmp_path)
+    kw["bf16"] = False  # CPU machine
+    kw["gradient_checkpointing"] = False
+    args = GRPOConfig(**kw)
+    assert (args.num_generations, args.learning_rate, args.beta) == (16, 1e-6, 1e-4)
+    assert (args.epsilon, args.epsilon_high, args.max_completion_length) == (0.2, 0.4, 6144)
+    assert args.generation_batch_size == 128 * 16
+    assert args.per_device_train_batch_size * args.gradient_accumulation_steps == 64 * 16
+
+
+def test_reward_wrappers_real_sandbox() -> None:
+    with CobaltRewards(SANDBOX, count_tokens=len) as rewards:
+        correctness, fmt = rewards.reward_funcs(use_format=True)
+        completions = [
+            [{"role": "assistant", "content": "I think the answer is 3."}],
+            [{"role": "assistant", "content": f"```python\n{SUM_CODE}\n```"}],
+            [{"role": "assistant", "content": "```python\nprint(3)\n```"}],
+        ]
+        tests = [SUM_TESTS.model_dump_json()] * 3
+        got = correctness(completions=completions, test_cases=tests, prev_best_pass_rate=[0.0] * 3)
+        assert got == [-1.0, 1.0, 0.2]  # no code; correct; pass rate 0.5
+        # format: the clipped contribution on top of correctness (no </think>: the -0.9 term)
+        got_fmt = fmt(completions=completions, test_cases=tests, prev_best_pass_rate=[0.0] * 3)
+        assert got_fmt == pytest.approx([0.0, -0.9, -0.9])  # -1 stays -1; 1 - 0.9; 0.2 -> -0.7
+        totals = [c + f for c, f in zip(got, got_fmt, strict=True)]
+        expected = [
+            total_reward(p, 0.0, c[0]["content"], len)
+            for p, c in zip([None, 1.0, 0.5], completions, strict=True)
+        ]
+        assert totals == pytest.approx(expected)
+
+
+@pytest.mark.timeout(300)
+def test_grpo_tiny_two_steps(tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from engines.tiny import build_tiny_model
+
+    model_dir = tmp_path / "tiny"
+    build_tiny_model(model_dir, seed=0)
+    out = tmp_path / "out"
+    config = TrainingConfig(
+        preset="tiny", mode="single_turn", use_format_reward=True, sandbox=SANDBOX
+    )
+    history = train(config, rows(), model_dir, out)
+
+    steps = [h for h in history if "loss" in h]
+    assert [h["step"] for h in steps] == [1, 2]
+    for name in ("correctness", "format"):
+        values = [h[f"rewards/{name}/mean"] for h in steps]
+        assert all(-1.0 <= v <= 1.0 and not math.isnan(v) for v in values), (name, values)
+    assert all(-1.0 <= h["reward"] <= 1.0 for h in steps)  # the clipped sum
+    AutoModelForCausalLM.from_pretrained(str(out))
