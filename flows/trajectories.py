@@ -87,6 +87,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     arg("--model", help="model directory (local engines) or LiteLLM model name")
     arg("--api-base", metavar="URL", help="OpenAI-compatible server (litellm)")
     arg("--api-key-env", metavar="VAR", help="environment variable holding the API key")
+    arg("--api-key-block", metavar="NAME", help="Prefect Secret block holding the API key")
     arg("--llm-concurrency", type=int, help="LLM requests in flight (litellm; default 16)")
     arg("--batch-size", type=int, help="conversations per generate call (transformers)")
     arg("--continuous-batching", action="store_true", help="transformers: generate_batch")
@@ -128,7 +129,15 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     args = parser.parse_args(argv)
 
     values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
-    for flag in ("problems", "table", "limit", "llm_limit", "sandbox_limit", "work_dir"):
+    for flag in (
+        "problems",
+        "table",
+        "limit",
+        "llm_limit",
+        "sandbox_limit",
+        "work_dir",
+        "api_key_block",
+    ):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     for flag in ("perturbed", "refresh"):

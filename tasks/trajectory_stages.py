@@ -80,6 +80,11 @@ class TrajectoryParams(BaseModel):
         description=f"The reference LLM. Model '{TINY}' with the transformers engine: the tiny "
         "built-in model, built into the storage (or work_dir for S3) on first use.",
     )
+    api_key_block: str | None = Field(
+        None,
+        description="Name of a Prefect Secret block holding the API key; it is put into the "
+        "environment variable named by engine.api_key_env for this run (never logged).",
+    )
     collect: CollectConfig = Field(default_factory=CollectConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
     limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
@@ -202,6 +207,8 @@ def preflight(params: TrajectoryParams) -> Ready:
     engine = params.engine
     if engine.kind == "transformers" and engine.model == TINY:
         engine = engine.model_copy(update={"model": str(tiny_model(params))})
+    if params.api_key_block:
+        load_api_key(params.api_key_block, engine)
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
     elif not Path(engine.model).is_dir():
@@ -211,6 +218,25 @@ def preflight(params: TrajectoryParams) -> Ready:
         )
     source = resolve_problems(params)
     return Ready(problems=source, engine=engine)
+
+
+def load_api_key(block: str, engine: EngineConfig) -> None:
+    """Put the key of Prefect Secret block `block` into the variable the engine reads."""
+    from prefect.blocks.system import Secret
+
+    if not engine.api_key_env:
+        raise ProblemSetError(
+            f"api_key_block {block!r} needs engine.api_key_env (--api-key-env VAR): the name of "
+            "the environment variable the engine reads the key from"
+        )
+    try:
+        secret = Secret.load(block)
+    except ValueError as e:
+        raise ProblemSetError(
+            f"Prefect Secret block {block!r} not found: create it with "
+            f"`Secret(value=...).save({block!r})` or in the UI (Blocks > Secret)"
+        ) from e
+    os.environ[engine.api_key_env] = secret.get()
 
 
 def tiny_model(params: TrajectoryParams) -> Path:

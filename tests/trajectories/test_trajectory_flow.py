@@ -274,3 +274,16 @@ def test_cli_help():
         "--storage",
     ):
         assert flag in result.stdout
+
+
+def test_api_key_comes_from_a_prefect_secret_block(tmp_path, monkeypatch):
+    from prefect.blocks.system import Secret
+
+    monkeypatch.delenv("COBALT_BLOCK_KEY", raising=False)
+    keyed = EngineConfig(kind="litellm", model="openai/gpt-4o-mini", api_key_env="COBALT_BLOCK_KEY")
+    with pytest.raises(ProblemSetError, match=r"cobalt-missing-key.*not found"):
+        preflight(params(tmp_path, engine=keyed, api_key_block="cobalt-missing-key"))
+    Secret(value="sk-test-from-block").save("cobalt-test-key", overwrite=True)
+    ready = preflight(params(tmp_path, engine=keyed, api_key_block="cobalt-test-key"))
+    assert ready.engine.api_key() == "sk-test-from-block"
+    assert "sk-test-from-block" not in repr(ready.engine)
