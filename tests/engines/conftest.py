@@ -8,30 +8,19 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from tiny_serving import free_port, serve_tiny_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SERVE_START_TIMEOUT_S = 120
 RAW_THINK = "<think>\nplan: read, add</think>\n\n```python\nprint(1)\n```"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -50,60 +39,9 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def served_model(tiny_model_dir, tmp_path_factory) -> Iterator[dict]:
     """`transformers serve <tiny model dir>` on a free port; yields api_base and the model name."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", NO_COLOR="1")
-    code = "import sys; from transformers.cli.transformers import main; sys.exit(main())"
-    cmd = [
-        sys.executable,
-        "-c",
-        code,
-        "serve",
-        str(tiny_model_dir),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--device",
-        "cpu",
-        "--log-level",
-        "warning",
-    ]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-    try:
-        deadline = time.monotonic() + SERVE_START_TIMEOUT_S
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(
-                    f"transformers serve exited with {proc.returncode}:\n"
-                    f"{log_path.read_text()[-3000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(
-                    f"transformers serve not up after {SERVE_START_TIMEOUT_S}s:\n"
-                    f"{log_path.read_text()[-3000:]}"
-                )
-            time.sleep(0.3)
-        yield {
-            "api_base": f"http://127.0.0.1:{port}/v1",
-            # transformers serve names a pinned model by its path; `openai/` picks the protocol
-            "model": f"openai/{tiny_model_dir}",
-            "log": log_path,
-        }
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with serve_tiny_model(tiny_model_dir, tmp_path_factory.mktemp("serve")) as served:
+        served.wait_until_up()
+        yield {"api_base": served.api_base, "model": served.model, "log": served.log}
 
 
 class ScriptedServer:

@@ -7,7 +7,6 @@ tests' `data_helpers`.
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,12 +17,6 @@ from tasks.sources import LoadConfig, SourceSpec, normalise
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def sample_problems(
