@@ -1,0 +1,219 @@
+"""The `data` deployment end to end, as an operator runs it (issue 5): a real Prefect server,
+`prefect deploy` from `prefect.yaml`, a process worker on `cpu-pool`, `prefect deployment run`,
+and the run's problem sets and artifacts checked afterwards.
+
+Every Prefect process gets an explicit environment (its own PREFECT_HOME and PREFECT_API_URL,
+no PREFECT_* inherited), so this test never touches the session's `prefect_harness`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PREFECT = [sys.executable, "-m", "prefect"]
+RUN_TIMEOUT = 180  # seconds for the flow run to reach a final state
+
+# what `python -m flows.data` runs without --source: the bundled samples (relative to the repo
+# root, the working directory the pull step sets) with min_tests=1, verified in the namespace
+# sandbox (no Docker here), 2 programs at once on this 2-core machine
+SAMPLE_SOURCES = [
+    {"uri": "samples/apps_sample.jsonl", "kind": "taco", "name": "apps_sample", "role": "train"},
+    {
+        "uri": "samples/codecontests_sample.jsonl",
+        "kind": "codecontests",
+        "name": "codecontests_sample",
+        "role": "train",
+    },
+    {"uri": "samples/lcb_sample.jsonl", "kind": "lcb", "name": "lcb_sample", "role": "test"},
+]
+# what the samples give with min_tests=1 and the default seed (as in tests/data/test_flow.py)
+EXPECTED_SETS = {"train": 133, "dev": 11, "test": 183, "train_perturbed": 95, "dev_perturbed": 8}
+
+# run in a child process with the test server's environment: final state + artifact keys
+POLL = """
+import json, sys, time
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+flow_run_id, timeout = sys.argv[1], float(sys.argv[2])
+with get_client(sync_client=True) as client:
+    deadline = time.monotonic() + timeout
+    while True:
+        run = client.read_flow_run(flow_run_id)
+        if (run.state and run.state.is_final()) or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    artifacts = client.read_artifacts(
+        artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
+    )
+print(json.dumps({
+    "state": run.state.type.value if run.state else None,
+    "message": run.state.message if run.state else None,
+    "artifacts": {a.key: a.type for a in artifacts if a.key},
+}))
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prefect_env(home: Path, api_url: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=api_url,
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_CLI_PROMPT="false",
+        PREFECT_WORKER_QUERY_SECONDS="2",  # pick the run up quickly (default 10 s)
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        COBALT_REPO=str(REPO),
+    )
+    env.pop("COBALT_STORAGE", None)
+    return env
+
+
+def prefect(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    proc = subprocess.run(
+        [*PREFECT, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, f"prefect {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def start(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen:
+    """A long-running Prefect process in its own process group, output to `log`."""
+    with log.open("w") as out:
+        return subprocess.Popen(
+            [*PREFECT, *args],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)  # its own group: the worker's flow-run children too
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def tail(log: Path, n: int = 60) -> str:
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return f"--- {log.name} ---\n" + "\n".join(lines[-n:])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """`prefect server start` on a free port with its own PREFECT_HOME (SQLite); yields the
+    environment of its clients and the folder of the logs."""
+    port = free_port()
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = prefect_env(tmp_path / "prefect-home", api_url)
+    server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    # no UI, no scheduler (the deployment's weekly schedule would only add idle scheduled runs)
+    args = ["server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
+    proc = start(server_env, [*args, "--no-scheduler"], logs / "server.log")
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, "the server exited\n" + tail(logs / "server.log")
+            try:
+                with urllib.request.urlopen(f"{api_url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "no /api/health\n" + tail(logs / "server.log")
+            time.sleep(0.5)
+        yield env, logs
+    finally:
+        stop(proc)
+
+
+@pytest.mark.slow
+def test_data_deployment_runs_on_a_worker(server, tmp_path):
+    env, logs = server
+    storage = tmp_path / "storage"
+
+    prefect(env, "work-pool", "create", "cpu-pool", "--type", "process")
+    out = prefect(env, "--no-prompt", "deploy", "-n", "data")
+    assert "data/data" in out, out
+
+    worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
+    try:
+        params = {
+            "params": {
+                "sources": SAMPLE_SOURCES,
+                "rules": {"min_tests": 1},
+                "sandbox": {"backend": "namespace", "concurrency": 2},
+                "storage": {"url": str(storage)},
+            }
+        }
+        out = prefect(env, "deployment", "run", "data/data", "--params", json.dumps(params))
+        match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
+        assert match, out
+        flow_run_id = match.group(1)
+
+        poll = subprocess.run(
+            [sys.executable, "-c", POLL, flow_run_id, str(RUN_TIMEOUT)],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT + 60,
+        )
+        assert poll.returncode == 0, poll.stderr + tail(logs / "worker.log")
+        result = json.loads(poll.stdout.strip().splitlines()[-1])
+        assert result["state"] == "COMPLETED", f"{result}\n" + tail(logs / "worker.log")
+    finally:
+        stop(worker)
+
+    # the problem sets were committed in the storage the run was given
+    latest = json.loads((storage / "datasets" / "problemsets" / "LATEST.json").read_text())
+    sets = Path(latest["uri"])
+    manifest = json.loads((sets / "MANIFEST.json").read_text())
+    assert {name: t["rows"] for name, t in manifest["tables"].items()} == EXPECTED_SETS
+    assert all((sets / path).is_file() for path in manifest["files"].values()), manifest["files"]
+    manifests = sorted(p.relative_to(storage) for p in storage.glob("datasets/**/MANIFEST.json"))
+    assert len(manifests) >= 4, manifests  # per-source stages + the problem sets
+    # and the run reported its counts as artifacts
+    assert result["artifacts"].get("data-counts") == "table", result
+    assert result["artifacts"].get("data-summary") == "markdown", result
