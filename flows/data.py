@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 from prefect import flow
-from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
-from pydantic import ValidationError
 
-from tasks.data import DataParams, DataSummary, Stages, markdown_table, preflight, report
+from flows.cli import run_flow_cli
+from tasks.data import DataParams, DataSummary, Stages, preflight, report
 from tasks.sources import SourceError
 from tasks.storage import StorageError
+from tasks.tables import markdown_table
 
 
 @flow(name="data", log_prints=True)
@@ -113,21 +113,13 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        params = parse_params(argv)
-        preflight(params)  # the flow checks again; here the message comes without a traceback
-    except ValidationError as exc:
-        print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
-        return 2
-    except (StorageError, SourceError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    # the embedded Prefect server can take longer than Prefect's 20 s to start on a busy machine
-    timeout = max(90, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-    with temporary_settings(updates={PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: timeout}):
-        summary = data_flow(params)
-    print(f"\n{summary.line}\n\n{markdown_table(summary.table)}")
-    return 0
+    return run_flow_cli(
+        lambda: parse_params(argv),
+        preflight,
+        data_flow,
+        lambda summary: f"\n{summary.line}\n\n{markdown_table(summary.table)}",
+        (StorageError, SourceError, OSError),
+    )
 
 
 if __name__ == "__main__":

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow
-from pydantic import ValidationError
 
 from engines import MissingAPIKeyError
-from tasks.evaluation import markdown
+from flows.cli import run_flow_cli
 from tasks.storage import StorageError
+from tasks.tables import markdown_table
 from tasks.trajectory_stages import (
     TINY,
     ProblemSetError,
@@ -200,18 +200,13 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        params = parse_params(argv)
-        preflight(params)  # the flow checks again; here the message comes without a traceback
-    except ValidationError as exc:
-        print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
-        return 2
-    except (StorageError, ProblemSetError, MissingAPIKeyError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    summary = trajectories_flow(params)
-    print(f"\n{summary.line}\n\n{markdown(summary.table)}\n\nplot: {summary.plot}")
-    return 0
+    return run_flow_cli(
+        lambda: parse_params(argv),
+        preflight,
+        trajectories_flow,
+        lambda s: f"\n{s.line}\n\n{markdown_table(s.table)}\n\nplot: {s.plot}",
+        (StorageError, ProblemSetError, MissingAPIKeyError, OSError),
+    )
 
 
 if __name__ == "__main__":

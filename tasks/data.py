@@ -32,6 +32,7 @@ from tasks.sources import (
 )
 from tasks.splits import SplitConfig, build_sets
 from tasks.storage import DatasetRef, StorageConfig, open_storage, recipe_key
+from tasks.tables import markdown_table
 from tasks.tally import KEPT, counts, examples
 from tasks.verify import SandboxRuntime, VerifyConfig, verify_problems
 
@@ -373,13 +374,6 @@ def counts_table(stage_refs: list[DatasetRef], sets: DatasetRef) -> list[dict[st
         all_drops.update(dropped)
     total["drop_reasons"] = ", ".join(f"{r} {n}" for r, n in sorted(all_drops.items()))
     return [*rows, total]
-
-
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r[c]) for c in columns) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def report(params: DataParams, stage_refs: list[DatasetRef], sets: DatasetRef) -> DataSummary:

@@ -272,18 +272,6 @@ def turn_table(
     return rows
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
-    if not rows:
-        return "(no rows)"
-    columns = list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for r in rows:
-        lines.append(
-            "| " + " | ".join("" if r.get(c) is None else str(r.get(c)) for c in columns) + " |"
-        )
-    return "\n".join(lines)
-
-
 def plot_pass_at_1(rows: list[dict[str, Any]], title: str = "Pass@1 per turn") -> bytes:
     """A PNG of Pass@1 (%) against the turn, one line per difficulty ('all' bold)."""
     import matplotlib

@@ -28,9 +28,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engines import Engine, EngineConfig, make_engine
 from sandbox import Limits, SandboxConfig, SyncJudge
 from tasks.caching import CodeVersion, bind, code_version
-from tasks.evaluation import EvalRecord, evaluate, markdown, plot_pass_at_1, turn_table
+from tasks.evaluation import EvalRecord, evaluate, plot_pass_at_1, turn_table
 from tasks.problems import Problem, from_table
 from tasks.storage import DatasetRef, StorageConfig, StorageError, open_storage, recipe_key
+from tasks.tables import markdown_table
 from tasks.trajectories import (
     SYSTEM_PROMPT,
     BatchConfig,
@@ -790,7 +791,7 @@ def report(
     plot_path = f"{directory}/pass_at_1.png"
     st.write_atomic(plot_path, plot_pass_at_1(table, title))
     st.write_atomic(f"{directory}/table.json", json.dumps(table, indent=1).encode())
-    st.write_atomic(f"{directory}/table.md", (markdown(table) + "\n").encode())
+    st.write_atomic(f"{directory}/table.md", (markdown_table(table) + "\n").encode())
     plot_url = Path(plot_path).as_uri() if params.storage.is_local else st.protocol + plot_path
     all_rows = [r for r in table if r["difficulty"] == "all"]
     first, last = all_rows[0], all_rows[-1]
@@ -814,7 +815,7 @@ def report(
     create_markdown_artifact(
         key="trajectories-summary",
         markdown=(
-            f"# Trajectories\n\n{line}\n\n{markdown(table)}\n\n"
+            f"# Trajectories\n\n{line}\n\n{markdown_table(table)}\n\n"
             f"Plot: [{plot_url}]({plot_url})\n\nStages: initial `{initial.uri}`, multiturn "
             f"`{multiturn.uri}`, evaluation `{evaluation.uri}`\n"
         ),

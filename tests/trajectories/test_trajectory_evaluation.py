@@ -8,11 +8,11 @@ import pytest
 from tasks.evaluation import (
     EvalRecord,
     ProgramResult,
-    markdown,
     pass_at_k,
     plot_pass_at_1,
     turn_table,
 )
+from tasks.tables import markdown_table
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_pass_at_k_over_samples_and_turns_argument():
 
 def test_markdown_and_png():
     table = turn_table(EVALS)
-    text = markdown(table)
+    text = markdown_table(table)
     assert text.splitlines()[0].startswith("| difficulty | turn | problems")
     assert len(text.splitlines()) == 2 + len(table)
     png = plot_pass_at_1(table)
