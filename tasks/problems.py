@@ -32,7 +32,9 @@ class Provenance(BaseModel):
     revision: str = Field(description="Hub commit, or 'sha256:<hex>' of the local file.")
     split: str | None = None
     row: int = Field(ge=0, description="Row index in the loaded split / file.")
-    kind: SourceKind = Field(description="The source schema the row was parsed as.")
+    kind: SourceKind | Literal["synthetic"] = Field(
+        description="The source schema the row was parsed as ('synthetic': tasks/synthetic.py)."
+    )
 
 
 class Problem(BaseModel):

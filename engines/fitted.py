@@ -1,0 +1,200 @@
+"""A tiny chat model fitted on CPU to the synthetic problem family (`tasks.synthetic`).
+
+`fit_tiny_model(path)` builds a Qwen2-shaped model of about 1M parameters with `engines.tiny`
+(its BPE tokenizer trained on the built-in corpus plus the synthetic prompts and programs), then
+fits it with TRL's `SFTTrainer` on problems of the seen kinds (instruction -> one line of
+reasoning and the reference program), stopping after a wall-time budget, and saves model and
+tokenizer with `save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with
+the same recipe returns the saved model at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+RECIPE_FILE = "fitted_recipe.json"
+RECIPE_VERSION = 1
+
+
+def _recipe(**kwargs) -> dict:
+    recipe = {"builder": "engines.fitted.fit_tiny_model", "version": RECIPE_VERSION, **kwargs}
+    blob = json.dumps(recipe, sort_keys=True).encode()
+    recipe["hash"] = hashlib.sha256(blob).hexdigest()[:16]
+    return recipe
+
+
+def cached_recipe(path: str | Path) -> dict | None:
+    """The recipe of the fitted model saved in `path`, or None when there is none."""
+    path = Path(path)
+    try:
+        recipe = json.loads((path / RECIPE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not (path / "config.json").exists() or not (path / "tokenizer.json").exists():
+        return None
+    return recipe
+
+
+def fit_tiny_model(
+    path: str | Path,
+    seed: int = 0,
+    seconds_budget: float = 60.0,
+    *,
+    n_examples: int = 3000,
+    held_out: tuple[str, ...] | None = None,
+    vocab_size: int = 1024,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 256,
+    learning_rate: float = 3e-3,
+    batch_size: int = 8,
+    max_epochs: int = 50,
+    threads: int | None = None,
+) -> Path:
+    """Fit (or reuse) the tiny model in `path`; returns `path`."""
+    from tasks import synthetic
+
+    path = Path(path)
+    held = tuple(synthetic.HELD_OUT if held_out is None else held_out)
+    recipe = _recipe(
+        seed=seed,
+        seconds_budget=seconds_budget,
+        n_examples=n_examples,
+        held_out=list(held),
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        max_epochs=max_epochs,
+    )
+    cached = cached_recipe(path)
+    if cached is not None and cached.get("hash") == recipe["hash"]:
+        return path
+
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    from engines.tiny import build_tiny_model, builtin_corpus
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if threads:
+        torch.set_num_threads(threads)
+    started = time.monotonic()
+
+    kinds = synthetic.seen_kinds(held)
+    problems = synthetic.make_problems(kinds, n_examples, seed=seed)
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": p.instruction}],
+            "completion": [
+                {"role": "assistant", "content": synthetic.reference_answer(synthetic.kind_of(p))}
+            ],
+        }
+        for p in problems
+    ]
+    # the tokenizer sees every kind's text (held-out ones included: only pieces, no pairing)
+    corpus = builtin_corpus()
+    for kind in synthetic.KINDS:
+        corpus += [synthetic.statement(kind), synthetic.reference_answer(kind)] * 4
+    corpus.append(problems[0].instruction)
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / RECIPE_FILE).unlink(missing_ok=True)
+    build_tiny_model(
+        path,
+        seed=seed,
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        num_layers=num_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        intermediate_size=intermediate_size,
+        max_position_embeddings=1024,
+        eos_logit=0.0,
+        corpus=corpus,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    fit_started = time.monotonic()
+    budget = max(1.0, seconds_budget - (fit_started - started))
+
+    class _TimeBudget(TrainerCallback):
+        """Cosine learning-rate decay over wall time; stop when the budget is spent."""
+
+        def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+            frac = (time.monotonic() - fit_started) / budget
+            if frac >= 1.0:
+                control.should_training_stop = True
+                return control
+            if optimizer is not None:
+                warm = min(1.0, (state.global_step + 1) / 20)
+                scale = warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
+                for group in optimizer.param_groups:
+                    group["lr"] = learning_rate * scale
+            return control
+
+    out_dir = path / "_trainer"
+    config = SFTConfig(
+        output_dir=str(out_dir),
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        weight_decay=0.0,
+        num_train_epochs=max_epochs,
+        max_length=512,
+        completion_only_loss=True,
+        packing=False,
+        logging_steps=50,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        seed=seed,
+        data_seed=seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[_TimeBudget()],
+    )
+    result = trainer.train()
+    model = trainer.model
+    model.generation_config.do_sample = True
+    model.generation_config.temperature = 0.6
+    model.generation_config.top_p = 0.95
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    stats = {
+        "steps": trainer.state.global_step,
+        "train_loss": round(float(result.training_loss), 4),
+        "fit_seconds": round(time.monotonic() - fit_started, 1),
+        "total_seconds": round(time.monotonic() - started, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    log.info("fitted tiny model: %s", stats)
+    (path / RECIPE_FILE).write_text(json.dumps({**recipe, "stats": stats}, indent=1) + "\n")
+    import shutil
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    return path

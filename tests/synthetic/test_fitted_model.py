@@ -1,0 +1,52 @@
+"""The tiny model fitted on CPU to the synthetic family solves some seen-kind problems."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from engines import EngineConfig, SamplingConfig, make_engine
+from engines.fitted import RECIPE_FILE, fit_tiny_model
+from sandbox import JudgeRequest, SandboxConfig, SyncJudge
+from tasks import synthetic
+from tasks.trajectories import extract_code
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+pytestmark = pytest.mark.slow
+
+
+def test_fit_generate_judge_and_cache(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = tmp_path / "fitted"
+    start = time.monotonic()
+    assert fit_tiny_model(path, seed=0, seconds_budget=60) == path
+    assert time.monotonic() - start < 120
+    assert (path / RECIPE_FILE).exists()
+    model = AutoModelForCausalLM.from_pretrained(path)
+    AutoTokenizer.from_pretrained(path)
+    assert 0.5e6 < sum(p.numel() for p in model.parameters()) < 2e6
+
+    problems = synthetic.make_problems(synthetic.seen_kinds(), 8, seed=99)
+    with make_engine(EngineConfig(kind="transformers", model=str(path), batch_size=8)) as engine:
+        outs = engine.generate(
+            [[{"role": "user", "content": p.instruction}] for p in problems],
+            SamplingConfig(temperature=0.6, max_new_tokens=160, seed=0),
+        )
+    requests = [
+        JudgeRequest(id=p.id, code=extract_code(o[0].text) or "", tests=p.hidden_tests)
+        for p, o in zip(problems, outs, strict=True)
+    ]
+    with SyncJudge(SandboxConfig(backend="namespace", concurrency=2)) as judge:
+        verdicts = judge.judge_many(requests)
+    texts = [o[0].text for o in outs]
+    assert sum(v.accepted for v in verdicts) >= 1, texts
+
+    # same recipe: the cache answers at once; another recipe would refit
+    start = time.monotonic()
+    assert fit_tiny_model(path, seed=0, seconds_budget=60) == path
+    assert time.monotonic() - start < 1.0
