@@ -19,6 +19,7 @@ from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterId,
 )
+from prefect_states import task_run_states
 
 from flows.data import data_flow, main
 from sandbox import SandboxUnavailable
@@ -45,14 +46,7 @@ def run(params: DataParams) -> tuple[DataSummary, dict[str, str]]:
 
 
 def task_states(flow_run_id: Any) -> dict[str, str]:
-    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-    with get_client(sync_client=True) as client:
-        for attempt in range(50):  # task run states reach the API asynchronously
-            runs = client.read_task_runs(flow_run_filter=flow_runs)
-            if (runs or attempt >= 5) and all(r.state and r.state.is_final() for r in runs):
-                break
-            time.sleep(0.2)
-    return {r.name: r.state.name for r in runs}
+    return task_run_states(flow_run_id)
 
 
 def attempts(url: str, **options: Any) -> set[str]:

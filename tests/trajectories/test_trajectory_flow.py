@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
-    FlowRunFilter,
-    FlowRunFilterId,
 )
+from prefect_states import task_run_states
 from trajectory_helpers import REPO, doubling
 
 from engines import EngineConfig, MissingAPIKeyError
@@ -63,14 +61,7 @@ def run(p: TrajectoryParams):
 
 
 def task_states(flow_run_id: Any) -> dict[str, str]:
-    flow_runs = FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-    with get_client(sync_client=True) as client:
-        for attempt in range(50):  # task run states reach the API asynchronously
-            runs = client.read_task_runs(flow_run_filter=flow_runs)
-            if (runs or attempt >= 5) and all(r.state and r.state.is_final() for r in runs):
-                break
-            time.sleep(0.2)
-    return {r.name.split("-", 1)[0]: r.state.name for r in runs}
+    return {name.split("-", 1)[0]: state for name, state in task_run_states(flow_run_id).items()}
 
 
 def artifacts(flow_run_id: Any) -> dict[str, Any]:
