@@ -1,11 +1,14 @@
 """A tiny chat model fitted on CPU to the synthetic problem family (`tasks.synthetic`).
 
 `fit_tiny_model(path)` builds a Qwen2-shaped model of about 1M parameters with `engines.tiny`
-(its BPE tokenizer trained on the built-in corpus plus the synthetic prompts and programs), then
-fits it with TRL's `SFTTrainer` on problems of the seen kinds (instruction -> one line of
-reasoning and the reference program), stopping after a wall-time budget, and saves model and
-tokenizer with `save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with
-the same recipe returns the saved model at once.
+(its BPE tokenizer trained on the built-in corpus plus the synthetic prompts, programs and the
+pipeline's feedback turns), then fits it with TRL's `SFTTrainer` on problems of the seen kinds in
+the conversations the pipeline shows it with `system_prompt=''` (instruction -> one line of
+reasoning and the reference program; a quarter of them as a repair: a wrong program, the
+sandbox's feedback words, then the right one; a quarter repeating the right program after the
+all-passed feedback), stopping after a wall-time budget, and saves model and tokenizer with
+`save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with the same recipe
+returns the saved model at once.
 """
 
 from __future__ import annotations
@@ -15,13 +18,14 @@ import json
 import logging
 import math
 import os
+import random
 import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 RECIPE_FILE = "fitted_recipe.json"
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 
 def _recipe(**kwargs) -> dict:
@@ -57,6 +61,8 @@ def fit_tiny_model(
     num_kv_heads: int = 2,
     intermediate_size: int = 256,
     learning_rate: float = 3e-3,
+    repair_share: float = 0.25,
+    keep_share: float = 0.25,
     batch_size: int = 8,
     max_epochs: int = 50,
     threads: int | None = None,
@@ -78,6 +84,8 @@ def fit_tiny_model(
         num_kv_heads=num_kv_heads,
         intermediate_size=intermediate_size,
         learning_rate=learning_rate,
+        repair_share=repair_share,
+        keep_share=keep_share,
         batch_size=batch_size,
         max_epochs=max_epochs,
     )
@@ -91,6 +99,7 @@ def fit_tiny_model(
     from trl import SFTConfig, SFTTrainer
 
     from engines.tiny import build_tiny_model, builtin_corpus
+    from tasks.trajectories import failed_feedback, passed_feedback
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if threads:
@@ -99,20 +108,14 @@ def fit_tiny_model(
 
     kinds = synthetic.seen_kinds(held)
     problems = synthetic.make_problems(kinds, n_examples, seed=seed)
-    rows = [
-        {
-            "prompt": [{"role": "user", "content": p.instruction}],
-            "completion": [
-                {"role": "assistant", "content": synthetic.reference_answer(synthetic.kind_of(p))}
-            ],
-        }
-        for p in problems
-    ]
+    rng = random.Random(seed)
+    rows = [conversation(p, kinds, rng, repair_share, keep_share) for p in problems]
     # the tokenizer sees every kind's text (held-out ones included: only pieces, no pairing)
     corpus = builtin_corpus()
     for kind in synthetic.KINDS:
         corpus += [synthetic.statement(kind), synthetic.reference_answer(kind)] * 4
-    corpus.append(problems[0].instruction)
+    corpus += [failed_feedback("", 0, 2), passed_feedback(2)] * 16
+    corpus += [p.instruction for p in problems[:64]]
 
     path.mkdir(parents=True, exist_ok=True)
     (path / RECIPE_FILE).unlink(missing_ok=True)
@@ -125,7 +128,7 @@ def fit_tiny_model(
         num_heads=num_heads,
         num_kv_heads=num_kv_heads,
         intermediate_size=intermediate_size,
-        max_position_embeddings=1024,
+        max_position_embeddings=2048,
         eos_logit=0.0,
         corpus=corpus,
     )
@@ -157,7 +160,7 @@ def fit_tiny_model(
         lr_scheduler_type="constant",
         weight_decay=0.0,
         num_train_epochs=max_epochs,
-        max_length=512,
+        max_length=1024,
         completion_only_loss=True,
         packing=False,
         logging_steps=50,
@@ -198,3 +201,36 @@ def fit_tiny_model(
 
     shutil.rmtree(out_dir, ignore_errors=True)
     return path
+
+
+def conversation(
+    problem, kinds: list[str], rng: random.Random, repair_share: float, keep_share: float
+) -> dict:
+    """One SFT row: the instruction (no system prompt), then the reference answer. With
+    probability `repair_share` a repair comes first: a program of another operation on the same
+    input format and the feedback turn the sandbox gives on its first failing public test; with
+    probability `keep_share` the right program, the all-tests-passed feedback, and it again."""
+    from sandbox.feedback import test_report
+    from tasks import synthetic
+    from tasks.trajectories import failed_feedback, passed_feedback
+
+    kind = synthetic.kind_of(problem)
+    answer = {"role": "assistant", "content": synthetic.reference_answer(kind)}
+    prompt = [{"role": "user", "content": problem.instruction}]
+    tests = problem.public_tests
+    others = [k for k in kinds if k.endswith("/" + kind.split("/")[1]) and k != kind]
+    draw = rng.random()
+    if draw < keep_share:
+        prompt += [answer, {"role": "user", "content": passed_feedback(len(tests.inputs))}]
+    elif draw < keep_share + repair_share and others:
+        wrong = rng.choice(others)
+        for index, (given, expected) in enumerate(zip(tests.inputs, tests.outputs, strict=True)):
+            actual = synthetic.output_of(wrong, given)
+            if actual.strip() != expected.strip():
+                report = test_report("wrong_answer", given, expected, stdout=actual)
+                prompt += [
+                    {"role": "assistant", "content": synthetic.reference_answer(wrong)},
+                    {"role": "user", "content": failed_feedback(report, index, len(tests.inputs))},
+                ]
+                break
+    return {"prompt": prompt, "completion": [answer]}

@@ -169,15 +169,7 @@ def problem_rows(
             "example_id": rec.problem_id,
         }
 
-    rows = [
-        row(
-            [
-                {"role": "system", "content": rec.system},
-                {"role": "user", "content": rec.instruction},
-            ],
-            0.0,
-        )
-    ]
+    rows = [row(rec.first_messages(), 0.0)]
     diffs = [max(r) - min(r) if r else 0.0 for r in rates]
     best = [max(r) if r else 0.0 for r in rates]
     for s in select_samples(diffs, best, mode):

@@ -135,6 +135,23 @@ def reference_answer(kind: str) -> str:
     return f"Read the integers, then {_OPS[op][1]}.\n```python\n{reference_solution(kind)}```"
 
 
+def parse_input(fmt: str, text: str) -> list[int]:
+    """The list of integers in an input of format `fmt` (the inverse of its writer)."""
+    if fmt == "comma":
+        return [int(x) for x in text.strip().split(",")]
+    values = [int(x) for x in text.split()]
+    return values[1:] if fmt == "count" else values
+
+
+def output_of(kind: str, text: str) -> str:
+    """What the reference program of `kind` prints for the input `text` ('' if it would fail)."""
+    op, fmt = _split(kind)
+    try:
+        return _OPS[op][3](parse_input(fmt, text)) + "\n"
+    except (ValueError, IndexError):
+        return ""
+
+
 def _values(rng: random.Random, op: str) -> list[int]:
     while True:
         a = [rng.randint(0, 99) for _ in range(rng.randint(2, 8))]
@@ -176,3 +193,17 @@ def make_problems(kinds: Sequence[str], count: int, seed: int = 0) -> list[Probl
 def kind_of(problem: Problem) -> str:
     """The kind a synthetic problem was generated from."""
     return problem.provenance.split or ""
+
+
+def taco_row(problem: Problem) -> dict:
+    """The problem as a TACO-schema row (what the data stage loads with `:taco`)."""
+    import json
+
+    tests = problem.tests
+    return {
+        "id": problem.id.removeprefix("synthetic/"),
+        "question": problem.statement,
+        "solutions": json.dumps(problem.solutions),
+        "input_output": json.dumps({"inputs": tests.inputs, "outputs": tests.outputs}),
+        "difficulty": problem.difficulty,
+    }

@@ -49,7 +49,13 @@ class TrainingConfig(BaseModel):
     num_processes: int = Field(
         1, ge=1, description="Training processes (GPUs) for the paper preset."
     )
-    max_steps: int | None = Field(None, description="Override the optimizer steps (tiny: 2).")
+    max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
+    save_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Checkpoint every N optimizer steps; a killed run resumes from the last "
+        "checkpoint in its output directory (default: paper 50, tiny none).",
+    )
     seed: int = 0
     sandbox: SandboxConfig = Field(default_factory=lambda: SandboxConfig(backend="namespace"))
     overrides: dict[str, Any] = Field(default_factory=dict, description="Extra GRPOConfig kwargs.")
@@ -89,7 +95,9 @@ class TrainingConfig(BaseModel):
                 "per_device_train_batch_size": 16,
                 "gradient_accumulation_steps": 64 // self.num_processes,
                 "generation_batch_size": 128 * 16,
-                "save_strategy": "epoch",
+                "save_strategy": "steps",
+                "save_steps": 50,
+                "save_total_limit": 2,
             }
         else:
             kwargs = common | {
@@ -106,6 +114,9 @@ class TrainingConfig(BaseModel):
             }
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
+        if self.save_steps is not None:
+            kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
+            kwargs.setdefault("save_total_limit", 2)
         return kwargs | self.overrides
 
 
@@ -243,13 +254,22 @@ def prepare_rows(
     return out
 
 
+def last_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest `checkpoint-N` directory in `output_dir` (what a killed run resumes from)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+
+
 def train(
     config: TrainingConfig,
     dataset_rows: Sequence[dict[str, Any]],
     model_path: str | Path,
     output_dir: str | Path,
+    callbacks: Sequence[Any] = (),
 ) -> list[dict[str, Any]]:
-    """Run TRL's GRPOTrainer on the bandit rows; save the final model to `output_dir`; return the
+    """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
+    `output_dir` if there is one; save the final model and tokenizer to `output_dir`; return the
     trainer's log history."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -267,7 +287,10 @@ def train(
 
     rows = prepare_rows(dataset_rows, config.mode, prompt_tokens, config.prompt_limit())
     if not rows:
-        raise ValueError("no training rows left after the mode / prompt-length filter")
+        raise ValueError(
+            f"no training rows left after the mode ({config.mode}) and prompt-length "
+            f"(max_prompt_length {config.prompt_limit()}) filters"
+        )
     dataset = Dataset.from_list(rows)
     args = GRPOConfig(**config.grpo_kwargs(output_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_path))
@@ -282,8 +305,9 @@ def train(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
+            callbacks=list(callbacks),
         )
-        trainer.train()
+        trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
     return list(trainer.state.log_history)

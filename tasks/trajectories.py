@@ -193,12 +193,13 @@ class Record(BaseModel):
     samples: list[Sample]
     created_at: str = Field(default_factory=lambda: datetime.now(UTC).isoformat())
 
+    def first_messages(self) -> Conversation:
+        """The system prompt (when there is one) and the instruction."""
+        return first_messages(self.system, self.instruction)
+
     def conversation(self, sample: int, turn: int, with_feedback: bool = True) -> Conversation:
         """The messages up to the answer of `turn` (and the feedback after it)."""
-        messages: Conversation = [
-            {"role": "system", "content": self.system},
-            {"role": "user", "content": self.instruction},
-        ]
+        messages = self.first_messages()
         for t in self.samples[sample].turns[: turn + 1]:
             messages.append({"role": "assistant", "content": t.answer})
             if t.feedback is not None and (with_feedback or t.turn < turn):
@@ -361,6 +362,11 @@ class CollectConfig(BaseModel):
     )
     turns: int = Field(
         2, ge=0, le=64, description="Feedback turns (paper: 2 for training data, 8 for evaluation)."
+    )
+    system_prompt: str = Field(
+        SYSTEM_PROMPT,
+        description="The system message of every conversation (SPEC §1.2's by default); '' "
+        "sends none (the tiny fitted model of the embedded default is fitted without one).",
     )
     max_answer_chars: int = Field(
         6000,
@@ -548,7 +554,7 @@ def collect_initial(
         stats.skipped = len(problems) - len(todo)
         with _progress(len(todo), "initial", progress) as bar:
             for chunk in _chunks(todo, batch.chunk_size):
-                conversations = [_first_messages(p) for p in chunk]
+                conversations = [first_messages(config.system_prompt, p.instruction) for p in chunk]
                 results = _generate(engine, conversations, config.sampling, gate, stats)
                 for problem, completions in zip(chunk, results, strict=True):
                     samples = []
@@ -557,7 +563,7 @@ def collect_initial(
                         stats.count(turn)
                         ended = turn.outcome if turn.outcome in ENDING_OUTCOMES else None
                         samples.append(Sample(index=i, turns=[turn], ended=ended))
-                    record = _new_record(problem, "initial", samples)
+                    record = _new_record(problem, "initial", samples, config.system_prompt)
                     store.append(record)
                     done[problem.id] = record
                     stats.problems += 1
@@ -691,22 +697,24 @@ def _wait(future: Future[tuple[int, float]], stats: Stats) -> None:
     stats.programs_judged += programs
 
 
-def _first_messages(problem: ProblemLike) -> Conversation:
-    return [
-        {"role": "system", "content": SYSTEM_PROMPT},
-        {"role": "user", "content": problem.instruction},
-    ]
+def first_messages(system: str, instruction: str) -> Conversation:
+    """A conversation's opening: the system prompt ('' sends none) and the instruction."""
+    head: Conversation = [{"role": "system", "content": system}] if system else []
+    return [*head, {"role": "user", "content": instruction}]
 
 
 def _new_record(
-    problem: ProblemLike, stage: Literal["initial", "multiturn"], samples: list[Sample]
+    problem: ProblemLike,
+    stage: Literal["initial", "multiturn"],
+    samples: list[Sample],
+    system: str = SYSTEM_PROMPT,
 ) -> Record:
     return Record(
         problem_id=problem.id,
         source=getattr(problem, "source", ""),
         difficulty=problem.difficulty,
         stage=stage,
-        system=SYSTEM_PROMPT,
+        system=system,
         instruction=problem.instruction,
         samples=samples,
     )

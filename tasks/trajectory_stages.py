@@ -33,7 +33,6 @@ from tasks.problems import Problem, from_table
 from tasks.storage import DatasetRef, StorageConfig, StorageError, open_storage, recipe_key
 from tasks.tables import markdown_table
 from tasks.trajectories import (
-    SYSTEM_PROMPT,
     BatchConfig,
     CollectConfig,
     Record,
@@ -442,7 +441,7 @@ def stage_specs(params: TrajectoryParams, ready: Ready) -> dict[str, StageSpec]:
         "engine": identity,
         "sampling": collect.sampling.model_dump(mode="json"),
         "max_answer_chars": collect.max_answer_chars,
-        "system": SYSTEM_PROMPT,
+        "system": collect.system_prompt,
         "code": code_version(*INITIAL_CODE),
     }
     initial = StageSpec(
@@ -819,6 +818,16 @@ def report(
             f"Plot: [{plot_url}]({plot_url})\n\nStages: initial `{initial.uri}`, multiturn "
             f"`{multiturn.uri}`, evaluation `{evaluation.uri}`\n"
         ),
+    )
+    st.write_atomic(
+        st.path("trajectories", "LATEST.json"),
+        json.dumps(
+            {
+                "evaluation": evaluation.uri,
+                "multiturn": multiturn.uri,
+                "at": datetime.now(UTC).isoformat(),
+            }
+        ).encode(),
     )
     get_run_logger().info(line)
     return TrajectorySummary(

@@ -70,3 +70,17 @@ def s3_bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
     fs = s3fs.S3FileSystem(endpoint_url=s3_endpoint, skip_instance_cache=True)
     fs.mkdir(name)
     return name
+
+
+@pytest.fixture(scope="session")
+def fitted_model(tmp_path_factory) -> dict:
+    """The embedded default's reference model, fitted once per session (60 s of CPU): its
+    directory and how long the fit took."""
+    import time
+
+    from engines.fitted import fit_tiny_model
+
+    path = tmp_path_factory.mktemp("fitted") / "model"
+    start = time.monotonic()
+    fit_tiny_model(path, seed=0, seconds_budget=60)
+    return {"path": path, "seconds": time.monotonic() - start}

@@ -109,3 +109,31 @@ def test_grpo_tiny_two_steps(tmp_path) -> None:
         assert all(-1.0 <= v <= 1.0 and not math.isnan(v) for v in values), (name, values)
     assert all(-1.0 <= h["reward"] <= 1.0 for h in steps)  # the clipped sum
     AutoModelForCausalLM.from_pretrained(str(out))
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path) -> None:
+    """A run stopped after its step-1 checkpoint (a kill between saves) goes on from there: the
+    second call trains only step 2, and the step timer sees where each step's time went."""
+    from engines.tiny import build_tiny_model
+    from tasks.step_timing import StepTimer
+    from tasks.training import last_checkpoint
+
+    model_dir = tmp_path / "tiny"
+    build_tiny_model(model_dir, seed=0)
+    out = tmp_path / "out"
+    first = TrainingConfig(preset="tiny", mode="cobalt", sandbox=SANDBOX, max_steps=1, save_steps=1)
+    train(first, rows(), model_dir, out)
+    assert last_checkpoint(out) == str(out / "checkpoint-1")
+
+    again = first.model_copy(update={"max_steps": 2})
+    with StepTimer() as timer:
+        history = train(again, rows(), model_dir, out, callbacks=[timer])
+    assert len(timer.steps) == 1  # step 1 came from the checkpoint
+    assert [h["step"] for h in history if "loss" in h] == [1, 2]
+    assert last_checkpoint(out) == str(out / "checkpoint-2")
+    summary = timer.summary()
+    # (this random model writes no program, so judging its completions takes next to nothing)
+    assert summary["steps"] == 1 and summary["generation_s"] > 0 and summary["reward_s"] >= 0
+    shares = [summary[f"{b}_share"] for b in ("generation", "reward", "optimisation")]
+    assert sum(shares) == pytest.approx(1.0, abs=1e-3)

@@ -1,0 +1,173 @@
+"""The pipeline: data -> trajectories -> evaluation -> bandit dataset -> training -> evaluation,
+each step a cached task of the flow it belongs to (issue 5; docs/PIPELINE.md).
+
+    python -m flows.pipeline                     # embedded default: synthetic problems, the tiny
+                                                 # model fitted on CPU, ./runs, ephemeral Prefect
+    python -m flows.pipeline --mode single_turn --max-steps 20 --storage s3://bucket/cobalt
+
+Rerunning after a crash or a parameter change redoes only what changed: every stage is keyed by
+its content. The run ends with a table of what each stage produced and a before/after table of
+Pass@1 per turn; a stage that produces nothing fails the run and says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from engines import MissingAPIKeyError
+from flows.cli import run_flow_cli
+from flows.data import data_flow
+from flows.training import training_flow
+from flows.trajectories import trajectories_flow
+from tasks import data as data_stage
+from tasks.pipeline import (
+    FITTED,
+    PipelineParams,
+    PipelineSummary,
+    check_reference,
+    check_sets,
+    reference_model,
+    report,
+)
+from tasks.sources import SourceError
+from tasks.storage import StorageError, open_storage
+from tasks.tables import markdown_table
+from tasks.training_stages import EmptyStageError
+from tasks.trajectory_stages import ProblemSetError
+
+
+def preflight(params: PipelineParams) -> None:
+    """Storage usable and every source present, before any work."""
+    open_storage(params.storage).check()
+    check_reference(params)
+    data_stage.preflight(params.data())
+
+
+@flow(name="pipeline", log_prints=True)
+def pipeline_flow(params: PipelineParams) -> PipelineSummary:
+    """Problems -> reference trajectories -> bandit dataset -> GRPO -> before/after Pass@1."""
+    preflight(params)
+    model = reference_model(params)
+    data = data_flow.with_options(flow_run_name="data")(params.data())
+    sets = check_sets(data, params)
+    named = trajectories_flow.with_options
+    collected = named(flow_run_name="trajectories")(
+        params.trajectories(sets, params.train_table, model, "train")
+    )
+    before = named(flow_run_name="evaluation-before")(
+        params.trajectories(sets, params.eval_table, model, "eval")
+    )
+    trained = training_flow.with_options(flow_run_name="training")(
+        params.training_params(collected.evaluation.uri, model)
+    )
+    after = named(flow_run_name="evaluation-after")(
+        params.trajectories(sets, params.eval_table, trained.model, "eval")
+    )
+    return report(params, data, collected, before, trained, after)
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+EPILOG = """\
+The default is the embedded run: samples/synthetic_{train,test}.jsonl (generated list problems,
+scripts/make_synthetic_samples.py), a ~1M-parameter model fitted on CPU for --fit-seconds to
+24 of the 30 problem kinds, 4 samples x 2 feedback turns, 8 GRPO steps. Other sources as in the
+data flow (--source URI[:KIND][?key=value]); another reference model with --reference DIR.
+Any field of PipelineParams via --config FILE.json (flags override it).
+"""
+
+
+def parse_params(argv: list[str] | None = None) -> PipelineParams:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.pipeline",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the whole Cobalt pipeline: problem sets, reference trajectories, "
+        "evaluation, bandit dataset, GRPO training, evaluation of the trained policy.",
+        epilog=EPILOG,
+    )
+    arg = parser.add_argument
+    arg("--config", type=Path, help="JSON file with PipelineParams fields")
+    arg("--source", action="append", metavar="URI[:KIND]", help="data source (repeatable)")
+    arg("--reference", metavar="DIR", help=f"reference model: {FITTED} (default), tiny, or a dir")
+    arg("--fit-seconds", type=float, help="wall-time budget of the tiny model's fit (60)")
+    arg("--train-limit", type=int, help="only the first N training problems")
+    arg("--eval-limit", type=int, help="only the first N evaluation problems")
+    arg("--n", type=int, help="samples per problem (4)")
+    arg("--turns", type=int, help="feedback turns of the training trajectories (2)")
+    arg("--eval-turns", type=int, help="feedback turns when evaluating (2)")
+    arg("--max-new-tokens", type=int, help="tokens per turn (128)")
+    arg("--mode", choices=["cobalt", "single_turn"], help="training mode (cobalt)")
+    arg("--max-steps", type=int, help="GRPO optimizer steps (8)")
+    arg("--device", help="transformers: torch device (auto)")
+    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
+    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
+    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
+    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint")
+    arg("--work-dir", metavar="DIR", help="local models/spools for S3 runs (~/.cache/cobalt)")
+    arg("--refresh", action="store_true", help="recompute every stage")
+    args = parser.parse_args(argv)
+
+    values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
+    if args.source:
+        values["sources"] = args.source
+    for flag in ("reference", "fit_seconds", "train_limit", "eval_limit", "eval_turns"):
+        if getattr(args, flag) is not None:
+            values[flag] = getattr(args, flag)
+    if args.work_dir:
+        values["work_dir"] = args.work_dir
+    if args.refresh:
+        values["refresh"] = True
+    defaults = PipelineParams.model_fields
+    collect = values.setdefault("collect", defaults["collect"].default_factory().model_dump())
+    if args.n is not None:
+        collect["sampling"]["n"] = args.n
+    if args.max_new_tokens is not None:
+        collect["sampling"]["max_new_tokens"] = args.max_new_tokens
+    if args.turns is not None:
+        collect["turns"] = args.turns
+    training = values.setdefault("training", defaults["training"].default_factory().model_dump())
+    if args.mode:
+        training["mode"] = args.mode
+    if args.max_steps is not None:
+        training["max_steps"] = args.max_steps
+    if args.device:
+        values.setdefault("engine", {"kind": "transformers", "model": FITTED})["device"] = (
+            args.device
+        )
+    if args.backend is not None:
+        values.setdefault("sandbox", {})["backend"] = args.backend
+    if args.sandbox_concurrency is not None:
+        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
+    storage = values.setdefault("storage", {})
+    if args.storage:
+        storage["url"] = args.storage
+    if args.endpoint_url:
+        storage["endpoint_url"] = args.endpoint_url
+    return PipelineParams.model_validate(values)
+
+
+def render(summary: PipelineSummary) -> str:
+    return (
+        f"\n{summary.line}\n\n{markdown_table(summary.stages)}\n\n"
+        f"{markdown_table(summary.before_after)}\n\nplot: {summary.plot}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_flow_cli(
+        lambda: parse_params(argv),
+        preflight,
+        pipeline_flow,
+        render,
+        (StorageError, SourceError, ProblemSetError, EmptyStageError, MissingAPIKeyError, OSError),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,148 @@
+"""Training flow: a finished trajectories run -> Cobalt bandit dataset -> GRPO with the sandbox
+reward (TRL's GRPOTrainer) -> a trained policy in storage (issue 5, SPEC §1.4-§1.6;
+docs/TRAINING.md).
+
+    python -m flows.training                            # latest trajectories, their model
+    python -m flows.training --mode single_turn --max-steps 20
+    python -m flows.training --trajectories runs/trajectories/evaluation/<key> \\
+        --model /models/Qwen3-8B --preset paper --num-processes 8
+
+Stages, each a cached task with a content-addressed result in storage (MANIFEST.json last):
+`bandit` (<storage>/bandit/<key>/data.parquet) -> `training` (<storage>/training/<key>/: the
+model, log_history.json, rewards.png; checkpoints while it runs, resumed after a crash).
+Evaluate the trained model with `python -m flows.trajectories --model <its directory>`; the
+pipeline flow (`flows/pipeline.py`) does that and writes the before/after table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from prefect import flow
+
+from flows.cli import run_flow_cli
+from tasks.storage import StorageError
+from tasks.training_stages import (
+    EmptyStageError,
+    Stages,
+    TrainingParams,
+    TrainingSummary,
+    preflight,
+    report,
+)
+from tasks.trajectory_stages import ProblemSetError
+
+
+@flow(name="training", log_prints=True)
+def training_flow(params: TrainingParams) -> TrainingSummary:
+    """Trajectories -> bandit dataset -> GRPO training -> trained policy, reward curve, stats."""
+    ready = preflight(params)  # storage, trajectories, policy model: before any work
+    stages = Stages(params, ready)
+    dataset = stages.bandit()
+    policy = stages.training(dataset)
+    return report(params, dataset, policy)
+
+
+EPILOG = """\
+trajectories (--trajectories): 'latest' (the newest trajectories run in --storage) or the
+directory of a finished evaluation stage, <storage>/trajectories/evaluation/<key>.
+model (--model): the policy's local weights; default: the model that collected the trajectories.
+
+presets: tiny (a few CPU steps on a tiny model) and paper (SPEC §1.6 mapped to TRL's GRPOConfig:
+16 samples per prompt, lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs). Any other
+GRPOConfig field via --set KEY=JSON, e.g. --set max_completion_length=256 --set use_vllm=true.
+"""
+
+
+def parse_params(argv: list[str] | None = None) -> TrainingParams:
+    parser = argparse.ArgumentParser(
+        prog="python -m flows.training",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Build the Cobalt contextual-bandit dataset from a trajectories run and train "
+        "the policy on it with GRPO (TRL) against the sandbox reward.",
+        epilog=EPILOG,
+    )
+    arg = parser.add_argument
+    arg("--config", type=Path, help="JSON file with TrainingParams fields (flags override it)")
+    arg("--trajectories", metavar="WHERE", help="'latest' (default) or an evaluation stage dir")
+    arg("--model", metavar="DIR", help="policy model directory (default: the reference model)")
+    arg("--mode", choices=["cobalt", "single_turn"], help="bandit contexts or turn-0 prompts only")
+    arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
+    arg("--max-steps", type=int, help="optimizer steps (overrides the preset)")
+    arg("--save-steps", type=int, help="checkpoint every N steps (resume after a crash)")
+    arg("--num-processes", type=int, help="training processes (GPUs), paper preset")
+    arg("--format-reward", action="store_true", help="add the thinking-model format reward")
+    arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
+    arg("--max-prompt-tokens", type=int, help="bandit: longest partial context (10000)")
+    arg("--bandit-mode", choices=["train", "validation"], help="bandit sample selection (train)")
+    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
+    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
+    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
+    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint")
+    arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
+    arg("--work-dir", metavar="DIR", help="local checkpoints/models for S3 runs (~/.cache/cobalt)")
+    arg("--refresh", action="store_true", help="recompute every stage")
+    args = parser.parse_args(argv)
+
+    values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
+    for flag in ("trajectories", "model", "work_dir"):
+        if getattr(args, flag) is not None:
+            values[flag] = getattr(args, flag)
+    if args.refresh:
+        values["refresh"] = True
+    training = values.setdefault("training", {})
+    for flag, name in (
+        ("mode", "mode"),
+        ("preset", "preset"),
+        ("max_steps", "max_steps"),
+        ("save_steps", "save_steps"),
+        ("num_processes", "num_processes"),
+    ):
+        if getattr(args, flag) is not None:
+            training[name] = getattr(args, flag)
+    if args.format_reward:
+        training["use_format_reward"] = True
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set {item!r}: use KEY=JSON, e.g. --set max_completion_length=256")
+        try:
+            training.setdefault("overrides", {})[key] = json.loads(text)
+        except json.JSONDecodeError:
+            training.setdefault("overrides", {})[key] = text
+    bandit = values.setdefault("bandit", {})
+    if args.max_prompt_tokens is not None:
+        bandit["max_prompt_tokens"] = args.max_prompt_tokens
+    if args.bandit_mode is not None:
+        bandit["mode"] = args.bandit_mode
+    if args.backend is not None:
+        values.setdefault("sandbox", {})["backend"] = args.backend
+    if args.sandbox_concurrency is not None:
+        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
+    storage = values.setdefault("storage", {})
+    for flag, name in (
+        ("storage", "url"),
+        ("endpoint_url", "endpoint_url"),
+        ("storage_block", "block"),
+    ):
+        if getattr(args, flag) is not None:
+            storage[name] = getattr(args, flag)
+    return TrainingParams.model_validate(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_flow_cli(
+        lambda: parse_params(argv),
+        preflight,
+        training_flow,
+        lambda s: f"\n{s.line}\n\nmodel: {s.model}\nreward curve: {s.policy.plot}",
+        (StorageError, ProblemSetError, EmptyStageError, OSError),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""Where a GRPO step's wall time goes: generation, reward wait, the rest (optimisation).
+
+TRL times its own blocks with `trl.extras.profiling.ProfilingContext` but reports them only to
+experiment trackers. `StepTimer` is a `TrainerCallback` that also listens to those contexts while
+it is active (`with StepTimer() as timer: trainer.train()`), so a plain run gets the breakdown:
+generation = TRL's `*.generate*` blocks, reward = `_calculate_rewards` (the sandbox judging every
+completion of a batch), optimisation = the rest of the optimizer step. Plain Python, no Prefect.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Any
+
+from transformers import TrainerCallback
+
+GENERATION = "generation"
+REWARD = "reward"
+OPTIMISATION = "optimisation"
+
+
+def _bucket(name: str) -> str | None:
+    if name.endswith("_calculate_rewards"):
+        return REWARD
+    if ".generate" in name or name.endswith("generate_batch"):
+        return GENERATION
+    return None
+
+
+class StepTimer(TrainerCallback):
+    """Per-step seconds by bucket; `summary()` gives totals and shares of the step time."""
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, float]] = []
+        self._current: dict[str, float] = defaultdict(float)
+        self._started: float | None = None
+        self._original: Any = None
+
+    # --- listening to TRL's profiling contexts --------------------------------------------------
+    def __enter__(self) -> StepTimer:
+        from trl.extras import profiling
+
+        self._original = profiling.ProfilingContext._log_metrics
+        timer = self
+
+        def log_metrics(context: Any, duration: float) -> None:
+            if (bucket := _bucket(context.name)) is not None:
+                timer._current[bucket] += duration
+            timer._original(context, duration)
+
+        profiling.ProfilingContext._log_metrics = log_metrics
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from trl.extras import profiling
+
+        profiling.ProfilingContext._log_metrics = self._original
+
+    # --- TrainerCallback ----------------------------------------------------------------------
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._started = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._started is None:
+            return
+        total = time.perf_counter() - self._started
+        step = {GENERATION: self._current[GENERATION], REWARD: self._current[REWARD]}
+        step[OPTIMISATION] = max(0.0, total - step[GENERATION] - step[REWARD])
+        step["total"] = total
+        self.steps.append(step)
+        self._current.clear()
+        self._started = None
+
+    def summary(self) -> dict[str, Any]:
+        """Seconds per bucket over all steps, their share of step time, and the step count."""
+        total = sum(s["total"] for s in self.steps)
+        out: dict[str, Any] = {"steps": len(self.steps), "total_s": round(total, 3)}
+        for bucket in (GENERATION, REWARD, OPTIMISATION):
+            seconds = sum(s[bucket] for s in self.steps)
+            out[f"{bucket}_s"] = round(seconds, 3)
+            out[f"{bucket}_share"] = round(seconds / total, 4) if total else 0.0
+        return out

@@ -1,0 +1,156 @@
+"""The pipeline flow end to end on its embedded default (smaller): the synthetic problems, the
+tiny model fitted on CPU, the real sandbox, TRL's GRPOTrainer, a real Prefect API. Then a rerun
+with one training parameter changed redoes only training and the evaluation after it; a random
+model that repairs nothing fails the run at the bandit stage with a message that says why."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterParentFlowRunId,
+)
+from prefect_states import task_run_states
+
+from flows.pipeline import main, pipeline_flow
+from tasks.pipeline import PipelineParams
+
+pytestmark = pytest.mark.slow
+NAMESPACE = {"backend": "namespace", "concurrency": 2}
+
+
+def params(storage: Path, **overrides: Any) -> PipelineParams:
+    values: dict[str, Any] = {
+        "train_limit": 16,
+        "eval_limit": 12,
+        "sandbox": NAMESPACE,
+        "storage": {"url": str(storage)},
+        **overrides,
+    }
+    training = PipelineParams().training.model_dump()
+    training.update(max_steps=2, save_steps=1)
+    values.setdefault("training", training)
+    return PipelineParams.model_validate(values)
+
+
+def child_runs(flow_run_id: Any) -> list[Any]:
+    with get_client(sync_client=True) as client:
+        return client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=[flow_run_id])
+            )
+        )
+
+
+def all_task_states(flow_run_id: Any) -> dict[str, str]:
+    """'<flow run>/<task>' -> state name over the pipeline run and its subflow runs (the
+    pipeline's own task runs that stand for its subflow runs are left out)."""
+    own = task_run_states(flow_run_id)
+    states = {
+        f"pipeline/{k.rsplit('-', 1)[0]}": v for k, v in own.items() if k.startswith("reference-")
+    }
+    for run in child_runs(flow_run_id):
+        for name, state in task_run_states(run.id).items():
+            states[f"{run.name}/{name.split('-')[0] if '-' in name else name}"] = state
+    return states
+
+
+def artifact_keys(flow_run_id: Any) -> set[str]:
+    with get_client(sync_client=True) as client:
+        found = client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    return {a.key for a in found if a.key}
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.timeout(900)
+def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted_model):
+    storage = tmp_path / "runs"
+    reference = str(fitted_model["path"])  # what the default's reference-model task fits
+    state = pipeline_flow(params(storage, reference=reference), return_state=True)
+    assert state.is_completed(), state.message
+    summary = state.result()
+    run_id = state.state_details.flow_run_id
+
+    # every stage produced something, in order
+    stages = [row["stage"] for row in summary.stages]
+    assert stages[0] == "data" and stages[3] == "bandit dataset" and stages[4] == "training"
+    assert "test 60" in summary.stages[0]["produced"]
+    assert int(summary.stages[3]["produced"].split()[0]) > 0  # bandit rows
+    assert summary.stages[4]["produced"] == "2 GRPO steps"
+    # the before/after table covers every turn of every difficulty group
+    groups = {(r["difficulty"], r["turn"]) for r in summary.before_after}
+    assert {("all", 0), ("all", 2), ("seen", 0), ("held_out", 2)} <= groups
+    for row in summary.before_after:
+        assert row["change_points"] == pytest.approx(row["after_pass@1"] - row["before_pass@1"])
+    # the fitted model solves some problems before training (else nothing could be learned)
+    assert summary.before_after[0]["before_pass@1"] > 0
+
+    # files in storage: model, checkpoints, curves, the bandit dataset, the summary
+    training = next(storage.glob("training/*/MANIFEST.json")).parent
+    assert (training / "config.json").exists() and (training / "rewards.png").exists()
+    assert (training / "checkpoint-2").is_dir()
+    history = json.loads((training / "log_history.json").read_text())
+    assert [h["step"] for h in history if "loss" in h] == [1, 2]
+    assert next(storage.glob("bandit/*/data.parquet")).stat().st_size > 0
+    assert Path(summary.plot.removeprefix("file://")).read_bytes()[:4] == b"\x89PNG"
+    names = {run.name for run in child_runs(run_id)}
+    assert names == {"data", "trajectories", "evaluation-before", "training", "evaluation-after"}
+    assert {"pipeline-stages", "pipeline-before-after", "pipeline-summary"} <= artifact_keys(run_id)
+
+    # one more training step: data, trajectories, evaluation before and the bandit dataset are
+    # cache hits; training and the evaluation of the new policy run
+    more = params(storage).training.model_copy(update={"max_steps": 3})
+    changed = params(storage, reference=reference, training=more.model_dump())
+    state = pipeline_flow(changed, return_state=True)
+    assert state.is_completed(), state.message
+    states = all_task_states(state.state_details.flow_run_id)
+    ran = {name for name, s in states.items() if s != "Cached"}
+    assert ran == {
+        "pipeline/reference-model",
+        "training/training",
+        "evaluation-after/initial",
+        "evaluation-after/multiturn",
+        "evaluation-after/evaluation",
+    }, states
+    assert state.result().stages[4]["produced"] == "3 GRPO steps"
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.timeout(600)
+def test_a_model_that_repairs_nothing_fails_the_run_before_training(tmp_path):
+    collect = PipelineParams().collect.model_dump()
+    collect["sampling"]["max_new_tokens"] = 12
+    p = params(tmp_path / "runs", reference="tiny", train_limit=4, eval_limit=2, collect=collect)
+    state = pipeline_flow(p, return_state=True)
+    assert state.is_failed()
+    with pytest.raises(Exception, match="no repair contexts: of 4 problems") as caught:
+        state.result()
+    assert "--n" in str(caught.value)  # says what to change
+    assert not list((tmp_path / "runs").glob("training/*"))  # nothing trained
+
+
+def test_cli_rejects_a_missing_reference_before_any_work(tmp_path, capsys):
+    storage = tmp_path / "runs"
+    assert main(["--reference", str(tmp_path / "nope"), "--storage", str(storage)]) == 2
+    err = capsys.readouterr().err
+    assert "reference model" in err and "config.json" in err
+    assert not (storage / "datasets").exists()
+    assert main(["--max-steps", "0", "--storage", str(storage)]) == 2
+    assert "max_steps" in capsys.readouterr().err
+
+
+def test_cli_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "--mode {cobalt,single_turn}" in out and "synthetic" in out
