@@ -16,9 +16,8 @@ docker:                            ## Docker engine running + sandbox image buil
 	bash infra/docker/install-engine.sh
 	bash infra/sandbox-image/build.sh
 
-run: setup docker                  ## the main job on embedded defaults (bundled samples, ./runs)
-	$(BIN)/python -m flows.data
-	$(BIN)/python -m flows.trajectories --limit 4 --n 4 --turns 2
+run: setup docker                  ## the main job: the whole pipeline on embedded defaults (./runs)
+	$(BIN)/python -m flows.pipeline
 
 judge-samples: setup docker        ## the sandbox vs. the APPS judge's labels on the bundled sample
 	$(BIN)/python scripts/judge_samples.py

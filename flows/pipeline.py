@@ -38,7 +38,7 @@ from tasks.pipeline import (
 from tasks.sources import SourceError
 from tasks.storage import StorageError, open_storage
 from tasks.tables import markdown_table
-from tasks.training_stages import EmptyStageError
+from tasks.training_stages import EmptyStageError, check_training
 from tasks.trajectory_stages import ProblemSetError
 
 
@@ -46,6 +46,7 @@ def preflight(params: PipelineParams) -> None:
     """Storage usable and every source present, before any work."""
     open_storage(params.storage).check()
     check_reference(params)
+    check_training(params.training)
     data_stage.preflight(params.data())
 
 

@@ -53,7 +53,7 @@ def _tiny_training() -> TrainingConfig:
             "num_generations": 4,
             "per_device_train_batch_size": 8,
             "max_completion_length": 128,
-            "learning_rate": 2e-4,
+            "learning_rate": 1e-4,
         },
     )
 

@@ -65,6 +65,16 @@ class TrainingConfig(BaseModel):
             return self.max_prompt_length
         return 10_240 if self.preset == "paper" else 512
 
+    def check(self) -> None:
+        """Build the GRPOConfig once (no training) so that an inconsistent setting fails before
+        any work, e.g. a batch that does not divide into groups of num_generations."""
+        from trl import GRPOConfig
+
+        try:
+            GRPOConfig(**self.grpo_kwargs("unused-output-dir"))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"training config ({self.preset} preset): {exc}") from None
+
     def grpo_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
         """Keyword arguments of TRL's `GRPOConfig` for this preset."""
         import torch

@@ -135,6 +135,7 @@ def preflight(params: TrainingParams) -> Ready:
     StorageError / ProblemSetError naming what to pass."""
     storage = open_storage(params.storage)
     storage.check()
+    check_training(params.training)
     found = find_trajectories(params.trajectories, params.storage)
     model = params.model or found.engine.get("model")
     if found.engine.get("kind") == "litellm" and not params.model:
@@ -148,6 +149,13 @@ def preflight(params: TrainingParams) -> Ready:
             "a directory saved with save_pretrained"
         )
     return Ready(trajectories=found, model=str(model), model_identity=model_identity(model))
+
+
+def check_training(config: TrainingConfig) -> None:
+    try:
+        config.check()
+    except ValueError as exc:
+        raise ProblemSetError(f"{exc} (set the GRPOConfig field with --set KEY=VALUE)") from None
 
 
 def find_trajectories(where: str, storage_config: StorageConfig) -> Trajectories:

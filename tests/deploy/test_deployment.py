@@ -1,6 +1,7 @@
-"""The `data` deployment end to end, as an operator runs it (issue 5): a real Prefect server,
+"""Deployments end to end, as an operator runs them (issue 5): a real Prefect server,
 `prefect deploy` from `prefect.yaml`, a process worker on `cpu-pool`, `prefect deployment run`,
-and the run's problem sets and artifacts checked afterwards.
+and the run's outputs and artifacts checked afterwards: the `data` deployment, and every
+deployment registered with the `pipeline` one run to completion.
 
 Every Prefect process gets an explicit environment (its own PREFECT_HOME and PREFECT_API_URL,
 no PREFECT_* inherited), so this test never touches the session's `prefect_harness`.
@@ -133,6 +134,30 @@ def stop(proc: subprocess.Popen) -> None:
             continue
 
 
+def run_deployment(env: dict[str, str], name: str, params: dict) -> str:
+    """`prefect deployment run NAME --params ...`; returns the flow run id."""
+    out = prefect(env, "deployment", "run", name, "--params", json.dumps({"params": params}))
+    match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
+    assert match, out
+    return match.group(1)
+
+
+def wait_for(env: dict[str, str], flow_run_id: str, logs: Path, timeout: float = RUN_TIMEOUT):
+    """The run's final state, message and artifact keys (polled in a child process)."""
+    poll = subprocess.run(
+        [sys.executable, "-c", POLL, flow_run_id, str(timeout)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
+    )
+    assert poll.returncode == 0, poll.stderr + tail(logs / "worker.log")
+    result = json.loads(poll.stdout.strip().splitlines()[-1])
+    assert result["state"] == "COMPLETED", f"{result}\n" + tail(logs / "worker.log")
+    return result
+
+
 def tail(log: Path, n: int = 60) -> str:
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     return f"--- {log.name} ---\n" + "\n".join(lines[-n:])
@@ -180,29 +205,13 @@ def test_data_deployment_runs_on_a_worker(server, tmp_path):
     worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
     try:
         params = {
-            "params": {
-                "sources": SAMPLE_SOURCES,
-                "rules": {"min_tests": 1},
-                "sandbox": {"backend": "namespace", "concurrency": 2},
-                "storage": {"url": str(storage)},
-            }
+            "sources": SAMPLE_SOURCES,
+            "rules": {"min_tests": 1},
+            "sandbox": {"backend": "namespace", "concurrency": 2},
+            "storage": {"url": str(storage)},
         }
-        out = prefect(env, "deployment", "run", "data/data", "--params", json.dumps(params))
-        match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
-        assert match, out
-        flow_run_id = match.group(1)
-
-        poll = subprocess.run(
-            [sys.executable, "-c", POLL, flow_run_id, str(RUN_TIMEOUT)],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT + 60,
-        )
-        assert poll.returncode == 0, poll.stderr + tail(logs / "worker.log")
-        result = json.loads(poll.stdout.strip().splitlines()[-1])
-        assert result["state"] == "COMPLETED", f"{result}\n" + tail(logs / "worker.log")
+        flow_run_id = run_deployment(env, "data/data", params)
+        result = wait_for(env, flow_run_id, logs)
     finally:
         stop(worker)
 
@@ -217,3 +226,60 @@ def test_data_deployment_runs_on_a_worker(server, tmp_path):
     # and the run reported its counts as artifacts
     assert result["artifacts"].get("data-counts") == "table", result
     assert result["artifacts"].get("data-summary") == "markdown", result
+
+
+DEPLOYMENTS = (
+    "data/data",
+    "trajectories/trajectories",
+    "trajectories/nightly-evaluation",
+    "training/training",
+    "pipeline/pipeline",
+    "pipeline/pipeline-gpu",
+)
+
+
+@pytest.mark.slow
+def test_every_deployment_registers_and_the_pipeline_runs_on_a_worker(
+    server, tmp_path, fitted_model
+):
+    env, logs = server
+    storage = tmp_path / "storage"
+    for pool in ("cpu-pool", "gpu-pool"):
+        prefect(env, "work-pool", "create", pool, "--type", "process")
+    out = prefect(env, "--no-prompt", "deploy", "--all", timeout=240)
+    for name in DEPLOYMENTS:
+        assert name in out, (name, out)
+
+    worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
+    try:
+        # the deployment's embedded default, smaller: the session's fitted model stands in for
+        # the 60 s fit (the same recipe), fewer problems, one GRPO step
+        params = {
+            "reference": str(fitted_model["path"]),
+            "train_limit": 8,
+            "eval_limit": 6,
+            "training": {
+                "preset": "tiny",
+                "max_steps": 1,
+                "overrides": {
+                    "num_generations": 4,
+                    "per_device_train_batch_size": 4,
+                    "max_completion_length": 96,
+                },
+            },
+            "sandbox": {"backend": "namespace", "concurrency": 2},
+            "storage": {"url": str(storage)},
+        }
+        flow_run_id = run_deployment(env, "pipeline/pipeline", params)
+        result = wait_for(env, flow_run_id, logs, timeout=600)
+    finally:
+        stop(worker)
+
+    assert {"pipeline-stages", "pipeline-before-after", "pipeline-summary"} <= set(
+        result["artifacts"]
+    ), result
+    summary = json.loads(next(storage.glob("pipeline/*/summary.json")).read_text())
+    assert [s["stage"] for s in summary["stages"]][-1] == "evaluation after (test set, trained)"
+    assert {r["turn"] for r in summary["before_after"]} == {0, 1, 2}
+    training = next(storage.glob("training/*/MANIFEST.json")).parent
+    assert (training / "config.json").exists() and (training / "log_history.json").exists()

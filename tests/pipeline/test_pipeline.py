@@ -146,6 +146,12 @@ def test_cli_rejects_a_missing_reference_before_any_work(tmp_path, capsys):
     assert not (storage / "datasets").exists()
     assert main(["--max-steps", "0", "--storage", str(storage)]) == 2
     assert "max_steps" in capsys.readouterr().err
+    # a GRPO batch that does not split into groups fails here, not after fitting and sampling
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"training": {"overrides": {"num_generations": 3}}}))
+    assert main(["--config", str(config), "--storage", str(storage)]) == 2
+    assert "divisible by num_generations" in capsys.readouterr().err
+    assert not (storage / "datasets").exists()
 
 
 def test_cli_help(capsys):
