@@ -16,8 +16,9 @@ Mapping notes (TRL 1.16):
 - 128 prompts x 16 samples = `generation_batch_size` 2048 completions; mini-batch 64 prompts =
   1024 completions per optimizer step (`per_device_train_batch_size` x processes x grad accum),
   so 2 optimizer steps per generation batch (`steps_per_generation` = 2 x grad accum).
-- vLLM rollouts (`use_vllm`) and validation sampling (temperature 0.6 / top-p 0.95) are not set
-  here.
+- Generation: `generation` picks vLLM (colocated or a `trl vllm-serve` server) when vLLM is
+  importable, transformers otherwise (`paged`: continuous batching); LoRA via `lora` (peft).
+  Validation sampling (temperature 0.6 / top-p 0.95) is not set here.
 """
 
 from __future__ import annotations
@@ -35,6 +36,35 @@ from tasks.trajectories import extract_code
 
 Preset = Literal["paper", "tiny"]
 Mode = Literal["single_turn", "cobalt"]
+Generation = Literal["auto", "transformers", "paged", "vllm_colocate", "vllm_server"]
+
+
+class LoraSettings(BaseModel):
+    """LoRA adapters (peft) instead of full fine-tuning; merged into the saved model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    r: int = Field(16, ge=1, description="Adapter rank.")
+    alpha: int = Field(32, ge=1, description="Scaling numerator (lora_alpha).")
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] | str = Field("all-linear", description="peft target_modules.")
+
+    def peft_config(self) -> Any:
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.r,
+            lora_alpha=self.alpha,
+            lora_dropout=self.dropout,
+            target_modules=self.target_modules,
+            task_type="CAUSAL_LM",
+        )
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
 
 
 class TrainingConfig(BaseModel):
@@ -50,6 +80,15 @@ class TrainingConfig(BaseModel):
         1, ge=1, description="Training processes (GPUs) for the paper preset."
     )
     max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
+    generation: Generation = Field(
+        "auto",
+        description="How GRPO samples: 'vllm_colocate' (vLLM in the training process), "
+        "'vllm_server' (a `trl vllm-serve` server: vllm_server_base_url), 'paged' "
+        "(transformers continuous batching), 'transformers' (generate). auto: vLLM colocated "
+        "when vLLM is importable and a GPU is present, else transformers.",
+    )
+    vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
+    lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
     save_steps: int | None = Field(
         None,
         ge=1,
@@ -127,7 +166,26 @@ class TrainingConfig(BaseModel):
         if self.save_steps is not None:
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
             kwargs.setdefault("save_total_limit", 2)
-        return kwargs | self.overrides
+        return kwargs | self.generation_kwargs(gpu) | self.overrides
+
+    def generation_kwargs(self, gpu: bool) -> dict[str, Any]:
+        """GRPOConfig fields of the chosen generation backend."""
+        mode = self.generation
+        if mode == "auto":
+            mode = "vllm_colocate" if gpu and vllm_available() else "transformers"
+        if mode.startswith("vllm") and not vllm_available():
+            raise ValueError(f"generation={mode!r} needs vLLM: pip install '.[gpu]'")
+        if mode == "vllm_colocate":
+            return {"use_vllm": True, "vllm_mode": "colocate"}
+        if mode == "vllm_server":
+            if not self.vllm_server_base_url:
+                raise ValueError("generation='vllm_server' needs vllm_server_base_url")
+            return {
+                "use_vllm": True,
+                "vllm_mode": "server",
+                "vllm_server_base_url": self.vllm_server_base_url,
+            }
+        return {"use_transformers_paged": mode == "paged"}
 
 
 # --- rewards -------------------------------------------------------------------------------------
@@ -316,8 +374,12 @@ def train(
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=list(callbacks),
+            peft_config=config.lora.peft_config() if config.lora else None,
         )
         trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
-    trainer.save_model(str(output_dir))
+    if config.lora:  # a plain model for the engines: adapters merged into the weights
+        trainer.model.merge_and_unload().save_pretrained(str(output_dir))
+    else:
+        trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
     return list(trainer.state.log_history)
