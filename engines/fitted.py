@@ -4,10 +4,10 @@
 (its BPE tokenizer trained on the built-in corpus plus the synthetic prompts, programs and the
 pipeline's feedback turns), then fits it with TRL's `SFTTrainer` on problems of the seen kinds in
 the conversations the pipeline shows it with `system_prompt=''` (instruction -> one line of
-reasoning and the reference program; a quarter of them as a repair: a wrong program, the
-sandbox's feedback words, then the right one; a quarter repeating the right program after the
-all-passed feedback), stopping after a wall-time budget, and saves model and tokenizer with
-`save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with the same recipe
+reasoning and the reference program; a quarter of them after a repair: a wrong program and the
+sandbox's feedback words; independently a quarter after the right program and the all-passed
+feedback), stopping after `max_steps` optimizer steps (the same model on any machine) or a
+wall-time budget, and saves model and tokenizer with `save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with the same recipe
 returns the saved model at once.
 """
 
@@ -51,6 +51,7 @@ def fit_tiny_model(
     path: str | Path,
     seed: int = 0,
     seconds_budget: float = 60.0,
+    max_steps: int | None = None,
     *,
     n_examples: int = 3000,
     held_out: tuple[str, ...] | None = None,
@@ -66,8 +67,10 @@ def fit_tiny_model(
     batch_size: int = 8,
     max_epochs: int = 50,
     threads: int | None = None,
+    device: str = "cpu",
 ) -> Path:
-    """Fit (or reuse) the tiny model in `path`; returns `path`."""
+    """Fit (or reuse) the tiny model in `path`; returns `path`. `device`: "cpu" (the default,
+    float32) or "cuda" (bf16 mixed precision; part of the recipe, so not the CPU model's hash)."""
     from tasks import synthetic
 
     path = Path(path)
@@ -75,6 +78,7 @@ def fit_tiny_model(
     recipe = _recipe(
         seed=seed,
         seconds_budget=seconds_budget,
+        **({} if max_steps is None else {"max_steps": max_steps}),
         n_examples=n_examples,
         held_out=list(held),
         vocab_size=vocab_size,
@@ -88,6 +92,7 @@ def fit_tiny_model(
         keep_share=keep_share,
         batch_size=batch_size,
         max_epochs=max_epochs,
+        **({} if device == "cpu" else {"device": device}),
     )
     cached = cached_recipe(path)
     if cached is not None and cached.get("hash") == recipe["hash"]:
@@ -138,11 +143,13 @@ def fit_tiny_model(
     budget = max(1.0, seconds_budget - (fit_started - started))
 
     class _TimeBudget(TrainerCallback):
-        """Cosine learning-rate decay over wall time; stop when the budget is spent."""
+        """Cosine learning-rate decay over the steps (max_steps) or else the wall time; stop
+        at max_steps or when the time budget is spent, whichever comes first."""
 
         def on_step_end(self, args, state, control, optimizer=None, **kwargs):
-            frac = (time.monotonic() - fit_started) / budget
-            if frac >= 1.0:
+            elapsed = (time.monotonic() - fit_started) / budget
+            frac = elapsed if max_steps is None else state.global_step / max_steps
+            if frac >= 1.0 or elapsed >= 1.0:
                 control.should_training_stop = True
                 return control
             if optimizer is not None:
@@ -166,8 +173,8 @@ def fit_tiny_model(
         logging_steps=50,
         save_strategy="no",
         report_to="none",
-        use_cpu=True,
-        bf16=False,
+        use_cpu=device == "cpu",
+        bf16=device != "cpu",
         gradient_checkpointing=False,
         seed=seed,
         data_seed=seed,
@@ -208,8 +215,9 @@ def conversation(
 ) -> dict:
     """One SFT row: the instruction (no system prompt), then the reference answer. With
     probability `repair_share` a repair comes first: a program of another operation on the same
-    input format and the feedback turn the sandbox gives on its first failing public test; with
-    probability `keep_share` the right program, the all-tests-passed feedback, and it again."""
+    input format and the feedback turn the sandbox gives on its first failing public test; then,
+    with probability `keep_share` (independently: some rows have both, two turns deep), the
+    right program and the all-tests-passed feedback before it is given again."""
     from sandbox.feedback import test_report
     from tasks import synthetic
     from tasks.trajectories import failed_feedback, passed_feedback
@@ -219,10 +227,7 @@ def conversation(
     prompt = [{"role": "user", "content": problem.instruction}]
     tests = problem.public_tests
     others = [k for k in kinds if k.endswith("/" + kind.split("/")[1]) and k != kind]
-    draw = rng.random()
-    if draw < keep_share:
-        prompt += [answer, {"role": "user", "content": passed_feedback(len(tests.inputs))}]
-    elif draw < keep_share + repair_share and others:
+    if others and rng.random() < repair_share:
         wrong = rng.choice(others)
         for index, (given, expected) in enumerate(zip(tests.inputs, tests.outputs, strict=True)):
             actual = synthetic.output_of(wrong, given)
@@ -233,4 +238,6 @@ def conversation(
                     {"role": "user", "content": failed_feedback(report, index, len(tests.inputs))},
                 ]
                 break
+    if rng.random() < keep_share:
+        prompt += [answer, {"role": "user", "content": passed_feedback(len(tests.inputs))}]
     return {"prompt": prompt, "completion": [answer]}

@@ -64,8 +64,13 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     before = named(flow_run_name="evaluation-before")(
         params.trajectories(sets, params.eval_table, model, "eval")
     )
+    perturbed = None
+    if params.bandit.perturbed_ratio > 0:  # SPEC §1.7: trajectories with wrong public tests
+        perturbed = named(flow_run_name="trajectories-perturbed")(
+            params.trajectories(sets, params.train_table, model, "train", perturbed=True)
+        ).evaluation.uri
     trained = training_flow.with_options(flow_run_name="training")(
-        params.training_params(collected.evaluation.uri, model)
+        params.training_params(collected.evaluation.uri, model, perturbed)
     )
     after = named(flow_run_name="evaluation-after")(
         params.trajectories(sets, params.eval_table, trained.model, "eval")
@@ -77,7 +82,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
 
 EPILOG = """\
 The default is the embedded run: samples/synthetic_{train,test}.jsonl (generated list problems,
-scripts/make_synthetic_samples.py), a ~1M-parameter model fitted on CPU for --fit-seconds to
+scripts/make_synthetic_samples.py), a ~1M-parameter model fitted on CPU for --fit-steps to
 24 of the 30 problem kinds, 4 samples x 2 feedback turns, 8 GRPO steps. Other sources as in the
 data flow (--source URI[:KIND][?key=value]); another reference model with --reference DIR.
 Any field of PipelineParams via --config FILE.json (flags override it).
@@ -96,7 +101,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--config", type=Path, help="JSON file with PipelineParams fields")
     arg("--source", action="append", metavar="URI[:KIND]", help="data source (repeatable)")
     arg("--reference", metavar="DIR", help=f"reference model: {FITTED} (default), tiny, or a dir")
-    arg("--fit-seconds", type=float, help="wall-time budget of the tiny model's fit (60)")
+    arg("--fit-steps", type=int, help="optimizer steps of the tiny model's fit (240)")
     arg("--train-limit", type=int, help="only the first N training problems")
     arg("--eval-limit", type=int, help="only the first N evaluation problems")
     arg("--n", type=int, help="samples per problem (4)")
@@ -105,6 +110,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--max-new-tokens", type=int, help="tokens per turn (128)")
     arg("--mode", choices=["cobalt", "single_turn"], help="training mode (cobalt)")
     arg("--max-steps", type=int, help="GRPO optimizer steps (8)")
+    arg("--perturbed-ratio", type=float, help="share of repair contexts from perturbed feedback")
     arg("--device", help="transformers: torch device (auto)")
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
@@ -117,7 +123,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
     if args.source:
         values["sources"] = args.source
-    for flag in ("reference", "fit_seconds", "train_limit", "eval_limit", "eval_turns"):
+    for flag in ("reference", "fit_steps", "train_limit", "eval_limit", "eval_turns"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.work_dir:
@@ -137,6 +143,10 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         training["mode"] = args.mode
     if args.max_steps is not None:
         training["max_steps"] = args.max_steps
+    if args.perturbed_ratio is not None:
+        values.setdefault("bandit", {"max_prompt_tokens": 1024})["perturbed_ratio"] = (
+            args.perturbed_ratio
+        )
     if args.device:
         values.setdefault("engine", {"kind": "transformers", "model": FITTED})["device"] = (
             args.device

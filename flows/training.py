@@ -79,6 +79,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
     arg("--max-prompt-tokens", type=int, help="bandit: longest partial context (10000)")
     arg("--bandit-mode", choices=["train", "validation"], help="bandit sample selection (train)")
+    arg("--perturbed", metavar="DIR", help="evaluation stage of a perturbed-feedback run")
+    arg("--perturbed-ratio", type=float, help="share of repair contexts taken from --perturbed")
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
     arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
@@ -89,7 +91,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     args = parser.parse_args(argv)
 
     values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
-    for flag in ("trajectories", "model", "work_dir"):
+    for flag in ("trajectories", "model", "work_dir", "perturbed"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.refresh:
@@ -119,6 +121,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         bandit["max_prompt_tokens"] = args.max_prompt_tokens
     if args.bandit_mode is not None:
         bandit["mode"] = args.bandit_mode
+    if args.perturbed_ratio is not None:
+        bandit["perturbed_ratio"] = args.perturbed_ratio
     if args.backend is not None:
         values.setdefault("sandbox", {})["backend"] = args.backend
     if args.sandbox_concurrency is not None:

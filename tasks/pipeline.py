@@ -27,6 +27,8 @@ from tasks.trajectory_stages import TINY, TrajectoryParams, TrajectorySummary
 from tasks.verify import SandboxRuntime
 
 FITTED = "fitted"
+FIT_STEPS = 240
+FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
 SYNTHETIC_SOURCES = tuple(
     f"{os.path.relpath(SAMPLES / name)}:taco{query}"
     for name, query in (("synthetic_train.jsonl", ""), ("synthetic_test.jsonl", "?role=test"))
@@ -76,7 +78,12 @@ class PipelineParams(BaseModel):
         f"'{FITTED}' (the tiny model fitted on CPU to the synthetic family, built once into the "
         f"storage), '{TINY}' (the random tiny model), or a local model directory.",
     )
-    fit_seconds: float = Field(60, gt=0, le=3600, description="Wall-time budget of the fit.")
+    fit_steps: int = Field(
+        FIT_STEPS,
+        ge=1,
+        le=100_000,
+        description="Optimizer steps of the reference model's fit (about 75 s on 2 CPU cores).",
+    )
     engine: EngineConfig = Field(
         default_factory=lambda: EngineConfig(kind="transformers", model=FITTED),
         description="Engine options (device, dtype, batch size); its model is the reference.",
@@ -121,7 +128,12 @@ class PipelineParams(BaseModel):
         )
 
     def trajectories(
-        self, problems: str, table: str, model: str, purpose: Literal["train", "eval"]
+        self,
+        problems: str,
+        table: str,
+        model: str,
+        purpose: Literal["train", "eval"],
+        perturbed: bool = False,
     ) -> TrajectoryParams:
         collect = self.collect
         if purpose == "eval":
@@ -129,6 +141,7 @@ class PipelineParams(BaseModel):
         return TrajectoryParams(
             problems=problems,
             table=table,
+            perturbed=perturbed,
             limit=self.train_limit if purpose == "train" else self.eval_limit,
             engine=self.engine.model_copy(update={"model": model}),
             collect=collect,
@@ -139,9 +152,12 @@ class PipelineParams(BaseModel):
             refresh=self.refresh,
         )
 
-    def training_params(self, evaluation_uri: str, model: str) -> TrainingParams:
+    def training_params(
+        self, evaluation_uri: str, model: str, perturbed_uri: str | None = None
+    ) -> TrainingParams:
         return TrainingParams(
             trajectories=evaluation_uri,
+            perturbed=perturbed_uri,
             model=model,
             bandit=self.bandit,
             training=self.training,
@@ -181,7 +197,10 @@ def reference_model(params: PipelineParams) -> str:
 
         path = models_dir(params) / "fitted-seed0"
         get_run_logger().info("fitting (or reusing) the tiny model in %s", path)
-        return str(fit_tiny_model(path, seed=0, seconds_budget=params.fit_seconds))
+        fitted = fit_tiny_model(
+            path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=params.fit_steps
+        )
+        return str(fitted)
     if params.reference == TINY:
         from tasks.trajectory_stages import tiny_model
 

@@ -76,6 +76,14 @@ class BanditConfig(BaseModel):
     )
     feedback_turns: int = Field(FEEDBACK_TURNS, ge=1, description="Deepest context kept (3).")
     seed: int = Field(0, description="Shuffle seed of the rows.")
+    perturbed_ratio: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="Share of the repair contexts (turn depth >= 1) taken from trajectories "
+        "collected with perturbed public-test feedback (SPEC §1.7's mitigation); needs the "
+        "training flow's `perturbed` trajectories. 0: none.",
+    )
 
 
 class TrainingParams(BaseModel):
@@ -87,6 +95,11 @@ class TrainingParams(BaseModel):
         "latest",
         description="'latest' (the newest trajectories run in this storage) or the directory of "
         "a finished evaluation stage (<storage>/trajectories/evaluation/<key>).",
+    )
+    perturbed: str | None = Field(
+        None,
+        description="Evaluation stage directory of a trajectories run with perturbed feedback "
+        "(`flows.trajectories --perturbed`), mixed in at bandit.perturbed_ratio.",
     )
     model: str | None = Field(
         None,
@@ -123,6 +136,7 @@ class Trajectories(BaseModel):
 
 class Ready(BaseModel):
     trajectories: Trajectories
+    perturbed: Trajectories | None = None
     model: str
     model_identity: str
 
@@ -148,7 +162,23 @@ def preflight(params: TrainingParams) -> Ready:
             f"policy model directory {model} not found (it needs config.json): pass --model PATH, "
             "a directory saved with save_pretrained"
         )
-    return Ready(trajectories=found, model=str(model), model_identity=model_identity(model))
+    perturbed = None
+    if params.bandit.perturbed_ratio > 0:
+        if not params.perturbed:
+            raise ProblemSetError(
+                "bandit.perturbed_ratio > 0 needs --perturbed DIR: the evaluation stage of a "
+                "trajectories run with perturbed feedback (python -m flows.trajectories "
+                "--perturbed)"
+            )
+        perturbed = find_trajectories(params.perturbed, params.storage)
+        if not perturbed.problems.perturbed:
+            raise ProblemSetError(f"{params.perturbed} was collected with true feedback")
+    return Ready(
+        trajectories=found,
+        perturbed=perturbed,
+        model=str(model),
+        model_identity=model_identity(model),
+    )
 
 
 def check_training(config: TrainingConfig) -> None:
@@ -226,6 +256,7 @@ class BanditSpec(BaseModel):
 
     key: str
     trajectories: Trajectories
+    perturbed: Trajectories | None = None
     config: BanditConfig
     tokenizer: str = Field(description="Identity of the policy (its tokenizer counts tokens).")
 
@@ -273,6 +304,7 @@ def bandit_spec(params: TrainingParams, ready: Ready) -> BanditSpec:
         "evaluation": ready.trajectories.evaluation.fingerprint,
         "multiturn": ready.trajectories.multiturn.fingerprint,
         "problems": ready.trajectories.problems.fingerprint,
+        "perturbed": ready.perturbed.evaluation.fingerprint if ready.perturbed else None,
         "config": params.bandit.model_dump(mode="json"),
         "tokenizer": ready.model_identity,
         "code": code_version(*BANDIT_CODE),
@@ -280,6 +312,7 @@ def bandit_spec(params: TrainingParams, ready: Ready) -> BanditSpec:
     return BanditSpec(
         key=recipe_key(**recipe),
         trajectories=ready.trajectories,
+        perturbed=ready.perturbed,
         config=params.bandit,
         tokenizer=ready.model_identity,
     )
@@ -328,28 +361,60 @@ def _trajectory_runtime(runtime: Runtime) -> Any:
     )
 
 
-def build_bandit_rows(spec: BanditSpec, runtime: Runtime) -> tuple[list[dict[str, Any]], dict]:
-    """The bandit rows of a trajectories run and their stats (plain: no storage writes)."""
-    found = spec.trajectories
+def _problem_data(found: Trajectories, runtime: Runtime) -> list[Any]:
     problems = load_problems(found.problems, runtime.storage)
     trt = _trajectory_runtime(runtime)
     records = read_stage(found.multiturn, trt, Record)
     evals = read_stage(found.evaluation, trt, EvalRecord)
-    data = [
-        problem_data_from_eval(records[p.id], evals[p.id], p.tests)
+    return [
+        problem_data_from_eval(records[p.id], evals[p.id], p.tests)  # rewards: the true tests
         for p in problems
         if p.id in records and p.id in evals
     ]
-    rows = bandit_rows(
-        data,
-        spec.config.mode,
-        _tokens_counter(runtime.model),
-        seed=spec.config.seed,
-        max_prompt_tokens=spec.config.max_prompt_tokens,
-        feedback_turns=spec.config.feedback_turns,
-    )
+
+
+def build_bandit_rows(spec: BanditSpec, runtime: Runtime) -> tuple[list[dict[str, Any]], dict]:
+    """The bandit rows of a trajectories run and their stats (plain: no storage writes)."""
+    config = spec.config
+    counter = _tokens_counter(runtime.model)
+
+    def rows_of(data: list[Any]) -> list[dict[str, Any]]:
+        return bandit_rows(
+            data,
+            config.mode,
+            counter,
+            seed=config.seed,
+            max_prompt_tokens=config.max_prompt_tokens,
+            feedback_turns=config.feedback_turns,
+        )
+
+    data = _problem_data(spec.trajectories, runtime)
+    rows = rows_of(data)
+    stats = bandit_stats(data, rows)
+    if spec.perturbed is not None and config.perturbed_ratio > 0:
+        extra = [r for r in rows_of(_problem_data(spec.perturbed, runtime)) if _depth(r) > 0]
+        rows, taken = mix_perturbed(rows, extra, config.perturbed_ratio, config.seed)
+        stats["perturbed_contexts"] = taken
+        stats["rows"] = len(rows)
     rows = prepare_rows(rows, "cobalt")  # test_cases as JSON text: one parquet schema
-    return rows, bandit_stats(data, rows)
+    return rows, stats
+
+
+def mix_perturbed(
+    rows: list[dict[str, Any]], perturbed: list[dict[str, Any]], ratio: float, seed: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Add repair contexts from perturbed-feedback trajectories so that they make up `ratio` of
+    all repair contexts (as many as there are, if fewer); returns the rows, reshuffled, and how
+    many were added."""
+    import random
+
+    repairs = sum(1 for r in rows if _depth(r) > 0)
+    wanted = round(ratio / (1 - ratio) * repairs)
+    rng = random.Random(seed)
+    taken = rng.sample(perturbed, min(wanted, len(perturbed)))
+    mixed = rows + [{**r, "example_id": f"{r['example_id']}#perturbed"} for r in taken]
+    rng.shuffle(mixed)
+    return mixed, len(taken)
 
 
 def bandit_stats(data: list[Any], rows: list[dict[str, Any]]) -> dict[str, Any]:

@@ -74,13 +74,14 @@ def s3_bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def fitted_model(tmp_path_factory) -> dict:
-    """The embedded default's reference model, fitted once per session (60 s of CPU): its
-    directory and how long the fit took."""
+    """The embedded default's reference model (the pipeline's recipe), fitted once per session
+    (about 75 s of CPU): its directory and how long the fit took."""
     import time
 
     from engines.fitted import fit_tiny_model
+    from tasks.pipeline import FIT_SECONDS_CAP, FIT_STEPS
 
     path = tmp_path_factory.mktemp("fitted") / "model"
     start = time.monotonic()
-    fit_tiny_model(path, seed=0, seconds_budget=60)
+    fit_tiny_model(path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=FIT_STEPS)
     return {"path": path, "seconds": time.monotonic() - start}

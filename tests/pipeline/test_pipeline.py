@@ -75,7 +75,8 @@ def artifact_keys(flow_run_id: Any) -> set[str]:
 def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted_model):
     storage = tmp_path / "runs"
     reference = str(fitted_model["path"])  # what the default's reference-model task fits
-    state = pipeline_flow(params(storage, reference=reference), return_state=True)
+    bandit = {"max_prompt_tokens": 1024, "perturbed_ratio": 0.2}  # + SPEC §1.7's mitigation
+    state = pipeline_flow(params(storage, reference=reference, bandit=bandit), return_state=True)
     assert state.is_completed(), state.message
     summary = state.result()
     run_id = state.state_details.flow_run_id
@@ -101,15 +102,25 @@ def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted
     history = json.loads((training / "log_history.json").read_text())
     assert [h["step"] for h in history if "loss" in h] == [1, 2]
     assert next(storage.glob("bandit/*/data.parquet")).stat().st_size > 0
+    bandit_stats = json.loads(next(storage.glob("bandit/*/MANIFEST.json")).read_text())["stats"]
+    assert bandit_stats["perturbed_contexts"] >= 0
+    assert bandit_stats["rows"] == int(summary.stages[3]["produced"].split()[0])
     assert Path(summary.plot.removeprefix("file://")).read_bytes()[:4] == b"\x89PNG"
     names = {run.name for run in child_runs(run_id)}
-    assert names == {"data", "trajectories", "evaluation-before", "training", "evaluation-after"}
+    assert names == {
+        "data",
+        "trajectories",
+        "trajectories-perturbed",
+        "evaluation-before",
+        "training",
+        "evaluation-after",
+    }
     assert {"pipeline-stages", "pipeline-before-after", "pipeline-summary"} <= artifact_keys(run_id)
 
     # one more training step: data, trajectories, evaluation before and the bandit dataset are
     # cache hits; training and the evaluation of the new policy run
     more = params(storage).training.model_copy(update={"max_steps": 3})
-    changed = params(storage, reference=reference, training=more.model_dump())
+    changed = params(storage, reference=reference, bandit=bandit, training=more.model_dump())
     state = pipeline_flow(changed, return_state=True)
     assert state.is_completed(), state.message
     states = all_task_states(state.state_details.flow_run_id)

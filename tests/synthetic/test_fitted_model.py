@@ -23,7 +23,7 @@ def test_fit_generate_judge_and_cache(fitted_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = fitted_model["path"]  # fitted once for the session (the pipeline tests use it too)
-    assert fitted_model["seconds"] < 120
+    assert fitted_model["seconds"] < 300
     assert (path / RECIPE_FILE).exists()
     model = AutoModelForCausalLM.from_pretrained(path)
     AutoTokenizer.from_pretrained(path)
@@ -46,5 +46,5 @@ def test_fit_generate_judge_and_cache(fitted_model):
 
     # same recipe: the cache answers at once; another recipe would refit
     start = time.monotonic()
-    assert fit_tiny_model(path, seed=0, seconds_budget=60) == path
+    assert fit_tiny_model(path, seed=0, seconds_budget=900, max_steps=240) == path
     assert time.monotonic() - start < 1.0
