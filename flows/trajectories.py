@@ -114,6 +114,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
         help="chat template's enable_thinking=False",
     )
     arg("--max-prompt-tokens", type=int, help="end a sample whose conversation is longer")
+    arg("--system-prompt", metavar="TEXT", help="system message ('' for none; SPEC's default)")
     arg("--chunk-size", type=int, help="problems per batch; records land per chunk (16)")
     arg("--lanes", type=int, help="lanes per chunk: one is judged while another generates (2)")
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
@@ -184,7 +185,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     ):
         if getattr(args, flag) is not None:
             sampling[name] = getattr(args, flag)
-    for flag in ("turns", "max_prompt_tokens"):
+    for flag in ("turns", "max_prompt_tokens", "system_prompt"):
         if getattr(args, flag) is not None:
             collect[flag] = getattr(args, flag)
     for flag in ("chunk_size", "lanes"):

@@ -188,7 +188,7 @@ def check_reference(params: PipelineParams) -> None:
         )
 
 
-@task(name="reference-model")
+@task(name="reference-model", log_prints=False)  # dill prints `dis` output (see training_stages)
 def reference_model(params: PipelineParams) -> str:
     """The reference model's local directory: fitted (or built) once, reused after."""
     check_reference(params)

@@ -171,3 +171,46 @@ def test_cli_help(capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "--mode {cobalt,single_turn}" in out and "synthetic" in out
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.timeout(600)
+def test_training_flow_on_its_own(tmp_path, fitted_model, capsys):
+    """`python -m flows.training` after a trajectories run: latest trajectories, their model,
+    single-turn GRPO; a directory that is not an evaluation stage is refused before any work."""
+    from flows.training import main as training_main
+    from flows.trajectories import main as trajectories_main
+
+    storage = str(tmp_path / "runs")
+    common = ["--storage", storage, "--backend", "namespace", "--sandbox-concurrency", "2"]
+    assert training_main(common) == 2
+    assert "no trajectories" in capsys.readouterr().err
+    code = trajectories_main(
+        [
+            "--problems",
+            "samples/synthetic_train.jsonl:taco",
+            "--limit",
+            "6",
+            "--model",
+            str(fitted_model["path"]),
+            "--n",
+            "4",
+            "--turns",
+            "1",
+            "--max-new-tokens",
+            "96",
+            "--system-prompt",
+            "",  # the fitted model knows no system prompt
+            *common,
+        ]
+    )
+    assert code == 0
+    capsys.readouterr()
+    assert training_main([*common, "--trajectories", storage]) == 2
+    assert "not a finished evaluation stage" in capsys.readouterr().err
+    args = ["--mode", "single_turn", "--max-steps", "1", "--set", "max_completion_length=64"]
+    assert training_main([*common, *args]) == 0
+    out = capsys.readouterr().out
+    assert "single_turn GRPO, 1 steps" in out
+    model = out.split("model: ")[1].split()[0]
+    assert Path(model, "config.json").exists()
