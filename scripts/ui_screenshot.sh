@@ -11,7 +11,7 @@
 # 2. runs COMMAND against it (PREFECT_API_URL set, in the current directory); its output goes
 #    to the terminal; a failing COMMAND still gets its screenshots, and its exit status is the
 #    script's;
-# 3. finds the newest started flow run through the API (POST /api/flow_runs/filter) and takes
+# 3. finds the newest started top-level flow run through the API (POST /api/flow_runs/filter) and takes
 #    PNG screenshots with a headless Chromium:
 #      OUT.png                    the flow run page, /runs/flow-run/<id> (run graph + logs)
 #      OUT-artifacts.png          its Artifacts tab, /v2/runs/flow-run/<id>?tab=Artifacts (the
@@ -150,7 +150,9 @@ def post(path, body):
         return json.load(resp)
 
 runs = post("/flow_runs/filter", {
-    "flow_runs": {"start_time": {"is_null_": False}},
+    # the newest top-level run (a flow run of the command, not one of its subflow runs)
+    "flow_runs": {"start_time": {"is_null_": False},
+                  "parent_task_run_id": {"is_null_": True}},
     "sort": "START_TIME_DESC", "limit": 1,
 })
 if not runs:
