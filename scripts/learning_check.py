@@ -124,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     arg("--smoke", action="store_true", help="tiny CPU settings (overrides the sizes below)")
     arg("--work", type=Path, help="keep models and records here (default: temporary, removed)")
     arg("--seed", type=int, default=0)
+    arg("--rl-bf16", action="store_true", help="GRPO under bf16 autocast (default: float32)")
     arg("--device", default="auto", help="torch device for generation and SFT (auto: cuda if any)")
     arg("--backend", default="namespace", choices=["auto", "docker", "namespace"])
     arg("--sandbox-concurrency", type=int, default=os.cpu_count() or 1)
@@ -358,6 +359,8 @@ def train_mode(
             "temperature": args.rl_temperature,
             "logging_steps": 1,
             "save_strategy": "no",
+            # float32 by default: bf16 autocast crashed a run (NaN sampling probabilities, seed 1)
+            **({} if args.rl_bf16 else {"bf16": False}),
         },
     )
     tokenizer = AutoTokenizer.from_pretrained(str(model))
