@@ -4,6 +4,7 @@ start on a busy machine."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -11,7 +12,12 @@ from typing import Any
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 from pydantic import ValidationError
 
-EPHEMERAL_START_S = 90  # Prefect's 20 s default is too short on a loaded 2-core machine
+EPHEMERAL_START_S = 90
+STORAGE_FLAGS = (
+    ("storage", "url"),
+    ("endpoint_url", "endpoint_url"),
+    ("storage_block", "block"),
+)  # Prefect's 20 s default is too short on a loaded 2-core machine
 
 
 def run_flow_cli(
@@ -35,3 +41,19 @@ def run_flow_cli(
         summary = flow(params)
     print(render(summary))
     return 0
+
+
+def add_storage_args(parser: argparse.ArgumentParser) -> None:
+    """--storage, --endpoint-url, --storage-block: the StorageConfig every flow takes."""
+    arg = parser.add_argument
+    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
+    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint, e.g. http://minio:9000")
+    arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
+
+
+def storage_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
+    """Put the storage flags given into `values["storage"]` (over a --config file's)."""
+    storage = values.setdefault("storage", {})
+    for flag, field in STORAGE_FLAGS:
+        if getattr(args, flag, None) is not None:
+            storage[field] = getattr(args, flag)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.cli import run_flow_cli
+from flows.cli import add_storage_args, run_flow_cli, storage_values
 from tasks.data import DataParams, DataSummary, Stages, preflight, report
 from tasks.sources import SourceError
 from tasks.storage import StorageError
@@ -60,9 +60,7 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
     arg = parser.add_argument
     arg("--source", action="append", metavar="SPEC", help="a source (repeat); see below")
     arg("--config", type=Path, help="JSON file with DataParams fields (flags override it)")
-    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
-    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint, e.g. http://minio:9000")
-    arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
+    add_storage_args(parser)
     arg("--refresh", action="store_true", help="recompute every task, ignoring cached results")
     arg("--min-tests", type=int, help="drop problems with fewer tests (paper: 8)")
     arg("--max-tests", type=int, help="keep at most this many tests (paper: 20)")
@@ -80,14 +78,7 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
     samples = "sources" not in values
     if samples:
         print("no --source: the bundled samples, with min_tests=1 (sample profile)")
-    storage = values.setdefault("storage", {})
-    for flag, field in (
-        ("storage", "url"),
-        ("endpoint_url", "endpoint_url"),
-        ("storage_block", "block"),
-    ):
-        if getattr(args, flag) is not None:
-            storage[field] = getattr(args, flag)
+    storage_values(args, values)
     for flag, section, field in (
         ("min_tests", "rules", "min_tests"),
         ("max_tests", "rules", "max_tests"),

@@ -21,7 +21,7 @@ from typing import Any
 from prefect import flow
 
 from engines import MissingAPIKeyError
-from flows.cli import run_flow_cli
+from flows.cli import add_storage_args, run_flow_cli, storage_values
 from flows.data import data_flow
 from flows.training import training_flow
 from flows.trajectories import trajectories_flow
@@ -114,8 +114,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--device", help="transformers: torch device (auto)")
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
-    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
-    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint")
+    add_storage_args(parser)
     arg("--work-dir", metavar="DIR", help="local models/spools for S3 runs (~/.cache/cobalt)")
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
@@ -155,11 +154,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         values.setdefault("sandbox", {})["backend"] = args.backend
     if args.sandbox_concurrency is not None:
         values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
-    storage = values.setdefault("storage", {})
-    if args.storage:
-        storage["url"] = args.storage
-    if args.endpoint_url:
-        storage["endpoint_url"] = args.endpoint_url
+    storage_values(args, values)
     return PipelineParams.model_validate(values)
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from prefect import flow
 
-from flows.cli import run_flow_cli
+from flows.cli import add_storage_args, run_flow_cli, storage_values
 from tasks.storage import StorageError
 from tasks.training_stages import (
     EmptyStageError,
@@ -83,9 +83,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--perturbed-ratio", type=float, help="share of repair contexts taken from --perturbed")
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
-    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
-    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint")
-    arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
+    add_storage_args(parser)
     arg("--work-dir", metavar="DIR", help="local checkpoints/models for S3 runs (~/.cache/cobalt)")
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
@@ -127,14 +125,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         values.setdefault("sandbox", {})["backend"] = args.backend
     if args.sandbox_concurrency is not None:
         values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
-    storage = values.setdefault("storage", {})
-    for flag, name in (
-        ("storage", "url"),
-        ("endpoint_url", "endpoint_url"),
-        ("storage_block", "block"),
-    ):
-        if getattr(args, flag) is not None:
-            storage[name] = getattr(args, flag)
+    storage_values(args, values)
     return TrainingParams.model_validate(values)
 
 

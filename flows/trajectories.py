@@ -24,7 +24,7 @@ from typing import Any
 from prefect import flow
 
 from engines import MissingAPIKeyError
-from flows.cli import run_flow_cli
+from flows.cli import add_storage_args, run_flow_cli, storage_values
 from tasks.storage import StorageError
 from tasks.tables import markdown_table
 from tasks.trajectory_stages import (
@@ -122,9 +122,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     arg("--timeout", type=float, help="seconds per test (4)")
     arg("--llm-limit", metavar="NAME", help="Prefect global concurrency limit for the endpoint")
     arg("--sandbox-limit", metavar="NAME", help="Prefect global concurrency limit for judging")
-    arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
-    arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint, e.g. http://minio:9000")
-    arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
+    add_storage_args(parser)
     arg("--work-dir", metavar="DIR", help="local spool for S3 runs (~/.cache/cobalt)")
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
@@ -144,14 +142,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     for flag in ("perturbed", "refresh"):
         if getattr(args, flag):
             values[flag] = True
-    storage = values.setdefault("storage", {})
-    for flag, name in (
-        ("storage", "url"),
-        ("endpoint_url", "endpoint_url"),
-        ("storage_block", "block"),
-    ):
-        if getattr(args, flag) is not None:
-            storage[name] = getattr(args, flag)
+    storage_values(args, values)
     engine = dict(values.get("engine") or {"kind": "transformers", "model": TINY})
     for flag, name in (
         ("engine", "kind"),

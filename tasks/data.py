@@ -18,13 +18,14 @@ from typing import Any
 
 import fsspec
 from prefect import get_run_logger, task
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.caching import bind, code_version, content_policy
 from tasks.cleaning import CleanRules, clean_problems
 from tasks.sources import (
     LoadConfig,
     SourceError,
+    Sources,
     SourceSpec,
     hub_hint,
     infer_kind,
@@ -53,7 +54,7 @@ class DataParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceSpec] = Field(
+    sources: Sources = Field(
         min_length=1, description="Sources: SourceSpec objects or 'URI[:KIND][?key=value&...]'."
     )
     storage: StorageConfig = Field(default_factory=StorageConfig)
@@ -66,13 +67,6 @@ class DataParams(BaseModel):
         7, gt=0, description="Hub fetches are reused this long, then refetched (new releases)."
     )
     refresh: bool = Field(False, description="Recompute every task, ignoring cached results.")
-
-    @field_validator("sources", mode="before")
-    @classmethod
-    def _parse(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [SourceSpec.parse(v) if isinstance(v, str) else v for v in value]
-        return value
 
     @model_validator(mode="after")
     def _unique(self) -> DataParams:

@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import get_run_logger, task
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from engines import EngineConfig, SamplingConfig
 from tasks.cleaning import CleanRules
 from tasks.data import SAMPLES, DataParams, DataSummary
 from tasks.evaluation import plot_pass_at_1
-from tasks.sources import SourceSpec
-from tasks.storage import StorageConfig, open_storage
+from tasks.sources import Sources, SourceSpec
+from tasks.storage import StorageConfig, default_work_dir, open_storage
 from tasks.tables import markdown_table
 from tasks.training import TrainingConfig
 from tasks.training_stages import BanditConfig, EmptyStageError, TrainingParams, TrainingSummary
@@ -66,7 +66,7 @@ class PipelineParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[SourceSpec] = Field(
+    sources: Sources = Field(
         default_factory=lambda: [SourceSpec.parse(s) for s in SYNTHETIC_SOURCES],
         min_length=1,
         description="Data sources (see the data flow); default: the bundled synthetic problems.",
@@ -103,19 +103,10 @@ class PipelineParams(BaseModel):
     sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     work_dir: str = Field(
-        default_factory=lambda: os.environ.get(
-            "COBALT_WORK_DIR", str(Path.home() / ".cache" / "cobalt")
-        ),
+        default_factory=default_work_dir,
         description="Local directory for models and spools when storage is S3.",
     )
     refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
-
-    @field_validator("sources", mode="before")
-    @classmethod
-    def _parse(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [SourceSpec.parse(v) if isinstance(v, str) else v for v in value]
-        return value
 
     # --- what each chained flow gets ------------------------------------------------------------
     def data(self) -> DataParams:

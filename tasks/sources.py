@@ -26,10 +26,17 @@ import zlib
 from collections.abc import Iterable, Iterator
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import parse_qsl
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
 from sandbox import TestSuite
 from sandbox.formats import taco_tests
@@ -155,6 +162,16 @@ class SourceSpec(BaseModel):
                 "name": self.name,
             }
         )
+
+
+def parse_sources(value: Any) -> Any:
+    """Sources as given (SourceSpec objects, dicts or 'URI[:KIND][?key=value]' strings)."""
+    if isinstance(value, list):
+        return [SourceSpec.parse(v) if isinstance(v, str) else v for v in value]
+    return value
+
+
+Sources = Annotated[list[SourceSpec], BeforeValidator(parse_sources)]
 
 
 def _stem(uri: str) -> str:

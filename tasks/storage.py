@@ -103,6 +103,12 @@ class DatasetRef(BaseModel):
         return sum(t.rows for t in self.tables.values())
 
 
+def default_work_dir() -> str:
+    """Local scratch for S3 runs (spools, checkpoints, models): $COBALT_WORK_DIR or
+    ~/.cache/cobalt."""
+    return os.environ.get("COBALT_WORK_DIR", str(Path.home() / ".cache" / "cobalt"))
+
+
 def recipe_key(**recipe: Any) -> str:
     """The content address of a dataset: a hash of everything that determines its content."""
     text = json.dumps(recipe, sort_keys=True, default=str)

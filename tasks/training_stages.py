@@ -29,7 +29,7 @@ from sandbox import SandboxConfig
 from tasks.bandit import FEEDBACK_TURNS, MAX_PROMPT_TOKENS, bandit_rows, problem_data_from_eval
 from tasks.caching import CodeVersion, bind, code_version
 from tasks.evaluation import EvalRecord
-from tasks.storage import StorageConfig, StorageError, open_storage, recipe_key
+from tasks.storage import StorageConfig, StorageError, default_work_dir, open_storage, recipe_key
 from tasks.tables import markdown_table
 from tasks.training import TrainingConfig, last_checkpoint, prepare_rows, train
 from tasks.trajectories import Record
@@ -111,16 +111,10 @@ class TrainingParams(BaseModel):
     sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     work_dir: str = Field(
-        default_factory=lambda: _default_work_dir(),
+        default_factory=default_work_dir,
         description="Local directory for checkpoints and models when storage is S3.",
     )
     refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
-
-
-def _default_work_dir() -> str:
-    import os
-
-    return os.environ.get("COBALT_WORK_DIR", str(Path.home() / ".cache" / "cobalt"))
 
 
 class Trajectories(BaseModel):

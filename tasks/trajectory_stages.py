@@ -30,7 +30,14 @@ from sandbox import Limits, SandboxConfig, SyncJudge
 from tasks.caching import CodeVersion, bind, code_version
 from tasks.evaluation import EvalRecord, evaluate, plot_pass_at_1, turn_table
 from tasks.problems import Problem, from_table
-from tasks.storage import DatasetRef, StorageConfig, StorageError, open_storage, recipe_key
+from tasks.storage import (
+    DatasetRef,
+    StorageConfig,
+    StorageError,
+    default_work_dir,
+    open_storage,
+    recipe_key,
+)
 from tasks.tables import markdown_table
 from tasks.trajectories import (
     BatchConfig,
@@ -102,9 +109,7 @@ class TrajectoryParams(BaseModel):
         "(flow runs sharing a sandbox host).",
     )
     work_dir: str = Field(
-        default_factory=lambda: os.environ.get(
-            "COBALT_WORK_DIR", str(Path.home() / ".cache" / "cobalt")
-        ),
+        default_factory=default_work_dir,
         description="Local directory for the JSONL being written when storage is S3 (synced "
         "there every checkpoint_s) and for the tiny model (env COBALT_WORK_DIR).",
     )
