@@ -58,6 +58,19 @@ def content_policy(*code: str) -> CachePolicy:
     return policy + TASK_SOURCE + CodeVersion(tuple(code))
 
 
+def stage_policy(*code: str) -> CachePolicy:
+    """The cache policy of a stage task called as `task(key, spec, runtime)`: the stage key (the
+    content address: everything that decides the content) and the code; not the spec's other
+    fields (an initial stage is shared by runs that differ only in feedback tests) nor the
+    runtime (engine endpoint, sandbox, storage)."""
+    return INPUTS - "spec" - "runtime" + TASK_SOURCE + CodeVersion(tuple(code))
+
+
+def from_manifest(manifest: dict[str, Any], model: type[Any]) -> Any:
+    """The ref model (`model`) of a finished stage, from the fields of its manifest."""
+    return model.model_validate({k: v for k, v in manifest.items() if k in model.model_fields})
+
+
 def bind(
     task: Task, storage: Storage, refresh: bool = False, expires: timedelta | None = None
 ) -> Task:

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import Task, get_run_logger, task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandbox import SandboxConfig
 from tasks.bandit import FEEDBACK_TURNS, MAX_PROMPT_TOKENS, bandit_rows, problem_data_from_eval
-from tasks.caching import CodeVersion, bind, code_version
+from tasks.caching import bind, code_version, from_manifest, stage_policy
 from tasks.evaluation import EvalRecord
 from tasks.storage import StorageConfig, StorageError, default_work_dir, open_storage, recipe_key
 from tasks.tables import markdown_table
@@ -203,9 +202,7 @@ def find_trajectories(where: str, storage_config: StorageConfig) -> Trajectories
     spec = manifest.get("spec") or {}
     if spec.get("stage") != "evaluation" or not spec.get("upstream"):
         raise ProblemSetError(f"{where} holds a {spec.get('stage')!r} stage, not 'evaluation'")
-    evaluation = TrajectoryRef.model_validate(
-        {k: v for k, v in manifest.items() if k in TrajectoryRef.model_fields}
-    )
+    evaluation = from_manifest(manifest, TrajectoryRef)
     return Trajectories(
         evaluation=evaluation,
         multiturn=TrajectoryRef.model_validate(spec["upstream"]),
@@ -466,7 +463,7 @@ def bandit_stage(spec: BanditSpec, runtime: Runtime) -> BanditRef:
     manifest_path = f"{directory}/{MANIFEST}"
     if not runtime.refresh and st.fs.exists(manifest_path):
         logger.info("bandit: %s is finished already", directory)
-        return _ref_from_manifest(st.read_json(manifest_path), BanditRef)
+        return from_manifest(st.read_json(manifest_path), BanditRef)
     rows, stats = build_bandit_rows(spec, runtime)
     if not rows:
         raise EmptyStageError(empty_reason(stats))
@@ -516,10 +513,6 @@ def _commit(st: Any, manifest_path: str, ref: BaseModel, spec: BaseModel) -> Non
     st.write_atomic(manifest_path, json.dumps(manifest, indent=1, default=str).encode())
 
 
-def _ref_from_manifest(manifest: dict[str, Any], model: type[BaseModel]) -> Any:
-    return model.model_validate({k: v for k, v in manifest.items() if k in model.model_fields})
-
-
 # --- training -------------------------------------------------------------------------------------
 
 
@@ -538,7 +531,7 @@ def training_stage(spec: TrainingSpec, runtime: Runtime) -> PolicyRef:
             st.fs.rm(directory, recursive=True)
     elif st.fs.exists(manifest_path):
         logger.info("training: %s is finished already", directory)
-        return _ref_from_manifest(st.read_json(manifest_path), PolicyRef)
+        return from_manifest(st.read_json(manifest_path), PolicyRef)
     local = (
         Path(directory)
         if runtime.storage.is_local
@@ -679,16 +672,12 @@ def local_model(ref: PolicyRef, storage: StorageConfig, work_dir: str) -> Path:
 # --- tasks: thin cached wrappers ----------------------------------------------------------------
 
 
-def _policy(*code: str):
-    return INPUTS - "spec" - "runtime" + TASK_SOURCE + CodeVersion(tuple(code))
-
-
 # log_prints off: dill (under `datasets`) reads globals by capturing `print` output of `dis`,
 # which Prefect's print patch would turn into pages of log lines (and empty dill's capture)
 @task(
     name="bandit",
     task_run_name="bandit-{key}",
-    cache_policy=_policy(*BANDIT_CODE),
+    cache_policy=stage_policy(*BANDIT_CODE),
     log_prints=False,
 )
 def bandit_task(key: str, spec: BanditSpec, runtime: Runtime) -> BanditRef:
@@ -699,7 +688,7 @@ def bandit_task(key: str, spec: BanditSpec, runtime: Runtime) -> BanditRef:
 @task(
     name="training",
     task_run_name="training-{key}",
-    cache_policy=_policy(*TRAINING_CODE),
+    cache_policy=stage_policy(*TRAINING_CODE),
     retries=1,
     retry_delay_seconds=10,
     log_prints=False,

@@ -22,12 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import Task, get_run_logger, task
-from prefect.cache_policies import INPUTS, TASK_SOURCE
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engines import Engine, EngineConfig, make_engine
 from sandbox import Limits, SandboxConfig, SyncJudge
-from tasks.caching import CodeVersion, bind, code_version
+from tasks.caching import bind, code_version, from_manifest, stage_policy
 from tasks.evaluation import EvalRecord, evaluate, plot_pass_at_1, turn_table
 from tasks.problems import Problem, from_table
 from tasks.storage import (
@@ -542,9 +541,7 @@ def run_stage(
     elif st.fs.exists(manifest_path):
         logger.info("%s: %s is finished already", spec.stage, directory)
         manifest = st.read_json(manifest_path)
-        return TrajectoryRef.model_validate(
-            {k: v for k, v in manifest.items() if k in TrajectoryRef.model_fields}
-        )
+        return from_manifest(manifest, TrajectoryRef)
     if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
         local.parent.mkdir(parents=True, exist_ok=True)
         st.fs.get_file(remote, str(local))
@@ -681,17 +678,10 @@ def evaluation_stage(spec: StageSpec, runtime: Runtime) -> TrajectoryRef:
 # --- tasks: thin cached wrappers ----------------------------------------------------------------
 
 
-def _policy(*code: str):
-    """The stage key (the content address: everything that decides the content) and the code;
-    not the spec's other fields (an initial stage is shared by runs that differ only in
-    feedback tests) nor the runtime (engine endpoint, sandbox, storage)."""
-    return INPUTS - "spec" - "runtime" + TASK_SOURCE + CodeVersion(tuple(code))
-
-
 @task(
     name="initial",
     task_run_name="initial-{key}",
-    cache_policy=_policy(*INITIAL_CODE),
+    cache_policy=stage_policy(*INITIAL_CODE),
     retries=1,
     retry_delay_seconds=5,
 )
@@ -703,7 +693,7 @@ def initial_task(key: str, spec: StageSpec, runtime: Runtime) -> TrajectoryRef:
 @task(
     name="multiturn",
     task_run_name="multiturn-{key}",
-    cache_policy=_policy(*MULTITURN_CODE),
+    cache_policy=stage_policy(*MULTITURN_CODE),
     retries=1,
     retry_delay_seconds=5,
 )
@@ -715,7 +705,7 @@ def multiturn_task(key: str, spec: StageSpec, runtime: Runtime) -> TrajectoryRef
 @task(
     name="evaluation",
     task_run_name="evaluation-{key}",
-    cache_policy=_policy(*EVALUATION_CODE),
+    cache_policy=stage_policy(*EVALUATION_CODE),
     retries=1,
     retry_delay_seconds=5,
 )
