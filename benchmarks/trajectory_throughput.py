@@ -19,7 +19,7 @@ Workload, deterministic for a seed:
   program that computes for a while (a 200k-step loop) before printing a wrong answer. Those
   programs go through the real procedure: judged on the public tests (fail-fast), feedback, next
   turn; then every turn on all tests (the evaluation, reported apart).
-- Procedure: `tasks.trajectories.collect_initial` (n samples per problem) then
+- Procedure: `cobalt.trajectories.collect.collect_initial` (n samples per problem) then
   `collect_multiturn` (--turns feedback turns), exactly as the flow runs them, JSONL records
   fsynced per problem into a temporary directory.
 
@@ -54,6 +54,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file too
     sys.path.insert(0, str(ROOT))
 
+from cobalt.evaluation import evaluate  # noqa: E402
+from cobalt.trajectories.collect import (  # noqa: E402
+    BatchConfig,
+    CollectConfig,
+    collect_initial,
+    collect_multiturn,
+)
 from engines import (  # noqa: E402
     Completion,
     Conversation,
@@ -64,13 +71,6 @@ from engines import (  # noqa: E402
 )
 from sandbox import SandboxConfig, SyncJudge, TestSuite  # noqa: E402
 from sandbox.formats import taco_tests  # noqa: E402
-from tasks.evaluation import evaluate  # noqa: E402
-from tasks.trajectories import (  # noqa: E402
-    BatchConfig,
-    CollectConfig,
-    collect_initial,
-    collect_multiturn,
-)
 
 GOAL_SANDBOX_SHARE = 0.10
 APPS = ROOT / "samples" / "apps_sample.jsonl"
@@ -101,7 +101,7 @@ def {fn}(*args):
 
 @dataclass
 class BenchProblem:
-    """What the trajectory procedure needs of a problem (duck-types tasks.problems.Problem)."""
+    """What the trajectory procedure needs of a problem (duck-types cobalt.problems.Problem)."""
 
     id: str
     difficulty: str

@@ -12,12 +12,29 @@ from typing import Any
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 from pydantic import ValidationError
 
-EPHEMERAL_START_S = 90
+from cobalt.data.sources import SourceError
+from cobalt.errors import EmptyStageError
+from cobalt.reference import ReferenceModelError
+from cobalt.storage import StorageError
+from cobalt.trajectories.problemsets import ProblemSetError
+from engines import MissingAPIKeyError
+
+EPHEMERAL_START_S = 90  # Prefect's 20 s default is too short on a loaded 2-core machine
+# what a user can fix: printed as one line, exit status 2, no traceback
+USER_ERRORS = (
+    StorageError,
+    SourceError,
+    ProblemSetError,
+    EmptyStageError,
+    ReferenceModelError,
+    MissingAPIKeyError,
+    OSError,
+)
 STORAGE_FLAGS = (
     ("storage", "url"),
     ("endpoint_url", "endpoint_url"),
     ("storage_block", "block"),
-)  # Prefect's 20 s default is too short on a loaded 2-core machine
+)
 
 
 def run_flow_cli(
@@ -25,7 +42,6 @@ def run_flow_cli(
     preflight: Callable[[Any], Any],
     flow: Callable[[Any], Any],
     render: Callable[[Any], str],
-    errors: tuple[type[BaseException], ...],
 ) -> int:
     try:
         params = parse()
@@ -33,7 +49,7 @@ def run_flow_cli(
     except ValidationError as exc:
         print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
         return 2
-    except errors as exc:
+    except USER_ERRORS as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     timeout = max(EPHEMERAL_START_S, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())

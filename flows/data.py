@@ -15,11 +15,10 @@ from pathlib import Path
 
 from prefect import flow
 
+from cobalt.data.stages import DataParams, DataSummary, preflight
+from cobalt.tables import markdown_table
 from flows.cli import add_storage_args, run_flow_cli, storage_values
-from tasks.data import DataParams, DataSummary, Stages, preflight, report
-from tasks.sources import SourceError
-from tasks.storage import StorageError
-from tasks.tables import markdown_table
+from tasks.data import Stages, report
 
 
 @flow(name="data", log_prints=True)
@@ -109,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         preflight,
         data_flow,
         lambda summary: f"\n{summary.line}\n\n{markdown_table(summary.table)}",
-        (StorageError, SourceError, OSError),
     )
 
 

@@ -20,32 +20,23 @@ from typing import Any
 
 from prefect import flow
 
-from engines import MissingAPIKeyError
+from cobalt.data import stages as data_stage
+from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets
+from cobalt.reference import FITTED, check_reference
+from cobalt.storage import open_storage
+from cobalt.tables import markdown_table
+from cobalt.training.stages import check_training
 from flows.cli import add_storage_args, run_flow_cli, storage_values
 from flows.data import data_flow
 from flows.training import training_flow
 from flows.trajectories import trajectories_flow
-from tasks import data as data_stage
-from tasks.pipeline import (
-    FITTED,
-    PipelineParams,
-    PipelineSummary,
-    check_reference,
-    check_sets,
-    reference_model,
-    report,
-)
-from tasks.sources import SourceError
-from tasks.storage import StorageError, open_storage
-from tasks.tables import markdown_table
-from tasks.training_stages import EmptyStageError, check_training
-from tasks.trajectory_stages import ProblemSetError
+from tasks.pipeline import reference_model, report
 
 
 def preflight(params: PipelineParams) -> None:
     """Storage usable and every source present, before any work."""
     open_storage(params.storage).check()
-    check_reference(params)
+    check_reference(params.reference)
     check_training(params.training)
     data_stage.preflight(params.data())
 
@@ -171,7 +162,6 @@ def main(argv: list[str] | None = None) -> int:
         preflight,
         pipeline_flow,
         render,
-        (StorageError, SourceError, ProblemSetError, EmptyStageError, MissingAPIKeyError, OSError),
     )
 
 

@@ -24,17 +24,9 @@ from typing import Any
 
 from prefect import flow
 
+from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
 from flows.cli import add_storage_args, run_flow_cli, storage_values
-from tasks.storage import StorageError
-from tasks.training_stages import (
-    EmptyStageError,
-    Stages,
-    TrainingParams,
-    TrainingSummary,
-    preflight,
-    report,
-)
-from tasks.trajectory_stages import ProblemSetError
+from tasks.training import Stages, report
 
 
 @flow(name="training", log_prints=True)
@@ -135,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
         preflight,
         training_flow,
         lambda s: f"\n{s.line}\n\nmodel: {s.model}\nreward curve: {s.policy.plot}",
-        (StorageError, ProblemSetError, EmptyStageError, OSError),
     )
 
 

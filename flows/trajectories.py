@@ -10,7 +10,7 @@ Stages, each a cached task writing a content-addressed JSONL under
 `<storage>/trajectories/<stage>/<key>/` (records.jsonl, MANIFEST.json written last):
 `initial` (turn 0, n samples per problem) -> `multiturn` (feedback turns) -> `evaluation`
 (all tests, every turn) -> report (table artifact, PNG plot in storage, markdown + image artifacts).
-The logic lives in `tasks/trajectories.py` and `tasks/evaluation.py` (no Prefect there).
+The logic lives in `cobalt/trajectories/` and `cobalt/evaluation.py` (no Prefect there).
 """
 
 from __future__ import annotations
@@ -23,20 +23,12 @@ from typing import Any
 
 from prefect import flow
 
-from engines import MissingAPIKeyError
+from cobalt.reference import TINY
+from cobalt.tables import markdown_table
+from cobalt.trajectories.runs import TrajectorySummary
+from cobalt.trajectories.stages import TrajectoryParams, close_engines
 from flows.cli import add_storage_args, run_flow_cli, storage_values
-from tasks.storage import StorageError
-from tasks.tables import markdown_table
-from tasks.trajectory_stages import (
-    TINY,
-    ProblemSetError,
-    Stages,
-    TrajectoryParams,
-    TrajectorySummary,
-    close_engines,
-    preflight,
-    report,
-)
+from tasks.trajectories import Stages, preflight, report
 
 
 @flow(name="trajectories", log_prints=True)
@@ -51,7 +43,7 @@ def trajectories_flow(params: TrajectoryParams) -> TrajectorySummary:
         evaluation = stages.evaluation(multiturn)
     finally:
         close_engines()
-    return report(params, ready, initial, multiturn, evaluation, stages.runtime)
+    return report(params, ready, initial, multiturn, evaluation)
 
 
 # --- CLI ------------------------------------------------------------------------------------------
@@ -197,7 +189,6 @@ def main(argv: list[str] | None = None) -> int:
         preflight,
         trajectories_flow,
         lambda s: f"\n{s.line}\n\n{markdown_table(s.table)}\n\nplot: {s.plot}",
-        (StorageError, ProblemSetError, MissingAPIKeyError, OSError),
     )
 
 

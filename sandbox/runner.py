@@ -3,6 +3,7 @@
 Standard library only, Python 3.11+: it runs on the sandbox image's bare interpreter, started as
 ``python3 -I -S -c <this file's source> <json settings>``. It never sees expected outputs and
 decides no verdicts; it executes and reports. The trusted parent compares outputs.
+Long module: it is sent into the sandbox as one `-c` source, so it stays one file.
 
 Protocol: one JSON object per line on stdin, one JSON reply per line on stdout.
 

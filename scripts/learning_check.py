@@ -5,20 +5,20 @@
 
 Plain Python (no Prefect), built from the repo's own pieces:
 
-1. SFT: `engines.fitted.fit_tiny_model` builds a Qwen2-shaped model (default ~24M parameters:
+1. SFT: `cobalt.reference.fit_tiny_model` builds a Qwen2-shaped model (default ~24M parameters:
    hidden 512, 8 layers, a 1024-token BPE vocabulary trained locally) and fits it with TRL's
-   SFTTrainer to 18 of the synthetic family's 30 kinds (`tasks.synthetic`: 10 list operations x 3
+   SFTTrainer to 18 of the synthetic family's 30 kinds (`cobalt.data.synthetic`: 10 list operations x 3
    input formats), conversations without a system prompt. 12 kinds are held out of SFT: the *RL
    kinds* (`synthetic.HELD_OUT`) and 6 *never-seen kinds* (`UNSEEN_KINDS`, held out of RL too).
-2. The fitted model is the reference model: `tasks.trajectories.collect_initial` +
+2. The fitted model is the reference model: `cobalt.trajectories.collect.collect_initial` +
    `collect_multiturn` (n samples, 2 feedback turns, the real sandbox) on problems of the RL
-   kinds, `tasks.evaluation.evaluate` per turn, then `tasks.bandit.problem_data_from_eval` +
+   kinds, `cobalt.evaluation.evaluate` per turn, then `cobalt.bandit.selection.problem_data_from_eval` +
    `bandit_rows` make the Cobalt contexts. The same rows feed both modes: `single_turn` keeps
-   their turn-0 contexts (`tasks.training.prepare_rows`).
-3. RL: `tasks.training.train` (TRL GRPOTrainer, reward = `CobaltRewards` correctness from the
+   their turn-0 contexts (`cobalt.training.grpo.prepare_rows`).
+3. RL: `cobalt.training.grpo.train` (TRL GRPOTrainer, reward = `CobaltRewards` correctness from the
    tests only, no format term) in `single_turn` and `cobalt` mode from the same SFT model, with the
    same steps x prompts x generations, i.e. the same number of sampled completions;
-   `tasks.step_timing.StepTimer` splits every step into generation, reward wait, optimisation.
+   `cobalt.training.step_timing.StepTimer` splits every step into generation, reward wait, optimisation.
 4. Evaluation: fresh problems of the RL kinds, of the 6 never-seen kinds, and
    (fewer) of the SFT kinds; per-turn Pass@1 (turns 0..2, same multi-turn protocol:
    collect + `evaluate` + `turn_table`) for the SFT model and after each mode, same problems,
@@ -51,19 +51,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from engines import EngineConfig, SamplingConfig, make_engine  # noqa: E402
-from sandbox import SandboxConfig, SyncJudge  # noqa: E402
-from tasks import synthetic  # noqa: E402
-from tasks.bandit import bandit_rows, problem_data_from_eval  # noqa: E402
-from tasks.evaluation import EvalRecord, evaluate, turn_table  # noqa: E402
-from tasks.problems import Problem  # noqa: E402
-from tasks.trajectories import (  # noqa: E402
+from cobalt.bandit.selection import bandit_rows, problem_data_from_eval  # noqa: E402
+from cobalt.data import synthetic  # noqa: E402
+from cobalt.evaluation import EvalRecord, evaluate, turn_table  # noqa: E402
+from cobalt.problems import Problem  # noqa: E402
+from cobalt.trajectories.collect import (  # noqa: E402
     BatchConfig,
     CollectConfig,
-    Record,
     collect_initial,
     collect_multiturn,
 )
+from cobalt.trajectories.records import Record  # noqa: E402
+from engines import EngineConfig, SamplingConfig, make_engine  # noqa: E402
+from sandbox import SandboxConfig, SyncJudge  # noqa: E402
 
 log = logging.getLogger("learning_check")
 
@@ -205,7 +205,7 @@ def eval_problems(args: argparse.Namespace) -> list[Problem]:
 
 
 def fit(args: argparse.Namespace, path: Path, device: str) -> dict[str, Any]:
-    from engines.fitted import RECIPE_FILE, fit_tiny_model
+    from cobalt.reference import RECIPE_FILE, fit_tiny_model
 
     fit_tiny_model(
         path,
@@ -339,8 +339,9 @@ def train_mode(
 ) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from tasks.step_timing import StepTimer
-    from tasks.training import TrainingConfig, prepare_rows, train
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.grpo import prepare_rows, train
+    from cobalt.training.step_timing import StepTimer
 
     batch = args.rl_prompts * args.rl_generations
     config = TrainingConfig(

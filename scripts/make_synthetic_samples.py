@@ -2,7 +2,7 @@
 
     python scripts/make_synthetic_samples.py     # rewrites samples/synthetic_{train,test}.jsonl
 
-TACO-schema rows (`tasks.synthetic.taco_row`), every one of the 30 kinds in turn; `difficulty`
+TACO-schema rows (`cobalt.data.synthetic.taco_row`), every one of the 30 kinds in turn; `difficulty`
 says whether the kind is one the fitted tiny model saw (`seen`) or not (`held_out`). Train and
 test draw their tests from different seeds. Deterministic: rerunning gives the same bytes
 (tests/synthetic checks the committed files against it).
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks import synthetic  # noqa: E402
+from cobalt.data import synthetic  # noqa: E402
 
 FILES = {"synthetic_train.jsonl": (60, 101), "synthetic_test.jsonl": (60, 202)}
 

@@ -1,6 +1,5 @@
-"""Pipeline stages as plain functions with thin Prefect `@task` wrappers.
+"""The Prefect layer: `@task` wrappers of the library's stages (`cobalt/`), their content cache
+policies (caching.py), where Prefect keeps results and cache records (storage.py), and the
+reports as artifacts. Nothing here computes what a stage produces."""
 
-`problems` is the normalised problem record every stage reads; `storage` the one storage setting
-(local directory or S3-compatible) shared by datasets and Prefect's results and cache records;
-`data` the data stage (sources -> clean, verified, versioned problem sets).
-"""
+import tasks.storage  # noqa: F401  (installs the Prefect block loader for storage credentials)

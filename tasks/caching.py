@@ -1,7 +1,8 @@
 """Content-based task caching shared by every flow.
 
 A task's cache key is the hash of its inputs (minus the storage location and runtime knobs),
-its own source (`TASK_SOURCE`) and the source of the modules holding its logic (`CodeVersion`):
+its own source (`TASK_SOURCE`) and the source of the library modules holding its logic
+(`CodeVersion`, through `cobalt.storage.code_version`):
 `TASK_SOURCE` alone only sees the thin `@task` wrapper, so a changed rule in a plain function
 would otherwise be served from cache. No run id is involved, so reruns hit the cache.
 
@@ -10,34 +11,17 @@ would otherwise be served from cache. No run id is involved, so reruns hit the c
 
 from __future__ import annotations
 
-import hashlib
-import importlib
-import inspect
 from dataclasses import dataclass, field
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
 from prefect import Task
 from prefect.cache_policies import INPUTS, TASK_SOURCE, CachePolicy
 
-from tasks.storage import Storage
+from cobalt.storage import Storage, code_version
+from tasks.storage import key_storage, result_storage
 
 RUNTIME_INPUTS = ("storage", "sandbox")  # where/how a task runs, never what it computes
-
-
-@cache
-def code_version(*names: str) -> str:
-    """Hash of the source of modules or functions given by dotted name."""
-    digest = hashlib.sha256()
-    for name in names:
-        try:
-            obj: Any = importlib.import_module(name)
-        except ModuleNotFoundError:
-            module, _, attr = name.rpartition(".")
-            obj = getattr(importlib.import_module(module), attr)
-        digest.update(inspect.getsource(obj).encode())
-    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -66,18 +50,13 @@ def stage_policy(*code: str) -> CachePolicy:
     return INPUTS - "spec" - "runtime" + TASK_SOURCE + CodeVersion(tuple(code))
 
 
-def from_manifest(manifest: dict[str, Any], model: type[Any]) -> Any:
-    """The ref model (`model`) of a finished stage, from the fields of its manifest."""
-    return model.model_validate({k: v for k, v in manifest.items() if k in model.model_fields})
-
-
 def bind(
     task: Task, storage: Storage, refresh: bool = False, expires: timedelta | None = None
 ) -> Task:
     """The task with results and cache records in `storage`, `--refresh` and an expiry applied."""
     options: dict[str, Any] = {
-        "cache_policy": task.cache_policy.configure(key_storage=storage.key_storage()),
-        "result_storage": storage.prefect_result_storage,
+        "cache_policy": task.cache_policy.configure(key_storage=key_storage(storage)),
+        "result_storage": result_storage(storage),
         "persist_result": True,
     }
     if refresh:

@@ -1,313 +1,34 @@
-"""The pipeline's parameters, the parameters each flow it chains gets from them, the reference
-model of the embedded default, and the closing report (what each stage produced; Pass@1 per turn
-before and after training). The flow itself is `flows/pipeline.py`; docs/PIPELINE.md.
-"""
+"""Prefect layer of the pipeline: the reference model as a task, and the closing report (stage
+table, before/after Pass@1 table and plot) as artifacts. The parameters and the summary itself
+are `cobalt/pipeline.py`."""
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
-from typing import Any, Literal
-
 from prefect import get_run_logger, task
-from pydantic import BaseModel, ConfigDict, Field
-
-from engines import EngineConfig, SamplingConfig
-from tasks.cleaning import CleanRules
-from tasks.data import SAMPLES, DataParams, DataSummary
-from tasks.evaluation import plot_pass_at_1
-from tasks.sources import Sources, SourceSpec
-from tasks.storage import StorageConfig, default_work_dir, open_storage
-from tasks.tables import markdown_table
-from tasks.training import TrainingConfig
-from tasks.training_stages import BanditConfig, EmptyStageError, TrainingParams, TrainingSummary
-from tasks.trajectories import BatchConfig, CollectConfig
-from tasks.trajectory_stages import TINY, TrajectoryParams, TrajectorySummary
-from tasks.verify import SandboxRuntime
-
-FITTED = "fitted"
-FIT_STEPS = 240
-FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
-SYNTHETIC_SOURCES = tuple(
-    f"{os.path.relpath(SAMPLES / name)}:taco{query}"
-    for name, query in (("synthetic_train.jsonl", ""), ("synthetic_test.jsonl", "?role=test"))
+from prefect.artifacts import (
+    create_image_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
 )
-# the synthetic statements are short and have exactly 8 tests
-SYNTHETIC_RULES = CleanRules(min_statement_alnum=40)
+
+from cobalt import reference
+from cobalt.data.stages import DataSummary
+from cobalt.pipeline import PipelineParams, PipelineSummary, summarize
+from cobalt.tables import markdown_table
+from cobalt.training.stages import TrainingSummary
+from cobalt.trajectories.runs import TrajectorySummary
 
 
-def _tiny_collect() -> CollectConfig:
-    return CollectConfig(
-        sampling=SamplingConfig(n=4, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
-        turns=2,
-        system_prompt="",
-    )
-
-
-def _tiny_training() -> TrainingConfig:
-    return TrainingConfig(
-        preset="tiny",
-        mode="cobalt",
-        max_steps=8,
-        save_steps=4,
-        overrides={
-            "num_generations": 4,
-            "per_device_train_batch_size": 8,
-            "max_completion_length": 128,
-            "learning_rate": 1e-4,
-        },
-    )
-
-
-class PipelineParams(BaseModel):
-    """Parameters of the pipeline flow, validated before any work starts. The defaults are the
-    embedded run: bundled synthetic problems, the tiny model fitted on CPU, local storage."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    sources: Sources = Field(
-        default_factory=lambda: [SourceSpec.parse(s) for s in SYNTHETIC_SOURCES],
-        min_length=1,
-        description="Data sources (see the data flow); default: the bundled synthetic problems.",
-    )
-    rules: CleanRules = Field(default_factory=lambda: SYNTHETIC_RULES)
-    reference: str = Field(
-        FITTED,
-        description=f"The reference model that collects trajectories and is trained: "
-        f"'{FITTED}' (the tiny model fitted on CPU to the synthetic family, built once into the "
-        f"storage), '{TINY}' (the random tiny model), or a local model directory.",
-    )
-    fit_steps: int = Field(
-        FIT_STEPS,
-        ge=1,
-        le=100_000,
-        description="Optimizer steps of the reference model's fit (about 75 s on 2 CPU cores).",
-    )
-    engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(kind="transformers", model=FITTED),
-        description="Engine options (device, dtype, batch size); its model is the reference.",
-    )
-    train_table: str = Field("train", description="Problem set the trajectories come from.")
-    eval_table: str = Field("test", description="Problem set evaluated before and after.")
-    train_limit: int | None = Field(None, ge=1, description="Only the first N training problems.")
-    eval_limit: int | None = Field(None, ge=1, description="Only the first N evaluation problems.")
-    collect: CollectConfig = Field(
-        default_factory=_tiny_collect,
-        description="Trajectories for the bandit dataset (paper: n 16, turns 2, 6144 tokens).",
-    )
-    eval_turns: int = Field(2, ge=0, le=64, description="Feedback turns when evaluating.")
-    batch: BatchConfig = Field(default_factory=BatchConfig)
-    bandit: BanditConfig = Field(default_factory=lambda: BanditConfig(max_prompt_tokens=1024))
-    training: TrainingConfig = Field(default_factory=_tiny_training)
-    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    work_dir: str = Field(
-        default_factory=default_work_dir,
-        description="Local directory for models and spools when storage is S3.",
-    )
-    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
-
-    # --- what each chained flow gets ------------------------------------------------------------
-    def data(self) -> DataParams:
-        return DataParams(
-            sources=self.sources,
-            rules=self.rules,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            refresh=self.refresh,
-        )
-
-    def trajectories(
-        self,
-        problems: str,
-        table: str,
-        model: str,
-        purpose: Literal["train", "eval"],
-        perturbed: bool = False,
-    ) -> TrajectoryParams:
-        collect = self.collect
-        if purpose == "eval":
-            collect = collect.model_copy(update={"turns": self.eval_turns})
-        return TrajectoryParams(
-            problems=problems,
-            table=table,
-            perturbed=perturbed,
-            limit=self.train_limit if purpose == "train" else self.eval_limit,
-            engine=self.engine.model_copy(update={"model": model}),
-            collect=collect,
-            batch=self.batch,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            work_dir=self.work_dir,
-            refresh=self.refresh,
-        )
-
-    def training_params(
-        self, evaluation_uri: str, model: str, perturbed_uri: str | None = None
-    ) -> TrainingParams:
-        return TrainingParams(
-            trajectories=evaluation_uri,
-            perturbed=perturbed_uri,
-            model=model,
-            bandit=self.bandit,
-            training=self.training,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            work_dir=self.work_dir,
-            refresh=self.refresh,
-        )
-
-
-# --- the reference model ------------------------------------------------------------------------
-
-
-def models_dir(params: PipelineParams) -> Path:
-    base = Path(open_storage(params.storage).root) if params.storage.is_local else None
-    return (base or Path(params.work_dir)) / "models"
-
-
-def check_reference(params: PipelineParams) -> None:
-    """A reference given as a directory must hold a saved model."""
-    if (
-        params.reference not in (FITTED, TINY)
-        and not Path(params.reference, "config.json").exists()
-    ):
-        raise EmptyStageError(
-            f"reference model {params.reference} has no config.json: pass a directory saved "
-            f"with save_pretrained, '{FITTED}' (default) or '{TINY}'"
-        )
-
-
-@task(name="reference-model", log_prints=False)  # dill prints `dis` output (see training_stages)
+@task(name="reference-model", log_prints=False)  # dill prints `dis` output (see tasks/training)
 def reference_model(params: PipelineParams) -> str:
     """The reference model's local directory: fitted (or built) once, reused after."""
-    check_reference(params)
-    if params.reference == FITTED:
-        from engines.fitted import fit_tiny_model
-
-        path = models_dir(params) / "fitted-seed0"
-        get_run_logger().info("fitting (or reusing) the tiny model in %s", path)
-        fitted = fit_tiny_model(
-            path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=params.fit_steps
-        )
-        return str(fitted)
-    if params.reference == TINY:
-        from tasks.trajectory_stages import tiny_model
-
-        return str(tiny_model(TrajectoryParams(storage=params.storage, work_dir=params.work_dir)))
-    return params.reference
-
-
-def check_sets(data: DataSummary, params: PipelineParams) -> str:
-    """The problem-set bundle's directory, after checking both tables the pipeline uses."""
-    for table in (params.train_table, params.eval_table):
-        info = data.problem_sets.tables.get(table)
-        if info is None or info.rows == 0:
-            raise EmptyStageError(
-                f"the data stage produced no '{table}' problems ({data.line}): add sources with "
-                f"that role (e.g. PATH:KIND?role={table}) or relax the cleaning rules"
-            )
-    return data.problem_sets.uri
-
-
-# --- report ---------------------------------------------------------------------------------------
-
-
-class PipelineSummary(BaseModel):
-    stages: list[dict[str, Any]]
-    before_after: list[dict[str, Any]]
-    plot: str
-    line: str
-
-
-def _all(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in table if r["difficulty"] == "all"]
-
-
-def before_after(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict]:
-    """Pass@1 (%) per difficulty and turn, before and after training, and the change in points."""
-    later = {(r["difficulty"], r["turn"]): r for r in after}
-    rows = []
-    for r in before:
-        a = later.get((r["difficulty"], r["turn"]))
-        if a is None:
-            continue
-        rows.append(
-            {
-                "difficulty": r["difficulty"],
-                "turn": r["turn"],
-                "problems": r["problems"],
-                "before_pass@1": r["pass@1"],
-                "after_pass@1": a["pass@1"],
-                "change_points": round(a["pass@1"] - r["pass@1"], 2),
-            }
-        )
-    return rows
-
-
-def stage_table(
-    data: DataSummary,
-    collected: TrajectorySummary,
-    before: TrajectorySummary,
-    trained: TrainingSummary,
-    after: TrajectorySummary,
-) -> list[dict[str, Any]]:
-    sets = data.problem_sets.tables
-
-    def pass_line(summary: TrajectorySummary) -> str:
-        rows = _all(summary.table)
-        return " -> ".join(f"{r['pass@1']}%" for r in rows) + " Pass@1 by turn"
-
-    def traj(summary: TrajectorySummary) -> str:
-        first = _all(summary.table)[0]
-        turns = len(_all(summary.table)) - 1
-        return f"{first['problems']} problems, {first['samples']} samples, {turns} feedback turns"
-
-    bandit = trained.dataset.stats
-    policy = trained.policy
-    timing = policy.stats.get("timing", {})
-    return [
-        {
-            "stage": "data",
-            "produced": ", ".join(f"{k} {v.rows}" for k, v in sets.items()),
-            "detail": data.line.split(";")[0],
-            "where": data.problem_sets.uri,
-        },
-        {
-            "stage": "trajectories (train set, reference)",
-            "produced": traj(collected),
-            "detail": pass_line(collected),
-            "where": collected.multiturn.uri,
-        },
-        {
-            "stage": "evaluation before (test set, reference)",
-            "produced": traj(before),
-            "detail": pass_line(before),
-            "where": before.evaluation.uri,
-        },
-        {
-            "stage": "bandit dataset",
-            "produced": f"{trained.dataset.rows} rows",
-            "detail": f"{bandit.get('problems')} problems, {bandit.get('skipped_all_solved')} "
-            f"solved by every first sample, contexts by depth {bandit.get('contexts_by_depth')}",
-            "where": trained.dataset.uri,
-        },
-        {
-            "stage": "training",
-            "produced": f"{policy.steps} GRPO steps",
-            "detail": f"reward {policy.stats.get('reward_first')} -> "
-            f"{policy.stats.get('reward_last')}; reward wait "
-            f"{100 * timing.get('reward_share', 0):.1f}% of step time",
-            "where": policy.uri,
-        },
-        {
-            "stage": "evaluation after (test set, trained)",
-            "produced": traj(after),
-            "detail": pass_line(after),
-            "where": after.evaluation.uri,
-        },
-    ]
+    return reference.reference_model(
+        params.reference,
+        params.storage,
+        params.work_dir,
+        fit_steps=params.fit_steps,
+        logger=get_run_logger(),
+    )
 
 
 def report(
@@ -319,50 +40,27 @@ def report(
     after: TrajectorySummary,
 ) -> PipelineSummary:
     """Stage table, before/after table and plot: Prefect artifacts, files in storage, log line."""
-    from prefect.artifacts import (
-        create_image_artifact,
-        create_markdown_artifact,
-        create_table_artifact,
-    )
-
-    st = open_storage(params.storage)
-    stages = stage_table(data, collected, before, trained, after)
-    table = before_after(before.table, after.table)
-    plot_rows = [
-        {**r, "difficulty": f"{r['difficulty']} {when}"}
-        for when, rows in (("before", before.table), ("after", after.table))
-        for r in rows
-    ]
-    directory = st.path("pipeline", trained.policy.key)
-    plot_path = f"{directory}/before_after.png"
-    st.write_atomic(plot_path, plot_pass_at_1(plot_rows, "Pass@1 per turn, before vs after"))
-    st.write_atomic(
-        f"{directory}/summary.json",
-        json.dumps({"stages": stages, "before_after": table}, indent=1).encode(),
-    )
-    plot = Path(plot_path).as_uri() if params.storage.is_local else st.protocol + plot_path
-    b, a = _all(before.table), _all(after.table)
-    line = (
-        f"pipeline: Pass@1 on {b[0]['problems']} {params.eval_table} problems "
-        f"{b[0]['pass@1']}% -> {a[0]['pass@1']}% at turn 0 and {b[-1]['pass@1']}% -> "
-        f"{a[-1]['pass@1']}% at turn {a[-1]['turn']} after {trained.policy.steps} "
-        f"{params.training.mode} GRPO steps on {trained.dataset.rows} bandit rows"
-    )
+    summary = summarize(params, data, collected, before, trained, after)
     create_table_artifact(
-        key="pipeline-stages", table=stages, description="What each stage of the run produced"
+        key="pipeline-stages",
+        table=summary.stages,
+        description="What each stage of the run produced",
     )
     create_table_artifact(
         key="pipeline-before-after",
-        table=table,
+        table=summary.before_after,
         description="Pass@1 (%) per turn before and after training (change in points)",
     )
     create_image_artifact(
-        image_url=plot, key="pipeline-plot", description="Pass@1 per turn, before vs after (PNG)"
+        image_url=summary.plot,
+        key="pipeline-plot",
+        description="Pass@1 per turn, before vs after (PNG)",
     )
     create_markdown_artifact(
         key="pipeline-summary",
-        markdown=f"# Pipeline\n\n{line}\n\n## Stages\n\n{markdown_table(stages)}\n\n"
-        f"## Before / after\n\n{markdown_table(table)}\n\nPlot: [{plot}]({plot})\n",
+        markdown=f"# Pipeline\n\n{summary.line}\n\n## Stages\n\n{markdown_table(summary.stages)}"
+        f"\n\n## Before / after\n\n{markdown_table(summary.before_after)}\n\n"
+        f"Plot: [{summary.plot}]({summary.plot})\n",
     )
-    get_run_logger().info(line)
-    return PipelineSummary(stages=stages, before_after=table, plot=plot, line=line)
+    get_run_logger().info(summary.line)
+    return summary

@@ -1,385 +1,118 @@
-"""GRPO post-training on the Cobalt bandit dataset (SPEC §1.6) with TRL's `GRPOTrainer`.
-
-Plain functions, no Prefect. `TrainingConfig` picks a preset ("paper": the upstream verl settings
-mapped to TRL 1.16's `GRPOConfig`; "tiny": a few CPU steps for tests) and a mode ("single_turn"
-keeps only the turn-0 contexts, "cobalt" keeps every bandit row). `CobaltRewards` holds one shared
-sandbox judge and gives TRL's reward callables `correctness` and `format` (logged by TRL as
-`rewards/correctness/mean` and `rewards/format/mean`). `train(...)` runs the trainer, saves the
-final model and returns the trainer's log history.
-
-Mapping notes (TRL 1.16):
-
-- KL coefficient = `beta`; TRL only has the k3 estimator (exp(r) - r - 1), not verl's "mse"
-  (k2 = 0.5 * r^2) estimator, so the paper's "mse" KL loss is approximated by k3.
-- Clip ratio low/high = `epsilon` / `epsilon_high`; loss_type "dapo" (token-level mean, as verl).
-- `GRPOConfig` has no `max_prompt_length`: rows whose templated prompt is longer are dropped here.
-- 128 prompts x 16 samples = `generation_batch_size` 2048 completions; mini-batch 64 prompts =
-  1024 completions per optimizer step (`per_device_train_batch_size` x processes x grad accum),
-  so 2 optimizer steps per generation batch (`steps_per_generation` = 2 x grad accum).
-- Generation: `generation` picks vLLM (colocated or a `trl vllm-serve` server) when vLLM is
-  importable, transformers otherwise (`paged`: continuous batching); LoRA via `lora` (peft).
-  Validation sampling (temperature 0.6 / top-p 0.95) is not set here.
-"""
+"""Prefect layer of the training stage: the bandit dataset and GRPO training as cached tasks
+bound to the run's storage, and the report (bandit stats, reward curve, step time) as
+artifacts. The stage itself is `cobalt/bandit/dataset.py` and `cobalt/training/stages.py`."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any, Literal
+from prefect import Task, get_run_logger, task
+from prefect.artifacts import (
+    create_image_artifact,
+    create_markdown_artifact,
+    create_table_artifact,
+)
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from sandbox import JudgeRequest, SandboxConfig, SyncJudge, TestSuite
-from tasks.reward import correctness_reward, format_reward
-from tasks.trajectories import extract_code
-
-Preset = Literal["paper", "tiny"]
-Mode = Literal["single_turn", "cobalt"]
-Generation = Literal["auto", "transformers", "paged", "vllm_colocate", "vllm_server"]
-
-
-class LoraSettings(BaseModel):
-    """LoRA adapters (peft) instead of full fine-tuning; merged into the saved model."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    r: int = Field(16, ge=1, description="Adapter rank.")
-    alpha: int = Field(32, ge=1, description="Scaling numerator (lora_alpha).")
-    dropout: float = Field(0.05, ge=0, lt=1)
-    target_modules: list[str] | str = Field("all-linear", description="peft target_modules.")
-
-    def peft_config(self) -> Any:
-        from peft import LoraConfig
-
-        return LoraConfig(
-            r=self.r,
-            lora_alpha=self.alpha,
-            lora_dropout=self.dropout,
-            target_modules=self.target_modules,
-            task_type="CAUSAL_LM",
-        )
+from cobalt.bandit.dataset import BANDIT_CODE, BanditRef, BanditSpec, bandit_stage
+from cobalt.storage import open_storage
+from cobalt.tables import markdown_table
+from cobalt.training.stages import (
+    TRAINING_CODE,
+    PolicyRef,
+    Ready,
+    Runtime,
+    TrainingParams,
+    TrainingSpec,
+    TrainingSummary,
+    bandit_spec_of,
+    check_repairs,
+    runtime_of,
+    summarize,
+    training_spec,
+    training_stage,
+)
+from tasks.caching import bind, stage_policy
 
 
-def vllm_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
-
-
-class TrainingConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    preset: Preset = "tiny"
-    mode: Mode = "cobalt"
-    use_format_reward: bool = Field(False, description="Add the thinking-model format term.")
-    max_prompt_length: int | None = Field(
-        None, description="Drop rows whose templated prompt has more tokens (preset default)."
+# log_prints off: dill (under `datasets`) reads globals by capturing `print` output of `dis`,
+# which Prefect's print patch would turn into pages of log lines (and empty dill's capture)
+@task(
+    name="bandit",
+    task_run_name="bandit-{key}",
+    cache_policy=stage_policy(*BANDIT_CODE),
+    log_prints=False,
+)
+def bandit_task(key: str, spec: BanditSpec, runtime: Runtime) -> BanditRef:
+    """Trajectories + per-turn evaluation -> contextual-bandit training rows (SPEC §1.4)."""
+    return bandit_stage(
+        spec, runtime.storage, runtime.model, refresh=runtime.refresh, logger=get_run_logger()
     )
-    num_processes: int = Field(
-        1, ge=1, description="Training processes (GPUs) for the paper preset."
-    )
-    max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
-    generation: Generation = Field(
-        "auto",
-        description="How GRPO samples: 'vllm_colocate' (vLLM in the training process), "
-        "'vllm_server' (a `trl vllm-serve` server: vllm_server_base_url), 'paged' "
-        "(transformers continuous batching), 'transformers' (generate). auto: vLLM colocated "
-        "when vLLM is importable and a GPU is present, else transformers.",
-    )
-    vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
-    lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
-    save_steps: int | None = Field(
-        None,
-        ge=1,
-        description="Checkpoint every N optimizer steps; a killed run resumes from the last "
-        "checkpoint in its output directory (default: paper 50, tiny none).",
-    )
-    seed: int = 0
-    sandbox: SandboxConfig = Field(default_factory=lambda: SandboxConfig(backend="namespace"))
-    overrides: dict[str, Any] = Field(default_factory=dict, description="Extra GRPOConfig kwargs.")
 
-    def prompt_limit(self) -> int:
-        if self.max_prompt_length is not None:
-            return self.max_prompt_length
-        return 10_240 if self.preset == "paper" else 512
 
-    def check(self) -> None:
-        """Build the GRPOConfig once (no training) so that an inconsistent setting fails before
-        any work, e.g. a batch that does not divide into groups of num_generations."""
-        from trl import GRPOConfig
+@task(
+    name="training",
+    task_run_name="training-{key}",
+    cache_policy=stage_policy(*TRAINING_CODE),
+    retries=1,
+    retry_delay_seconds=10,
+    log_prints=False,
+)
+def training_task(key: str, spec: TrainingSpec, runtime: Runtime) -> PolicyRef:
+    """GRPO on the bandit rows with the sandbox reward (resumes from its last checkpoint)."""
+    return training_stage(spec, runtime, logger=get_run_logger())
 
-        try:
-            GRPOConfig(**self.grpo_kwargs("unused-output-dir"))
-        except (ValueError, TypeError) as exc:
-            raise ValueError(f"training config ({self.preset} preset): {exc}") from None
 
-    def grpo_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
-        """Keyword arguments of TRL's `GRPOConfig` for this preset."""
-        import torch
+class Stages:
+    """The stage tasks bound to the run's storage (results, cache records, --refresh)."""
 
-        gpu = torch.cuda.is_available()
-        common: dict[str, Any] = {
-            "output_dir": str(output_dir),
-            "learning_rate": 1e-6,
-            "max_grad_norm": 1.0,
-            "epsilon": 0.2,
-            "epsilon_high": 0.4,
-            "beta": 1e-4,
-            "temperature": 1.0,
-            "loss_type": "dapo",
-            "seed": self.seed,
-            "bf16": gpu,
-            "report_to": "none",
-            "logging_steps": 1,
+    def __init__(self, params: TrainingParams, ready: Ready):
+        st = open_storage(params.storage)
+        self.params, self.ready = params, ready
+        self.runtime = runtime_of(params, ready)
+        self.tasks: dict[str, Task] = {
+            name: bind(t, st, params.refresh)
+            for name, t in (("bandit", bandit_task), ("training", training_task))
         }
-        if self.preset == "paper":
-            if 64 % self.num_processes:
-                raise ValueError("num_processes must divide 64")
-            kwargs = common | {
-                "num_generations": 16,
-                "max_completion_length": 6144,
-                "num_train_epochs": 2,
-                "gradient_checkpointing": True,
-                "per_device_train_batch_size": 16,
-                "gradient_accumulation_steps": 64 // self.num_processes,
-                "generation_batch_size": 128 * 16,
-                "save_strategy": "steps",
-                "save_steps": 50,
-                "save_total_limit": 2,
-            }
-        else:
-            kwargs = common | {
-                "learning_rate": 1e-5,
-                "num_generations": 2,
-                "max_completion_length": 24,
-                "max_steps": 2,
-                "gradient_checkpointing": False,
-                "per_device_train_batch_size": 2,
-                "gradient_accumulation_steps": 1,
-                "save_strategy": "no",
-                "use_cpu": not gpu,
-                "dataloader_num_workers": 0,
-            }
-        if self.max_steps is not None:
-            kwargs["max_steps"] = self.max_steps
-        if self.save_steps is not None:
-            kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
-            kwargs.setdefault("save_total_limit", 2)
-        return kwargs | self.generation_kwargs(gpu) | self.overrides
 
-    def generation_kwargs(self, gpu: bool) -> dict[str, Any]:
-        """GRPOConfig fields of the chosen generation backend."""
-        mode = self.generation
-        if mode == "auto":
-            mode = "vllm_colocate" if gpu and vllm_available() else "transformers"
-        if mode.startswith("vllm") and not vllm_available():
-            raise ValueError(f"generation={mode!r} needs vLLM: pip install '.[gpu]'")
-        if mode == "vllm_colocate":
-            return {"use_vllm": True, "vllm_mode": "colocate"}
-        if mode == "vllm_server":
-            if not self.vllm_server_base_url:
-                raise ValueError("generation='vllm_server' needs vllm_server_base_url")
-            return {
-                "use_vllm": True,
-                "vllm_mode": "server",
-                "vllm_server_base_url": self.vllm_server_base_url,
-            }
-        return {"use_transformers_paged": mode == "paged"}
+    def bandit(self) -> BanditRef:
+        spec = bandit_spec_of(self.params, self.ready)
+        return self.tasks["bandit"](spec.key, spec, self.runtime)
+
+    def training(self, dataset: BanditRef) -> PolicyRef:
+        check_repairs(self.params, dataset)
+        spec = training_spec(self.params, self.ready, dataset)
+        return self.tasks["training"](spec.key, spec, self.runtime)
 
 
-# --- rewards -------------------------------------------------------------------------------------
-
-
-def completion_text(completion: Any) -> str:
-    """The text of a TRL completion: a string, or a list of messages (conversational)."""
-    if isinstance(completion, str):
-        return completion
-    return "".join(m.get("content") or "" for m in completion if m.get("role") == "assistant")
-
-
-def as_suite(test_cases: Any) -> TestSuite:
-    """A `TestSuite` from a row's `test_cases` (a suite, a dict, or its JSON text)."""
-    if isinstance(test_cases, TestSuite):
-        return test_cases
-    if isinstance(test_cases, str):
-        test_cases = json.loads(test_cases)
-    return TestSuite.model_validate(test_cases)
-
-
-def _clip(x: float) -> float:
-    return max(-1.0, min(1.0, x))
-
-
-class CobaltRewards:
-    """TRL reward callables sharing one sandbox judge; use as a context manager.
-
-    `correctness` judges every completion of the batch concurrently (`judge_many`) and returns
-    `correctness_reward(pass_rate or None, prev_best_pass_rate, training=True)`; `format` is
-    `format_reward` with `correct` = correctness reward >= 0 (pass rates are cached per program).
-
-    TRL sums the reward functions (weights 1) without clipping, so `format` returns the clipped
-    contribution clip(correctness + format_term, -1, 1) - correctness: the sum TRL trains on is
-    SPEC §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
-    contribution (0 when correctness is already -1)."""
-
-    def __init__(self, sandbox: SandboxConfig, count_tokens: Callable[[str], int] | None = None):
-        self.judge = SyncJudge(sandbox)
-        self.count_tokens = count_tokens
-        self._cache: dict[tuple[str, str], float] = {}
-
-    def __enter__(self) -> CobaltRewards:
-        self.judge.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.judge.__exit__(*exc)
-
-    def pass_rates(self, texts: Sequence[str], test_cases: Sequence[Any]) -> list[float | None]:
-        codes = [extract_code(t) for t in texts]
-        suites = [as_suite(tc) for tc in test_cases]
-        keys = [
-            (c, s.model_dump_json()) if c is not None else None
-            for c, s in zip(codes, suites, strict=True)
-        ]
-        todo = {k: s for k, s in zip(keys, suites, strict=True) if k and k not in self._cache}
-        if todo:
-            requests = [
-                JudgeRequest(id=str(i), code=k[0], tests=s) for i, (k, s) in enumerate(todo.items())
-            ]
-            for key, verdict in zip(todo, self.judge.judge_many(requests), strict=True):
-                self._cache[key] = verdict.pass_rate
-        if len(self._cache) > 50_000:
-            self._cache.clear()
-        return [self._cache.get(k) if k else None for k in keys]
-
-    def correctness_rewards(self, completions, test_cases, prev_best_pass_rate) -> list[float]:
-        texts = [completion_text(c) for c in completions]
-        rates = self.pass_rates(texts, test_cases)
-        return [
-            correctness_reward(p, float(b or 0.0), training=True)
-            for p, b in zip(rates, prev_best_pass_rate, strict=True)
-        ]
-
-    def format_rewards(self, completions, test_cases, prev_best_pass_rate) -> list[float]:
-        if self.count_tokens is None:
-            raise ValueError("the format reward needs count_tokens")
-        texts = [completion_text(c) for c in completions]
-        correct = self.correctness_rewards(completions, test_cases, prev_best_pass_rate)
-        return [
-            _clip(r + format_reward(t, self.count_tokens, correct=r >= 0)) - r
-            for t, r in zip(texts, correct, strict=True)
-        ]
-
-    def reward_funcs(self, use_format: bool = False) -> list[Callable[..., list[float]]]:
-        """TRL reward callables (named `correctness` and `format` in the logs)."""
-
-        def correctness(completions, test_cases, prev_best_pass_rate, **kwargs) -> list[float]:
-            return self.correctness_rewards(completions, test_cases, prev_best_pass_rate)
-
-        def format(completions, test_cases, prev_best_pass_rate, **kwargs) -> list[float]:  # noqa: A001
-            return self.format_rewards(completions, test_cases, prev_best_pass_rate)
-
-        return [correctness, format] if use_format else [correctness]
-
-
-# --- dataset and training ------------------------------------------------------------------------
-
-
-def is_turn0(row: dict[str, Any]) -> bool:
-    """A turn-0 context: the prompt holds no earlier assistant answer."""
-    return not any(m.get("role") == "assistant" for m in row["prompt"])
-
-
-def prepare_rows(
-    rows: Sequence[dict[str, Any]],
-    mode: Mode,
-    prompt_tokens: Callable[[list[dict[str, str]]], int] | None = None,
-    max_prompt_length: int | None = None,
-) -> list[dict[str, Any]]:
-    """Rows for `Dataset.from_list`: filtered by mode and prompt length, test_cases as JSON text."""
-    out = []
-    for row in rows:
-        if mode == "single_turn" and not is_turn0(row):
-            continue
-        too_long = max_prompt_length is not None and prompt_tokens is not None
-        if too_long and prompt_tokens(row["prompt"]) > max_prompt_length:
-            continue
-        tc = row["test_cases"]
-        if isinstance(tc, TestSuite):
-            tc = tc.model_dump_json()
-        elif not isinstance(tc, str):
-            tc = json.dumps(tc)
-        out.append(
-            {
-                "prompt": [dict(m) for m in row["prompt"]],
-                "test_cases": tc,
-                "prev_best_pass_rate": float(row.get("prev_best_pass_rate") or 0.0),
-                "difficulty": str(row.get("difficulty") or ""),
-                "example_id": str(row.get("example_id") or ""),
-            }
-        )
-    return out
-
-
-def last_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest `checkpoint-N` directory in `output_dir` (what a killed run resumes from)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
-
-
-def train(
-    config: TrainingConfig,
-    dataset_rows: Sequence[dict[str, Any]],
-    model_path: str | Path,
-    output_dir: str | Path,
-    callbacks: Sequence[Any] = (),
-) -> list[dict[str, Any]]:
-    """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
-    `output_dir` if there is one; save the final model and tokenizer to `output_dir`; return the
-    trainer's log history."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-
-    def prompt_tokens(messages: list[dict[str, str]]) -> int:
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(ids, dict) or hasattr(ids, "keys"):
-            ids = ids["input_ids"]
-        return len(ids)
-
-    rows = prepare_rows(dataset_rows, config.mode, prompt_tokens, config.prompt_limit())
-    if not rows:
-        raise ValueError(
-            f"no training rows left after the mode ({config.mode}) and prompt-length "
-            f"(max_prompt_length {config.prompt_limit()}) filters"
-        )
-    dataset = Dataset.from_list(rows)
-    args = GRPOConfig(**config.grpo_kwargs(output_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_path))
-
-    def count_tokens(text: str) -> int:
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-    with CobaltRewards(config.sandbox, count_tokens) as rewards:
-        trainer = GRPOTrainer(
-            model=model,
-            reward_funcs=rewards.reward_funcs(config.use_format_reward),
-            args=args,
-            train_dataset=dataset,
-            processing_class=tokenizer,
-            callbacks=list(callbacks),
-            peft_config=config.lora.peft_config() if config.lora else None,
-        )
-        trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
-    if config.lora:  # a plain model for the engines: adapters merged into the weights
-        trainer.model.merge_and_unload().save_pretrained(str(output_dir))
-    else:
-        trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(str(output_dir))
-    return list(trainer.state.log_history)
+def report(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:
+    """Bandit stats and reward curve as Prefect artifacts; a summary line in the log."""
+    summary = summarize(params, dataset, policy)
+    stats = dataset.stats
+    depth_rows = [
+        {"turn_depth": k, "contexts": v} for k, v in stats.get("contexts_by_depth", {}).items()
+    ]
+    create_table_artifact(
+        key="bandit-contexts",
+        table=depth_rows,
+        description=f"Bandit contexts per turn depth ({stats.get('problems')} problems, "
+        f"{stats.get('skipped_all_solved')} skipped as solved by every first sample)",
+    )
+    timing = policy.stats.get("timing", {})
+    time_rows = [
+        {"bucket": k.removesuffix("_s"), "seconds": v, "share": timing.get(k[:-2] + "_share")}
+        for k, v in timing.items()
+        if k.endswith("_s") and k != "total_s"
+    ]
+    create_image_artifact(
+        image_url=policy.plot, key="training-rewards", description="Reward per step (PNG)"
+    )
+    flat = {k: v for k, v in stats.items() if not isinstance(v, dict)}
+    create_markdown_artifact(
+        key="training-summary",
+        markdown=(
+            f"# Training\n\n{summary.line}\n\n## Bandit dataset\n\n{markdown_table([flat])}\n\n"
+            f"Contexts per turn depth:\n\n{markdown_table(depth_rows)}\n\n"
+            f"## Step time\n\n{markdown_table(time_rows) if time_rows else '-'}\n\n"
+            f"Reward curve: [{policy.plot}]({policy.plot})\n"
+        ),
+    )
+    get_run_logger().info(summary.line)
+    return summary

@@ -78,8 +78,7 @@ def fitted_model(tmp_path_factory) -> dict:
     (about 75 s of CPU): its directory and how long the fit took."""
     import time
 
-    from engines.fitted import fit_tiny_model
-    from tasks.pipeline import FIT_SECONDS_CAP, FIT_STEPS
+    from cobalt.reference import FIT_SECONDS_CAP, FIT_STEPS, fit_tiny_model
 
     path = tmp_path_factory.mktemp("fitted") / "model"
     start = time.monotonic()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.bandit import (
+from cobalt.bandit.selection import (
     ProblemData,
     bandit_rows,
     combined_pass_rate,
@@ -14,8 +14,8 @@ from tasks.bandit import (
     problem_rows,
     select_samples,
 )
-from tasks.evaluation import EvalRecord, ProgramResult
-from tasks.trajectories import PublicVerdict, Record, Sample, Turn
+from cobalt.evaluation import EvalRecord, ProgramResult
+from cobalt.trajectories.records import PublicVerdict, Record, Sample, Turn
 
 
 def make_record(public: list[list[bool]], pid: str = "p/1") -> Record:

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tasks.reward import (
+from cobalt.training.reward import (
     correctness_reward,
     format_reward,
     has_repetition,

@@ -21,14 +21,15 @@ from prefect.client.schemas.filters import (
 )
 from prefect_states import task_run_states
 
+from cobalt.data.cleaning import CleanRules
+from cobalt.data.sources import SourceError
+from cobalt.data.splits import SplitConfig
+from cobalt.data.stages import SAMPLE_RULES, DataParams, DataSummary, preflight
+from cobalt.judging import SandboxRuntime
+from cobalt.storage import StorageConfig, StorageError, open_storage
 from flows.data import data_flow, main
 from sandbox import SandboxUnavailable
-from tasks.cleaning import CleanRules
-from tasks.data import SAMPLE_RULES, DataParams, DataSummary, Stages, preflight
-from tasks.sources import SourceError
-from tasks.splits import SplitConfig
-from tasks.storage import StorageConfig, StorageError, open_storage
-from tasks.verify import SandboxRuntime
+from tasks.data import Stages
 
 # what the bundled samples give with the sample profile (min_tests=1) and the default seed
 EXPECTED_SETS = {"train": 133, "dev": 11, "test": 183, "train_perturbed": 95, "dev_perturbed": 8}

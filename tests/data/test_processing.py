@@ -7,12 +7,13 @@ from collections import Counter
 
 import pytest
 
+from cobalt.data.cleaning import CleanRules, cap_tests, clean_problems, has_image
+from cobalt.data.splits import SplitConfig, build_sets, in_dev, perturb_problem, perturb_tests
+from cobalt.data.tally import Rejected
+from cobalt.data.verify import VerifyConfig, verify_problems
+from cobalt.judging import SandboxRuntime
+from cobalt.problems import Problem, Provenance
 from sandbox import TestSuite as Suite
-from tasks.cleaning import CleanRules, cap_tests, clean_problems, has_image
-from tasks.problems import Problem, Provenance
-from tasks.splits import SplitConfig, build_sets, in_dev, perturb_problem, perturb_tests
-from tasks.tally import Rejected
-from tasks.verify import SandboxRuntime, VerifyConfig, verify_problems
 
 STATEMENT = "Read an integer from standard input and print it doubled, on its own line. " * 2
 

@@ -9,17 +9,11 @@ import pyarrow as pa
 import pytest
 from data_helpers import SAMPLES, CallsSystem, encode_private, write_jsonl
 
+from cobalt.data.schemas import decode_private_tests
+from cobalt.data.sources import LoadConfig, SourceSpec, infer_kind, lcb_files, load_problems
+from cobalt.data.tally import Rejected
+from cobalt.problems import Problem, Provenance, from_table, instruction, to_table
 from sandbox import TestSuite as Suite
-from tasks.problems import Problem, Provenance, from_table, instruction, to_table
-from tasks.sources import (
-    LoadConfig,
-    SourceSpec,
-    decode_private_tests,
-    infer_kind,
-    lcb_files,
-    load_problems,
-)
-from tasks.tally import Rejected
 
 
 def load(path: Path, kind: str, **config):
@@ -141,7 +135,7 @@ def test_lcb_statement_is_cut_before_the_first_example():
     statement = "Find x.\n\nInput\n\nOne line.\nSample Input 1\n\n3\n\nSample Output 1\n\n6"
     prompt = instruction(statement[: statement.find("\nSample")])
     assert "Sample Input" not in prompt
-    from tasks.problems import cut_before_examples
+    from cobalt.problems import cut_before_examples
 
     assert cut_before_examples(statement) == "Find x.\n\nInput\n\nOne line."
     assert cut_before_examples("A\nExample 1:\n\nInput: x") == "A"

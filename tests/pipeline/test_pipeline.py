@@ -19,8 +19,8 @@ from prefect.client.schemas.filters import (
 )
 from prefect_states import task_run_states
 
+from cobalt.pipeline import PipelineParams
 from flows.pipeline import main, pipeline_flow
-from tasks.pipeline import PipelineParams
 
 pytestmark = pytest.mark.slow
 NAMESPACE = {"backend": "namespace", "concurrency": 2}

@@ -7,11 +7,11 @@ import time
 
 import pytest
 
+from cobalt.data import synthetic
+from cobalt.reference import RECIPE_FILE, fit_tiny_model
+from cobalt.trajectories.prompts import extract_code
 from engines import EngineConfig, SamplingConfig, make_engine
-from engines.fitted import RECIPE_FILE, fit_tiny_model
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge
-from tasks import synthetic
-from tasks.trajectories import extract_code
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cobalt.data import synthetic
+from cobalt.problems import instruction
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge
-from tasks import synthetic
-from tasks.problems import instruction
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_bundled_sample_files_are_what_the_script_writes():
 
 
 def test_output_of_matches_every_kinds_tests():
-    from tasks import synthetic
+    from cobalt.data import synthetic
 
     for kind in synthetic.KINDS:
         for p in synthetic.make_problems([kind], 3, seed=5):

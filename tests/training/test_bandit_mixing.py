@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.training_stages import mix_perturbed
+from cobalt.bandit.dataset import mix_perturbed
 
 
 def row(example: str, depth: int) -> dict:

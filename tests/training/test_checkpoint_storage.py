@@ -6,8 +6,8 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from tasks.storage import StorageConfig, open_storage
-from tasks.training_stages import _download_last_checkpoint, _uploader
+from cobalt.storage import StorageConfig, open_storage
+from cobalt.training.stages import _download_last_checkpoint, _uploader
 
 
 def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):

@@ -6,10 +6,11 @@ import math
 
 import pytest
 
+from cobalt.training.config import TrainingConfig
+from cobalt.training.grpo import CobaltRewards, prepare_rows, train
+from cobalt.training.reward import total_reward
 from sandbox import SandboxConfig
 from sandbox import TestSuite as Suite
-from tasks.reward import total_reward
-from tasks.training import CobaltRewards, TrainingConfig, prepare_rows, train
 
 SANDBOX = SandboxConfig(backend="namespace", concurrency=2)
 SUM_TESTS = Suite(inputs=["1 2\n", "5 7\n"], outputs=["3\n", "12\n"])
@@ -115,9 +116,9 @@ def test_grpo_tiny_two_steps(tmp_path) -> None:
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path) -> None:
     """A run stopped after its step-1 checkpoint (a kill between saves) goes on from there: the
     second call trains only step 2, and the step timer sees where each step's time went."""
+    from cobalt.training.grpo import last_checkpoint
+    from cobalt.training.step_timing import StepTimer
     from engines.tiny import build_tiny_model
-    from tasks.step_timing import StepTimer
-    from tasks.training import last_checkpoint
 
     model_dir = tmp_path / "tiny"
     build_tiny_model(model_dir, seed=0)
@@ -148,8 +149,8 @@ def test_lora_training_saves_a_plain_merged_model(tmp_path) -> None:
     projections changed, grad norm 0.02.)"""
     from transformers import AutoModelForCausalLM
 
+    from cobalt.training.config import LoraSettings
     from engines.tiny import build_tiny_model
-    from tasks.training import LoraSettings
 
     model_dir = tmp_path / "tiny"
     build_tiny_model(model_dir, seed=0)
@@ -169,7 +170,7 @@ def test_lora_training_saves_a_plain_merged_model(tmp_path) -> None:
 
 
 def test_generation_backends_map_to_grpo_fields(monkeypatch) -> None:
-    import tasks.training as training
+    import cobalt.training.config as training
 
     assert TrainingConfig().generation_kwargs(gpu=False) == {"use_transformers_paged": False}
     assert TrainingConfig(generation="paged").generation_kwargs(gpu=True) == {

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.evaluation import (
-    EvalRecord,
-    ProgramResult,
-    pass_at_k,
-    plot_pass_at_1,
-    turn_table,
-)
-from tasks.tables import markdown_table
+from cobalt.evaluation import EvalRecord, ProgramResult, pass_at_k, plot_pass_at_1, turn_table
+from cobalt.tables import markdown_table
 
 
 @pytest.mark.parametrize(

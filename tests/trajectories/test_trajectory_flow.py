@@ -20,11 +20,14 @@ from prefect.client.schemas.filters import (
 from prefect_states import task_run_states
 from trajectory_helpers import REPO, doubling
 
+from cobalt.evaluation import EvalRecord
+from cobalt.trajectories.problemsets import ProblemSetError
+from cobalt.trajectories.prompts import no_code_feedback
+from cobalt.trajectories.records import Record, read_records
+from cobalt.trajectories.stages import TrajectoryParams
 from engines import EngineConfig, MissingAPIKeyError
 from flows.trajectories import main, parse_params, trajectories_flow
-from tasks.evaluation import EvalRecord
-from tasks.trajectories import Record, no_code_feedback, read_records
-from tasks.trajectory_stages import ProblemSetError, TrajectoryParams, preflight
+from tasks.trajectories import preflight
 
 NAMESPACE = {"backend": "namespace", "concurrency": 2}
 STAGES = ("initial", "multiturn", "evaluation")

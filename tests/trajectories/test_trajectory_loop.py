@@ -15,18 +15,16 @@ from trajectory_helpers import (
     turn_of,
 )
 
-from engines import Completion, SamplingConfig
-from tasks.evaluation import evaluate, turn_table
-from tasks.trajectories import (
-    SYSTEM_PROMPT,
+from cobalt.evaluation import evaluate, turn_table
+from cobalt.trajectories.collect import (
     BatchConfig,
     CollectConfig,
     collect_initial,
     collect_multiturn,
-    no_code_feedback,
-    passed_feedback,
-    read_records,
 )
+from cobalt.trajectories.prompts import SYSTEM_PROMPT, no_code_feedback, passed_feedback
+from cobalt.trajectories.records import read_records
+from engines import Completion, SamplingConfig
 
 
 def config(n: int = 2, turns: int = 2, **kw) -> CollectConfig:

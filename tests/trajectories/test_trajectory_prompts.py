@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from engines import Completion
-from tasks.trajectories import (
+from cobalt.trajectories.prompts import (
     SYSTEM_PROMPT,
-    Record,
-    Sample,
-    Turn,
     extract_code,
     failed_feedback,
-    make_turn,
     no_code_feedback,
     passed_feedback,
 )
+from cobalt.trajectories.records import Record, Sample, Turn, make_turn
+from engines import Completion
 
 
 @pytest.mark.parametrize(

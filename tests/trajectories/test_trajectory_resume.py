@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from trajectory_helpers import ScriptedEngine, doubling, repairing_script
 
+from cobalt.trajectories.collect import CollectConfig, collect_initial
+from cobalt.trajectories.records import Record, RecordLog, read_records
 from engines import SamplingConfig
-from tasks.trajectories import CollectConfig, Record, RecordLog, collect_initial, read_records
 
 WORKER = Path(__file__).with_name("trajectory_resume_worker.py")
 PROBLEMS = 8

@@ -6,14 +6,10 @@ from __future__ import annotations
 import pytest
 from trajectory_helpers import sample_problems
 
+from cobalt.evaluation import evaluate, turn_table
+from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
+from cobalt.trajectories.prompts import no_code_feedback
 from engines import EngineConfig, SamplingConfig, make_engine
-from tasks.evaluation import evaluate, turn_table
-from tasks.trajectories import (
-    CollectConfig,
-    collect_initial,
-    collect_multiturn,
-    no_code_feedback,
-)
 
 
 @pytest.fixture(scope="module")

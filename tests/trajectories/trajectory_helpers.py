@@ -10,10 +10,11 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from cobalt.data.schemas import LoadConfig, normalise
+from cobalt.data.sources import SourceSpec
+from cobalt.problems import Problem, Provenance
 from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig
 from sandbox import TestSuite
-from tasks.problems import Problem, Provenance
-from tasks.sources import LoadConfig, SourceSpec, normalise
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "samples"

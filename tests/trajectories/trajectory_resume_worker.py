@@ -20,14 +20,14 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # the helpers, and the repo's 
 
 from trajectory_helpers import ScriptedEngine, doubling, repairing_script
 
-from engines import SamplingConfig
-from sandbox import SandboxConfig, SyncJudge
-from tasks.trajectories import (
+from cobalt.trajectories.collect import (
     BatchConfig,
     CollectConfig,
     collect_initial,
     collect_multiturn,
 )
+from engines import SamplingConfig
+from sandbox import SandboxConfig, SyncJudge
 
 
 def main() -> None:

@@ -8,15 +8,13 @@ Problems without reference solutions are kept and marked `no_reference`.
 
 from __future__ import annotations
 
-import os
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 from tqdm import tqdm
 
-from sandbox import JudgeRequest, Limits, SandboxConfig, SyncJudge
-from tasks.problems import Problem
-from tasks.tally import Rejected, Tally
+from cobalt.data.tally import Rejected, Tally
+from cobalt.judging import SandboxRuntime, open_judge
+from cobalt.problems import Problem
+from sandbox import JudgeRequest, Limits
 
 
 class VerifyConfig(BaseModel):
@@ -26,15 +24,6 @@ class VerifyConfig(BaseModel):
 
     enabled: bool = Field(True, description="Run reference solutions; off marks problems not_run.")
     limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
-
-
-class SandboxRuntime(BaseModel):
-    """How verification runs (not part of the cache key: it does not change results)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    backend: Literal["auto", "docker", "namespace"] = "auto"
-    concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024)
 
 
 def verify_problems(
@@ -48,11 +37,8 @@ def verify_problems(
             status[i] = "no_reference" if config.enabled else "not_run"
     failures: dict[int, str] = {}
     if todo:
-        sandbox = SandboxConfig(
-            backend=runtime.backend, concurrency=runtime.concurrency, limits=config.limits
-        )
         with (
-            SyncJudge(sandbox) as judge,
+            open_judge(runtime, config.limits) as judge,
             tqdm(total=len(todo), desc="verify", unit="problem") as bar,
         ):
             attempt = 0

@@ -8,10 +8,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cobalt.data.tally import Rejected, Tally
+from cobalt.problems import Problem
 from sandbox import TestSuite
 from sandbox.compare import call_result_matches, stdout_matches
-from tasks.problems import Problem
-from tasks.tally import Rejected, Tally
 
 SetName = Literal["train", "dev", "test"]
 

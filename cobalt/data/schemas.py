@@ -1,16 +1,15 @@
-"""Sources: which rows to read (Hub datasets or local files) and how each schema becomes Problems.
+"""How each source schema's rows become `Problem`s (`normalise`), one converter per kind:
 
-Schemas (`kind`):
 - `taco`: TACO / TACO-verified / APPS rows (`question`, `input_output`, `solutions`, ...);
 - `cobalt`: the Cobalt release (`osunlp/TACO-Cobalt`, `-PTB`: `test_cases`, optional
   `public_test_cases` / `hidden_test_cases`, `perturbed_public_test_cases`, `modified_test_cases`);
-- `lcb`: LiveCodeBench `code_generation_lite` (`private_test_cases` = base64(zlib(pickle(JSON))));
+- `lcb`: LiveCodeBench `code_generation_lite` (`private_test_cases` = base64(zlib(pickle(JSON))),
+  decoded by an unpickler that refuses every global);
 - `codecontests`: `name`, `description`, `tests` {input, output} (or `public_tests` and
   `private_tests`).
 
-Everything goes through `datasets.load_dataset`: local JSONL/parquet files with the `json` /
-`parquet` builders, Hub datasets by name, or, for repos that ship a loading script (which
-`datasets` no longer runs), their data files through `hf://` paths.
+A malformed row raises `Rejected` with its reason (counted by the data stage, never fatal).
+Which rows are read is `cobalt/data/sources.py`.
 """
 
 from __future__ import annotations
@@ -21,222 +20,22 @@ import io
 import json
 import pickle
 import random
-import re
 import zlib
-from collections.abc import Iterable, Iterator
-from datetime import date, datetime
-from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import parse_qsl
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cobalt.data.tally import Rejected
+from cobalt.problems import Problem, Provenance, cut_before_examples, instruction, split_tests
 from sandbox import TestSuite
 from sandbox.formats import taco_tests
-from tasks.problems import (
-    Problem,
-    Provenance,
-    SourceKind,
-    cut_before_examples,
-    instruction,
-    split_tests,
-)
-from tasks.tally import Rejected, Tally
 
-Role = Literal["train", "dev", "test"]
-KINDS: tuple[str, ...] = ("taco", "cobalt", "lcb", "codecontests")
+if TYPE_CHECKING:
+    from cobalt.data.sources import SourceSpec
+
 MAX_PRIVATE_TESTS_BYTES = 1 << 30  # decompressed LiveCodeBench private tests, per problem
 ID_FIELD = {"taco": "id", "cobalt": "id", "lcb": "question_id", "codecontests": "name"}
-
-
-class HubDataset(BaseModel):
-    kind: SourceKind
-    name: str
-    builder: str | None = Field(None, description="Load data files with this builder (no script).")
-    files: str | None = Field(None, description="Data file pattern; {split} is substituted.")
-
-
-HUB: dict[str, HubDataset] = {
-    "BAAI/TACO": HubDataset(kind="taco", name="taco", builder="arrow", files="{split}/*.arrow"),
-    "likaixin/TACO-verified": HubDataset(kind="taco", name="taco-verified"),
-    "osunlp/TACO-Cobalt": HubDataset(kind="cobalt", name="cobalt"),
-    "osunlp/TACO-Cobalt-PTB": HubDataset(kind="cobalt", name="cobalt-ptb"),
-    "livecodebench/code_generation_lite": HubDataset(kind="lcb", name="lcb", builder="json"),
-}
-
-
-def lcb_files(version_tag: str) -> list[str]:
-    """LiveCodeBench data files of a tag: `release_vN` = test.jsonl..testN.jsonl (cumulative),
-    `vN` = that release's file alone (`v6` -> test6.jsonl, the paper's test set),
-    `release_latest` = every release file at the resolved revision."""
-    if version_tag == "release_latest":
-        return ["test*.jsonl"]
-    match = re.fullmatch(r"(release_)?v(\d+)", version_tag)
-    if not match:
-        raise ValueError(
-            f"version_tag {version_tag!r}: use release_vN (cumulative), vN (alone), release_latest"
-        )
-    n = int(match.group(2))
-    name = lambda i: "test.jsonl" if i == 1 else f"test{i}.jsonl"  # noqa: E731
-    return [name(i) for i in range(1, n + 1)] if match.group(1) else [name(n)]
-
-
-class SourceSpec(BaseModel):
-    """One source of rows. From the CLI: `URI[:KIND][?key=value&...]`, e.g.
-    `samples/apps_sample.jsonl:taco`, `hf:likaixin/TACO-verified`,
-    `hf:livecodebench/code_generation_lite?version_tag=v6&date_from=2025-02-01`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uri: str = Field(
-        description="A local JSONL/parquet file (or fsspec URL), or 'hf:<owner>/<name>'."
-    )
-    kind: SourceKind | None = Field(None, description="Row schema; inferred when left out.")
-    name: str | None = Field(None, description="Short name used in ids and reports.")
-    role: Role | None = Field(
-        None,
-        description="train: split into train/dev; dev or test: kept whole. Default: test for "
-        "lcb, else train.",
-    )
-    split: str = Field("train", description="Hub split to read.")
-    revision: str = Field("main", description="Hub revision (branch, tag or commit).")
-    version_tag: str | None = Field(None, description="LiveCodeBench on the Hub: release_vN or vN.")
-    date_from: date | None = Field(None, description="LiveCodeBench: first contest date kept.")
-    date_to: date | None = Field(None, description="LiveCodeBench: last contest date kept.")
-
-    @model_validator(mode="after")
-    def _defaults(self) -> SourceSpec:
-        hub = HUB.get(self.dataset) if self.is_hub else None
-        kind = self.kind or (hub.kind if hub else None)
-        if self.is_hub and kind is None:
-            raise ValueError(f"source {self.uri}: give its schema, e.g. {self.uri}:taco")
-        name = self.name or (hub.name if hub else _stem(self.uri))
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
-            raise ValueError(f"source name {name!r}: use letters, digits, '_', '.', '-'")
-        tag = self.version_tag
-        if self.is_hub and self.dataset == "livecodebench/code_generation_lite":
-            tag = tag or "release_v6"
-            lcb_files(tag)  # validates
-        elif tag is not None:
-            raise ValueError("version_tag only applies to livecodebench/code_generation_lite")
-        if self.date_from and self.date_to and self.date_from > self.date_to:
-            raise ValueError("date_from is after date_to")
-        role = self.role or ("test" if kind == "lcb" else "train") if kind else self.role
-        for field, value in (("kind", kind), ("name", name), ("version_tag", tag), ("role", role)):
-            object.__setattr__(self, field, value)
-        return self
-
-    @property
-    def is_hub(self) -> bool:
-        return self.uri.startswith("hf:") and not self.uri.startswith("hf://")
-
-    @property
-    def dataset(self) -> str:
-        return self.uri.removeprefix("hf:") if self.is_hub else self.uri
-
-    @classmethod
-    def parse(cls, text: str) -> SourceSpec:
-        """`URI[:KIND][?key=value&...]` -> SourceSpec."""
-        text, _, query = text.partition("?")
-        fields: dict[str, Any] = dict(
-            parse_qsl(query, keep_blank_values=False, strict_parsing=bool(query))
-        )
-        head, sep, tail = text.rpartition(":")
-        if sep and tail in KINDS:
-            fields["kind"], text = tail, head
-        return cls(uri=text, **fields)
-
-    def with_kind(self, kind: SourceKind) -> SourceSpec:
-        return SourceSpec(
-            **{
-                **self.model_dump(exclude={"kind", "role", "name"}),
-                "kind": kind,
-                "role": self.role,
-                "name": self.name,
-            }
-        )
-
-
-def parse_sources(value: Any) -> Any:
-    """Sources as given (SourceSpec objects, dicts or 'URI[:KIND][?key=value]' strings)."""
-    if isinstance(value, list):
-        return [SourceSpec.parse(v) if isinstance(v, str) else v for v in value]
-    return value
-
-
-Sources = Annotated[list[SourceSpec], BeforeValidator(parse_sources)]
-
-
-def _stem(uri: str) -> str:
-    stem = Path(uri.split("?")[0]).name.split(".")[0]
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem) or "source"
-
-
-def infer_kind(columns: Iterable[str]) -> SourceKind:
-    """The schema of rows with these columns."""
-    cols = set(columns)
-    if {"question_content", "private_test_cases"} <= cols:
-        return "lcb"
-    if "input_output" in cols:
-        return "taco"
-    if "test_cases" in cols:
-        return "cobalt"
-    if "description" in cols and ({"tests"} & cols or {"public_tests", "private_tests"} <= cols):
-        return "codecontests"
-    raise ValueError(
-        f"cannot tell the schema from the columns {sorted(cols)[:12]}: give it as PATH:KIND "
-        f"with KIND one of {', '.join(KINDS)}"
-    )
-
-
-# --- reading rows ---
-
-
-class SourceError(RuntimeError):
-    """A source cannot be read; the message says what to pass instead."""
-
-
-def read_rows(spec: SourceSpec, revision: str) -> Any:
-    """The rows of a source as a `datasets.Dataset` (iterating yields dicts)."""
-    import datasets
-
-    try:
-        if spec.is_hub:
-            hub = HUB.get(spec.dataset)
-            if hub and hub.builder:
-                files = (
-                    lcb_files(spec.version_tag)
-                    if hub.kind == "lcb"
-                    else [hub.files.format(split=spec.split)]
-                )
-                urls = [f"hf://datasets/{spec.dataset}@{revision}/{f}" for f in files]
-                return datasets.load_dataset(hub.builder, data_files=urls, split="train")
-            return datasets.load_dataset(spec.dataset, split=spec.split, revision=revision)
-        builder = "parquet" if spec.uri.endswith(".parquet") else "json"
-        return datasets.load_dataset(builder, data_files=spec.uri, split="train")
-    except Exception as exc:
-        raise SourceError(hub_hint(spec, exc)) from exc
-
-
-def hub_hint(spec: SourceSpec, exc: BaseException | str) -> str:
-    what = exc if isinstance(exc, str) else f"{type(exc).__name__}: {str(exc)[:300]}"
-    if spec.is_hub:
-        return (
-            f"dataset {spec.dataset} could not be loaded ({what}); on a machine without the Hub "
-            f"pass a local file with --source PATH:{spec.kind} (JSONL or parquet rows of that "
-            "schema)"
-        )
-    return f"source file {spec.uri} could not be read ({what}): check the path and its format"
-
-
-# --- rows -> problems ---
 
 
 class LoadConfig(BaseModel):
@@ -249,32 +48,6 @@ class LoadConfig(BaseModel):
     )
     max_solutions: int = Field(16, ge=0, description="Reference solutions kept (seeded shuffle).")
     seed: int = Field(0, description="Seed of the solution shuffle.")
-
-
-def load_problems(
-    spec: SourceSpec, revision: str, config: LoadConfig
-) -> tuple[list[Problem], Tally]:
-    """Normalise every row of a source; malformed rows are counted by reason, never fatal."""
-    rows = read_rows(spec, revision)
-    problems, tally, seen = [], Tally(), set()
-    for index, row in enumerate(_iter(rows)):
-        difficulty = _difficulty(row)
-        try:
-            problem = normalise(spec, row, index, revision, config)
-            if problem.id in seen:
-                raise Rejected("duplicate_id", problem.id)
-        except Rejected as rejected:
-            tally.drop(spec.name, difficulty, rejected, f"row {index}")
-            continue
-        seen.add(problem.id)
-        problems.append(problem)
-        tally.keep(spec.name, problem.difficulty)
-    return problems, tally
-
-
-def _iter(rows: Iterable[Any]) -> Iterator[dict]:
-    for row in rows:
-        yield row if isinstance(row, dict) else {}
 
 
 def normalise(
@@ -297,7 +70,7 @@ def normalise(
         return Problem(
             id=problem_id,
             source=spec.name,
-            difficulty=_difficulty(row),
+            difficulty=difficulty_of(row),
             instruction=instruction(prompt_text, fn_name, starter),
             starter_code=starter,
             fn_name=fn_name,
@@ -315,7 +88,7 @@ def normalise(
         raise Rejected("invalid_problem", str(exc.errors()[0].get("msg"))) from None
 
 
-def _difficulty(row: dict) -> str:
+def difficulty_of(row: dict) -> str:
     value = row.get("difficulty")
     return str(value).strip().lower() if value not in (None, "") else "unknown"
 

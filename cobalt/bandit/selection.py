@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from tasks.trajectories import Record
+from cobalt.trajectories.records import Record
 
 Mode = Literal["train", "test", "validation"]
 MAX_PROMPT_TOKENS = 10_000

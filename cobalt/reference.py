@@ -1,4 +1,7 @@
-"""A tiny chat model fitted on CPU to the synthetic problem family (`tasks.synthetic`).
+"""The reference model of the embedded default: 'fitted' (a tiny chat model fitted on CPU to the
+synthetic problem family, `cobalt.data.synthetic`), 'tiny' (a random tiny model, `engines.tiny`),
+or a local model directory; `reference_model` resolves the name to a directory, building the
+model into the storage once.
 
 `fit_tiny_model(path)` builds a Qwen2-shaped model of about 1M parameters with `engines.tiny`
 (its BPE tokenizer trained on the built-in corpus plus the synthetic prompts, programs and the
@@ -19,16 +22,81 @@ import logging
 import math
 import os
 import random
+import shutil
+import tempfile
 import time
 from pathlib import Path
+
+from cobalt.storage import StorageConfig, open_storage
 
 log = logging.getLogger(__name__)
 
 RECIPE_FILE = "fitted_recipe.json"
 RECIPE_VERSION = 2
+FITTED = "fitted"
+TINY = "tiny"
+TINY_SEED = 0
+FIT_STEPS = 240
+FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
+
+
+class ReferenceModelError(ValueError):
+    """The reference model named cannot be used; the message says what to pass."""
+
+
+def models_dir(storage: StorageConfig, work_dir: str) -> Path:
+    """Where built models live: in the storage when it is local, else in `work_dir`."""
+    base = Path(open_storage(storage).root) if storage.is_local else Path(work_dir)
+    return base / "models"
+
+
+def check_reference(reference: str) -> None:
+    """A reference given as a directory must hold a saved model."""
+    if reference not in (FITTED, TINY) and not Path(reference, "config.json").exists():
+        raise ReferenceModelError(
+            f"reference model {reference} has no config.json: pass a directory saved "
+            f"with save_pretrained, '{FITTED}' (default) or '{TINY}'"
+        )
+
+
+def reference_model(
+    reference: str,
+    storage: StorageConfig,
+    work_dir: str,
+    fit_steps: int = FIT_STEPS,
+    logger: logging.Logger | logging.LoggerAdapter | None = None,
+) -> str:
+    """The reference model's local directory: fitted (or built) once, reused after."""
+    check_reference(reference)
+    if reference == FITTED:
+        path = models_dir(storage, work_dir) / "fitted-seed0"
+        (logger or log).info("fitting (or reusing) the tiny model in %s", path)
+        fitted = fit_tiny_model(path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=fit_steps)
+        return str(fitted)
+    if reference == TINY:
+        return str(tiny_model(storage, work_dir))
+    return reference
+
+
+def tiny_model(storage: StorageConfig, work_dir: str) -> Path:
+    """The random tiny model (`engines.tiny`), built once into the storage (or work_dir)."""
+    path = models_dir(storage, work_dir) / f"tiny-seed{TINY_SEED}"
+    if not (path / "tiny_model.json").exists():
+        from engines.tiny import build_tiny_model
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=path.parent))
+        build_tiny_model(tmp, seed=TINY_SEED)
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another run built it meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+    return path
 
 
 def _recipe(**kwargs) -> dict:
+    # "builder" names the recipe (its module before cobalt/ existed): kept, so models fitted
+    # before the move are still found
     recipe = {"builder": "engines.fitted.fit_tiny_model", "version": RECIPE_VERSION, **kwargs}
     blob = json.dumps(recipe, sort_keys=True).encode()
     recipe["hash"] = hashlib.sha256(blob).hexdigest()[:16]
@@ -71,7 +139,7 @@ def fit_tiny_model(
 ) -> Path:
     """Fit (or reuse) the tiny model in `path`; returns `path`. `device`: "cpu" (the default,
     float32) or "cuda" (bf16 mixed precision; part of the recipe, so not the CPU model's hash)."""
-    from tasks import synthetic
+    from cobalt.data import synthetic
 
     path = Path(path)
     held = tuple(synthetic.HELD_OUT if held_out is None else held_out)
@@ -103,8 +171,8 @@ def fit_tiny_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
+    from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from engines.tiny import build_tiny_model, builtin_corpus
-    from tasks.trajectories import failed_feedback, passed_feedback
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if threads:
@@ -204,7 +272,6 @@ def fit_tiny_model(
     }
     log.info("fitted tiny model: %s", stats)
     (path / RECIPE_FILE).write_text(json.dumps({**recipe, "stats": stats}, indent=1) + "\n")
-    import shutil
 
     shutil.rmtree(out_dir, ignore_errors=True)
     return path
@@ -218,9 +285,9 @@ def conversation(
     input format and the feedback turn the sandbox gives on its first failing public test; then,
     with probability `keep_share` (independently: some rows have both, two turns deep), the
     right program and the all-tests-passed feedback before it is given again."""
+    from cobalt.data import synthetic
+    from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from sandbox.feedback import test_report
-    from tasks import synthetic
-    from tasks.trajectories import failed_feedback, passed_feedback
 
     kind = synthetic.kind_of(problem)
     answer = {"role": "assistant", "content": synthetic.reference_answer(kind)}

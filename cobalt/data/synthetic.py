@@ -4,7 +4,7 @@ Each *kind* is `"<operation>/<format>"` (10 operations x 3 formats = 30 kinds). 
 combinations kept out of fitting, so a model fitted on the others can be checked on unseen pairs
 of known pieces. Everything is plain Python and deterministic given the seed.
 
-    from tasks.synthetic import HELD_OUT, make_problems, seen_kinds
+    from cobalt.data.synthetic import HELD_OUT, make_problems, seen_kinds
     problems = make_problems(seen_kinds(), count=100, seed=0)
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from cobalt.problems import Problem, Provenance, instruction
 from sandbox import TestSuite
-from tasks.problems import Problem, Provenance, instruction
 
 # operation -> (what to print, short reasoning, program lines after the reader, function)
 _OPS: dict[str, tuple[str, str, str, Callable[[list[int]], str]]] = {

@@ -21,17 +21,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cobalt.trajectories.collect import BatchConfig, Gate, Stats, _chunks, _progress
+from cobalt.trajectories.records import ENDING_OUTCOMES, Record, RecordLog
 from sandbox import JudgeRequest, SyncJudge, TestSuite
-from tasks.trajectories import (
-    ENDING_OUTCOMES,
-    BatchConfig,
-    Gate,
-    Record,
-    RecordLog,
-    Stats,
-    _chunks,
-    _progress,
-)
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cobalt.data.tally import Rejected, Tally
+from cobalt.problems import Problem, split_tests
 from sandbox import TestSuite
-from tasks.problems import Problem, split_tests
-from tasks.tally import Rejected, Tally
 
 _MARKDOWN_IMAGE = re.compile(r"!\[[^\]]*\]\(")
 

@@ -1,0 +1,390 @@
+"""The training stage in storage (docs/TRAINING.md): its parameters, finding the trajectories run
+and the policy it starts from, and GRPO training into `<storage>/training/<key>/` (the model,
+log_history.json, rewards.png; checkpoints while it runs, resumed after a crash; MANIFEST.json
+last). The bandit dataset it trains on is `cobalt/bandit/dataset.py`; the trainer is
+`cobalt/training/grpo.py`. `tasks/training.py` wraps both steps in cached Prefect tasks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cobalt.bandit.dataset import (
+    BanditConfig,
+    BanditRef,
+    BanditSpec,
+    bandit_spec,
+    no_repairs_reason,
+    read_bandit_rows,
+)
+from cobalt.errors import EmptyStageError
+from cobalt.judging import SandboxRuntime
+from cobalt.storage import (
+    MANIFEST,
+    Logger,
+    StorageConfig,
+    code_version,
+    default_work_dir,
+    from_manifest,
+    open_storage,
+    recipe_key,
+)
+from cobalt.training.config import TrainingConfig
+from cobalt.training.grpo import last_checkpoint, train
+from cobalt.trajectories.problemsets import ProblemSetError
+from cobalt.trajectories.runs import Trajectories, find_trajectories
+from sandbox import SandboxConfig
+
+log = logging.getLogger(__name__)
+TRAINING_CODE = (
+    "cobalt.training.config",
+    "cobalt.training.grpo",
+    "cobalt.training.reward",
+    "cobalt.trajectories.prompts.extract_code",
+)
+
+
+class TrainingParams(BaseModel):
+    """Parameters of the training flow, validated before any work starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trajectories: str = Field(
+        "latest",
+        description="'latest' (the newest trajectories run in this storage) or the directory of "
+        "a finished evaluation stage (<storage>/trajectories/evaluation/<key>).",
+    )
+    perturbed: str | None = Field(
+        None,
+        description="Evaluation stage directory of a trajectories run with perturbed feedback "
+        "(`flows.trajectories --perturbed`), mixed in at bandit.perturbed_ratio.",
+    )
+    model: str | None = Field(
+        None,
+        description="The policy to train: a local model directory. Default: the model that "
+        "collected the trajectories (when that was a local model).",
+    )
+    bandit: BanditConfig = Field(default_factory=BanditConfig)
+    training: TrainingConfig = Field(default_factory=TrainingConfig)
+    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    work_dir: str = Field(
+        default_factory=default_work_dir,
+        description="Local directory for checkpoints and models when storage is S3.",
+    )
+    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
+
+
+class Ready(BaseModel):
+    trajectories: Trajectories
+    perturbed: Trajectories | None = None
+    model: str
+    model_identity: str
+
+
+def preflight(params: TrainingParams) -> Ready:
+    """Storage usable, trajectories found and finished, policy model present. Raises
+    StorageError / ProblemSetError naming what to pass."""
+    storage = open_storage(params.storage)
+    storage.check()
+    check_training(params.training)
+    found = find_trajectories(params.trajectories, params.storage)
+    model = params.model or found.engine.get("model")
+    if found.engine.get("kind") == "litellm" and not params.model:
+        raise ProblemSetError(
+            f"the trajectories were collected through an API ({found.engine.get('model')}): "
+            "pass the policy's local weights with --model PATH"
+        )
+    if not model or not Path(model, "config.json").exists():
+        raise ProblemSetError(
+            f"policy model directory {model} not found (it needs config.json): pass --model PATH, "
+            "a directory saved with save_pretrained"
+        )
+    perturbed = None
+    if params.bandit.perturbed_ratio > 0:
+        if not params.perturbed:
+            raise ProblemSetError(
+                "bandit.perturbed_ratio > 0 needs --perturbed DIR: the evaluation stage of a "
+                "trajectories run with perturbed feedback (python -m flows.trajectories "
+                "--perturbed)"
+            )
+        perturbed = find_trajectories(params.perturbed, params.storage)
+        if not perturbed.problems.perturbed:
+            raise ProblemSetError(f"{params.perturbed} was collected with true feedback")
+    return Ready(
+        trajectories=found,
+        perturbed=perturbed,
+        model=str(model),
+        model_identity=model_identity(model),
+    )
+
+
+def check_training(config: TrainingConfig) -> None:
+    try:
+        config.check()
+    except ValueError as exc:
+        raise ProblemSetError(f"{exc} (set the GRPOConfig field with --set KEY=VALUE)") from None
+
+
+def model_identity(path: str | Path) -> str:
+    """sha256 over a model directory's config, tokenizer and weight files (weights by content up
+    to 2 GB in all, by name and size beyond)."""
+    path = Path(path)
+    files = sorted(p for p in path.iterdir() if p.is_file())
+    digest = hashlib.sha256()
+    weights = [p for p in files if p.suffix in (".safetensors", ".bin")]
+    by_content = sum(p.stat().st_size for p in weights) <= 2 << 30
+    for p in files:
+        if p.suffix in (".json", ".txt", ".model", ".jinja") or (p in weights and by_content):
+            digest.update(p.name.encode() + b"\0" + p.read_bytes())
+        elif p in weights:
+            digest.update(f"{p.name}:{p.stat().st_size}".encode())
+    return "sha256:" + digest.hexdigest()
+
+
+class Runtime(BaseModel):
+    """How stages run: never part of a cache key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str
+    sandbox: SandboxRuntime
+    storage: StorageConfig
+    work_dir: str
+    refresh: bool = False
+
+
+class TrainingSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    dataset: BanditRef
+    model: str = Field(description="Identity (content hash) of the starting policy.")
+    config: TrainingConfig
+
+
+class PolicyRef(BaseModel):
+    """A trained policy in storage."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    uri: str = Field(description="The model directory (save_pretrained) in storage.")
+    steps: int
+    stats: dict[str, Any] = Field(default_factory=dict)
+    plot: str = ""
+
+
+def training_spec(params: TrainingParams, ready: Ready, dataset: BanditRef) -> TrainingSpec:
+    config = params.training.model_copy(update={"sandbox": SandboxConfig()})  # runtime only
+    recipe = {
+        "stage": "training",
+        "dataset": dataset.fingerprint,
+        "model": ready.model_identity,
+        "config": config.model_dump(mode="json"),
+        "code": code_version(*TRAINING_CODE),
+    }
+    return TrainingSpec(
+        key=recipe_key(**recipe), dataset=dataset, model=ready.model_identity, config=config
+    )
+
+
+def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log) -> PolicyRef:
+    """Train in a local output directory (the storage itself when local; work_dir for S3, with
+    each checkpoint uploaded as it is saved and downloaded again by a resumed run elsewhere),
+    then commit the model, its log history and the reward-curve plot to storage."""
+    from cobalt.training.step_timing import StepTimer
+
+    st = open_storage(runtime.storage)
+    directory = st.path("training", spec.key)
+    manifest_path = f"{directory}/{MANIFEST}"
+    if runtime.refresh:
+        if st.fs.exists(directory):
+            st.fs.rm(directory, recursive=True)
+    elif st.fs.exists(manifest_path):
+        logger.info("training: %s is finished already", directory)
+        return from_manifest(st.read_json(manifest_path), PolicyRef)
+    local = (
+        Path(directory)
+        if runtime.storage.is_local
+        else Path(runtime.work_dir, "training", spec.key)
+    )
+    if runtime.refresh and local.exists():
+        shutil.rmtree(local)
+    if not runtime.storage.is_local:
+        _download_last_checkpoint(st, directory, local, logger)
+    if (resumed := last_checkpoint(local)) is not None:
+        logger.info("training: resuming from %s", resumed)
+    rows = read_bandit_rows(spec.dataset, runtime.storage)
+    config = spec.config.model_copy(update={"sandbox": runtime.sandbox.config()})
+    callbacks: list[Any] = [StepTimer()]
+    if not runtime.storage.is_local:
+        callbacks.append(_uploader(st, local, directory))
+    with callbacks[0] as timer:
+        history = train(config, rows, runtime.model, local, callbacks=callbacks)
+    plot = plot_rewards(history, f"GRPO ({config.mode}, {config.preset}): reward per step")
+    (local / "rewards.png").write_bytes(plot)
+    (local / "log_history.json").write_text(json.dumps(history, indent=1))
+    if not runtime.storage.is_local:
+        for path in sorted(local.iterdir()):
+            if path.is_file():
+                st.fs.put_file(str(path), f"{directory}/{path.name}")
+    steps = max((int(h.get("step", 0)) for h in history), default=0)
+    stats = {**reward_stats(history), "timing": timer.summary(), "resumed_from": resumed}
+    ref = PolicyRef(
+        key=spec.key,
+        uri=st.protocol + directory,
+        steps=steps,
+        stats=stats,
+        plot=(local / "rewards.png").as_uri()
+        if runtime.storage.is_local
+        else st.protocol + f"{directory}/rewards.png",
+    )
+    st.commit(manifest_path, ref, spec)
+    logger.info("training: %d steps, %s, model at %s", steps, stats, ref.uri)
+    return ref
+
+
+def _uploader(st: Any, local: Path, directory: str) -> Any:
+    """A TrainerCallback that uploads each saved checkpoint to storage (what a resumed run
+    elsewhere downloads); COMPLETE marks a finished upload."""
+    from transformers import TrainerCallback
+
+    class Uploader(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            name = f"checkpoint-{state.global_step}"
+            if (local / name).is_dir():
+                st.fs.put(str(local / name), f"{directory}/{name}", recursive=True)
+                st.write_atomic(f"{directory}/{name}/COMPLETE", b"")
+
+    return Uploader()
+
+
+def _download_last_checkpoint(st: Any, directory: str, local: Path, logger: Any) -> None:
+    if last_checkpoint(local) is not None or not st.fs.exists(directory):
+        return
+    names = [
+        p.rstrip("/").rsplit("/", 1)[-1]
+        for p in st.fs.ls(directory, detail=False)
+        if p.rstrip("/").rsplit("/", 1)[-1].startswith("checkpoint-")
+        and st.fs.exists(f"{p.rstrip('/')}/COMPLETE")
+    ]
+    if not names:
+        return
+    name = max(names, key=lambda n: int(n.split("-")[-1]))
+    local.mkdir(parents=True, exist_ok=True)
+    st.fs.get(f"{directory}/{name}", str(local / name), recursive=True)
+    logger.info("training: downloaded %s from %s", name, st.url())
+
+
+def reward_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
+    rewards = [h["reward"] for h in history if "reward" in h]
+    if not rewards:
+        return {"reward_first": None, "reward_last": None}
+    k = max(1, len(rewards) // 4)
+    return {
+        "reward_first": round(rewards[0], 4),
+        "reward_last": round(rewards[-1], 4),
+        "reward_first_quarter": round(sum(rewards[:k]) / k, 4),
+        "reward_last_quarter": round(sum(rewards[-k:]) / k, 4),
+    }
+
+
+def plot_rewards(history: list[dict[str, Any]], title: str) -> bytes:
+    """A PNG of the mean reward (and each reward function's mean) against the optimizer step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logged = [h for h in history if "reward" in h]
+    names = sorted(
+        {k for h in logged for k in h if k.startswith("rewards/") and k.endswith("/mean")}
+    )
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    try:
+        steps = [h.get("step", i + 1) for i, h in enumerate(logged)]
+        ax.plot(steps, [h["reward"] for h in logged], marker="o", linewidth=2.2, label="reward")
+        for name in names:
+            ax.plot(steps, [h.get(name) for h in logged], linewidth=1, label=name.split("/")[1])
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("mean reward")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()
+
+
+def local_model(ref: PolicyRef, storage: StorageConfig, work_dir: str) -> Path:
+    """A local directory holding the trained model (downloaded from S3 once)."""
+    if storage.is_local:
+        return Path(ref.uri)
+    st = open_storage(storage)
+    path = Path(work_dir, "models", ref.key)
+    if not (path / "config.json").exists():
+        path.mkdir(parents=True, exist_ok=True)
+        remote = ref.uri.removeprefix("s3://")
+        for entry in st.fs.ls(remote, detail=False):
+            name = entry.rstrip("/").rsplit("/", 1)[-1]
+            if st.fs.isfile(entry):
+                st.fs.get_file(entry, str(path / name))
+    return path
+
+
+def bandit_spec_of(params: TrainingParams, ready: Ready) -> BanditSpec:
+    return bandit_spec(ready.trajectories, ready.perturbed, params.bandit, ready.model_identity)
+
+
+def runtime_of(params: TrainingParams, ready: Ready) -> Runtime:
+    return Runtime(
+        model=ready.model,
+        sandbox=params.sandbox,
+        storage=params.storage,
+        work_dir=params.work_dir,
+        refresh=params.refresh,
+    )
+
+
+def check_repairs(params: TrainingParams, dataset: BanditRef) -> None:
+    """Cobalt training needs repair contexts (else it is single-turn training in disguise)."""
+    if params.training.mode == "cobalt" and not dataset.stats.get("problems_with_repairs"):
+        raise EmptyStageError(no_repairs_reason(dataset.stats))
+
+
+class TrainingSummary(BaseModel):
+    dataset: BanditRef
+    policy: PolicyRef
+    model: str = Field(description="A local directory holding the trained model.")
+    line: str
+
+
+def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:
+    """One line for the log, the trained model as a local directory."""
+    stats = dataset.stats
+    timing = policy.stats.get("timing", {})
+    line = (
+        f"training: {dataset.rows} bandit rows from {stats.get('problems')} problems "
+        f"({stats.get('problems_with_repairs')} with repair contexts); "
+        f"{params.training.mode} GRPO, {policy.steps} steps, reward "
+        f"{policy.stats.get('reward_first')} -> {policy.stats.get('reward_last')}; "
+        f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; "
+        f"model at {policy.uri}"
+    )
+    return TrainingSummary(
+        dataset=dataset,
+        policy=policy,
+        model=str(local_model(policy, params.storage, params.work_dir)),
+        line=line,
+    )

@@ -1,0 +1,472 @@
+"""The trajectory stage in storage (docs/TRAJECTORIES.md): its parameters, the content address
+of each step (initial -> multiturn -> evaluation; a step's key chains its upstream's), and the
+steps themselves, each writing a JSONL under `<storage>/trajectories/<stage>/<key>/` with
+MANIFEST.json written last (a finished step is found again, a killed one resumes). The logic they
+run is `cobalt/trajectories/collect.py` and `cobalt/evaluation.py`; `tasks/trajectories.py` wraps
+each step in a cached Prefect task, `flows/trajectories.py` chains them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cobalt.evaluation import evaluate
+from cobalt.judging import SandboxRuntime, open_judge
+from cobalt.reference import TINY, tiny_model
+from cobalt.storage import (
+    MANIFEST,
+    Logger,
+    StorageConfig,
+    code_version,
+    default_work_dir,
+    from_manifest,
+    open_storage,
+    recipe_key,
+)
+from cobalt.trajectories.collect import (
+    BatchConfig,
+    CollectConfig,
+    Gate,
+    collect_initial,
+    collect_multiturn,
+)
+from cobalt.trajectories.problemsets import (
+    ProblemSetError,
+    ProblemSource,
+    load_problems,
+    resolve_problems,
+)
+from cobalt.trajectories.records import Record, parse_records
+from engines import Engine, EngineConfig, make_engine
+from sandbox import Limits
+
+log = logging.getLogger(__name__)
+
+RECORDS = "records.jsonl"
+FORMAT = "cobalt-jsonl/1"
+
+
+# --- parameters ---------------------------------------------------------------------------------
+
+
+class TrajectoryParams(BaseModel):
+    """Parameters of the trajectories flow, validated before any work starts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    problems: str = Field(
+        "latest",
+        description="'latest' (the newest problem sets of the data stage in this storage), a "
+        "problem-set directory (holding MANIFEST.json), a .parquet / .jsonl file of problem "
+        "records, or a raw source file as PATH:KIND (e.g. samples/apps_sample.jsonl:taco).",
+    )
+    table: str = Field("train", description="Problem set of a data-stage bundle: train, dev, test.")
+    perturbed: bool = Field(
+        False,
+        description="Feedback from perturbed public tests (SPEC §1.7): the bundle's "
+        "'<table>_perturbed' set, or problems perturbed here (seed 0); evaluation stays on the "
+        "true tests. Off: feedback from the true public tests.",
+    )
+    limit: int | None = Field(None, ge=1, description="Only the first N problems (smoke runs).")
+    engine: EngineConfig = Field(
+        default_factory=lambda: EngineConfig(kind="transformers", model=TINY),
+        description=f"The reference LLM. Model '{TINY}' with the transformers engine: the tiny "
+        "built-in model, built into the storage (or work_dir for S3) on first use.",
+    )
+    api_key_block: str | None = Field(
+        None,
+        description="Name of a Prefect Secret block holding the API key; the flow puts it into "
+        "the environment variable named by engine.api_key_env for this run (never logged).",
+    )
+    collect: CollectConfig = Field(default_factory=CollectConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
+    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    llm_limit: str | None = Field(
+        None,
+        description="Name of a Prefect global concurrency limit that flow runs sharing an "
+        "LLM endpoint take one slot of while they generate (requests in flight per run: "
+        "engine.concurrency).",
+    )
+    sandbox_limit: str | None = Field(
+        None,
+        description="Name of a Prefect global concurrency limit taken while judging "
+        "(flow runs sharing a sandbox host).",
+    )
+    work_dir: str = Field(
+        default_factory=default_work_dir,
+        description="Local directory for the JSONL being written when storage is S3 (synced "
+        "there every checkpoint_s) and for the tiny model (env COBALT_WORK_DIR).",
+    )
+    checkpoint_s: float = Field(
+        60,
+        gt=0,
+        description="S3: seconds between uploads of the "
+        "JSONL being written (what a resume elsewhere starts from).",
+    )
+    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
+
+
+class Runtime(BaseModel):
+    """How stages run: never part of a cache key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    engine: EngineConfig
+    sandbox: SandboxRuntime
+    batch: BatchConfig
+    storage: StorageConfig
+    llm_limit: str | None = None
+    sandbox_limit: str | None = None
+    work_dir: str
+    checkpoint_s: float = 60
+    refresh: bool = False
+
+
+class StageSpec(BaseModel):
+    """What determines a stage's content (its cache key and storage key)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: Literal["initial", "multiturn", "evaluation"]
+    key: str
+    problems: ProblemSource
+    collect: CollectConfig
+    limits: Limits
+    engine: dict[str, Any] = Field(description="What of the engine decides its output.")
+    upstream: TrajectoryRef | None = None
+
+
+class TrajectoryRef(BaseModel):
+    """A finished stage: what tasks pass on (small)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: str
+    key: str
+    uri: str = Field(description="The stage directory (MANIFEST.json, records.jsonl).")
+    rows: int
+    fingerprint: str = Field(description="sha256 of records.jsonl.")
+    stats: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def records_uri(self) -> str:
+        return f"{self.uri}/{RECORDS}"
+
+
+StageSpec.model_rebuild()
+
+
+# --- preflight: fail fast, before any work ------------------------------------------------------
+
+
+class Ready(BaseModel):
+    problems: ProblemSource
+    engine: EngineConfig
+
+
+def preflight(params: TrajectoryParams) -> Ready:
+    """Storage usable, problem set found and non-empty, engine usable (model present, API key
+    set). Raises StorageError / ProblemSetError / MissingAPIKeyError naming what to set."""
+    storage = open_storage(params.storage)
+    storage.check()
+    engine = params.engine
+    if engine.kind == "transformers" and engine.model == TINY:
+        engine = engine.model_copy(
+            update={"model": str(tiny_model(params.storage, params.work_dir))}
+        )
+    if engine.kind == "litellm":
+        engine.api_key()  # MissingAPIKeyError names the variable
+    elif not Path(engine.model).is_dir():
+        raise ProblemSetError(
+            f"model directory {engine.model} not found: local engines load a downloaded model "
+            "directory (--model PATH); leave --model out for the tiny built-in model"
+        )
+    source = resolve_problems(
+        params.problems, params.storage, params.table, params.perturbed, params.limit
+    )
+    return Ready(problems=source, engine=engine)
+
+
+# --- stages -----------------------------------------------------------------------------------
+
+INITIAL_CODE = (
+    "cobalt.trajectories.collect.collect_initial",
+    "cobalt.trajectories.records.make_turn",
+    "cobalt.trajectories.prompts.extract_code",
+    "cobalt.trajectories.records.Record",
+    "cobalt.trajectories.records.Turn",
+)
+MULTITURN_CODE = (
+    "cobalt.trajectories.collect",
+    "cobalt.trajectories.prompts",
+    "cobalt.trajectories.records",
+)
+EVALUATION_CODE = ("cobalt.evaluation", "sandbox.compare")
+IDENTITY = ("kind", "model", "dtype", "extra")  # engine fields that decide what is generated
+
+
+def engine_identity(engine: EngineConfig) -> dict[str, Any]:
+    identity = {k: v for k, v in engine.model_dump(mode="json").items() if k in IDENTITY}
+    identity["extra"] = {k: v for k, v in identity["extra"].items() if "key" not in k.lower()}
+    if engine.kind != "litellm" and (config := Path(engine.model, "config.json")).exists():
+        identity["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
+    return identity
+
+
+def stage_specs(params: TrajectoryParams, ready: Ready) -> dict[str, StageSpec]:
+    """The spec of each stage; keys chain (a stage's key includes its upstream's)."""
+    src, collect = ready.problems, params.collect
+    identity = engine_identity(ready.engine)
+    initial_recipe = {
+        "stage": "initial",
+        "instructions": src.instructions,
+        "engine": identity,
+        "sampling": collect.sampling.model_dump(mode="json"),
+        "max_answer_chars": collect.max_answer_chars,
+        "system": collect.system_prompt,
+        "code": code_version(*INITIAL_CODE),
+    }
+    initial = StageSpec(
+        stage="initial",
+        key=recipe_key(**initial_recipe),
+        problems=src,
+        collect=collect,
+        limits=params.limits,
+        engine=identity,
+    )
+    later = {"key": "", "upstream": None}  # keyed once the upstream stage is done (`chained`)
+    return {
+        "initial": initial,
+        "multiturn": initial.model_copy(update={"stage": "multiturn", **later}),
+        "evaluation": initial.model_copy(update={"stage": "evaluation", **later}),
+    }
+
+
+def chained(spec: StageSpec, upstream: TrajectoryRef) -> StageSpec:
+    """The spec with its upstream and the key that follows from it."""
+    recipe = {
+        "stage": spec.stage,
+        "upstream": upstream.fingerprint,
+        "problems": spec.problems.fingerprint,
+        "limits": spec.limits.model_dump(),
+        "code": code_version(*(MULTITURN_CODE if spec.stage == "multiturn" else EVALUATION_CODE)),
+    }
+    if spec.stage == "multiturn":
+        recipe["collect"] = spec.collect.model_dump(mode="json")
+        recipe["engine"] = spec.engine
+    else:
+        recipe["turns"] = spec.collect.turns
+    return spec.model_copy(update={"upstream": upstream, "key": recipe_key(**recipe)})
+
+
+_ENGINES: dict[str, Engine] = {}
+
+
+def engine_for(config: EngineConfig) -> Engine:
+    """One engine per config in this process: the stages share a loaded model."""
+    key = config.model_dump_json()
+    if key not in _ENGINES:
+        _ENGINES[key] = make_engine(config)
+    return _ENGINES[key]
+
+
+def close_engines() -> None:
+    while _ENGINES:
+        _ENGINES.popitem()[1].close()
+
+
+def run_stage(
+    spec: StageSpec,
+    runtime: Runtime,
+    body: Callable[[Path, Logger], dict[str, Any]],
+    logger: Logger = log,
+) -> TrajectoryRef:
+    """Run `body(local_jsonl, logger)` into the stage's directory and commit its manifest.
+
+    Local storage: the JSONL is written in place. S3: in `work_dir` (resumed from the uploaded
+    copy when the local one is missing), uploaded every `checkpoint_s` and at the end. A
+    directory whose manifest exists is finished: returned as is (unless refresh).
+    """
+    st = open_storage(runtime.storage)
+    directory = st.path("trajectories", spec.stage, spec.key)
+    manifest_path, remote = f"{directory}/{MANIFEST}", f"{directory}/{RECORDS}"
+    local = (
+        Path(remote)
+        if runtime.storage.is_local
+        else Path(runtime.work_dir, "spool", spec.stage, spec.key, RECORDS)
+    )
+    if runtime.refresh:
+        for path in (manifest_path, remote):
+            if st.fs.exists(path):
+                st.fs.rm(path)
+        local.unlink(missing_ok=True)
+    elif st.fs.exists(manifest_path):
+        logger.info("%s: %s is finished already", spec.stage, directory)
+        manifest = st.read_json(manifest_path)
+        return from_manifest(manifest, TrajectoryRef)
+    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
+        local.parent.mkdir(parents=True, exist_ok=True)
+        st.fs.get_file(remote, str(local))
+        logger.info("%s: resuming from %s", spec.stage, st.url(remote))
+    stop = threading.Event()
+    uploader = None
+    if not runtime.storage.is_local:
+
+        def upload_periodically() -> None:
+            while not stop.wait(runtime.checkpoint_s):
+                _upload(st, local, remote)
+
+        uploader = threading.Thread(target=upload_periodically, daemon=True)
+        uploader.start()
+    try:
+        stats = body(local, logger)
+    finally:
+        stop.set()
+        if uploader is not None:
+            uploader.join()
+    data = local.read_bytes()
+    if not runtime.storage.is_local:
+        st.write_atomic(remote, data)
+    ref = TrajectoryRef(
+        stage=spec.stage,
+        key=spec.key,
+        uri=st.protocol + directory,
+        rows=data.count(b"\n"),
+        fingerprint="sha256:" + hashlib.sha256(data).hexdigest(),
+        stats=stats,
+    )
+    st.commit(manifest_path, ref, spec, format=FORMAT)
+    logger.info(
+        "%s: %d records at %s (%s)",
+        spec.stage,
+        ref.rows,
+        ref.uri,
+        ", ".join(f"{k} {v}" for k, v in stats.items() if k != "outcomes"),
+    )
+    return ref
+
+
+def _upload(st: Any, local: Path, remote: str) -> None:
+    try:
+        data = local.read_bytes()
+    except FileNotFoundError:
+        return
+    st.write_atomic(remote, data[: data.rfind(b"\n") + 1])
+
+
+def read_stage(
+    ref: TrajectoryRef,
+    storage: StorageConfig,
+    model: type[BaseModel] = Record,
+    logger: Logger | None = None,
+) -> dict[str, Any]:
+    """The records of a finished step, by problem id."""
+    st = open_storage(storage)
+    with st.fs.open(ref.records_uri.removeprefix("s3://"), "rb") as f:
+        records, _ = parse_records(f.read(), model, logger, ref.records_uri)
+    return records
+
+
+def initial_stage(
+    spec: StageSpec, runtime: Runtime, *, logger: Logger = log, gate: Gate | None = None
+) -> TrajectoryRef:
+    """Turn 0: n samples per problem (the cached first programs). `gate`: held while generating."""
+    problems = load_problems(spec.problems, runtime.storage)
+
+    def body(path: Path, logger: Logger) -> dict[str, Any]:
+        _, stats = collect_initial(
+            problems,
+            engine_for(runtime.engine),
+            spec.collect,
+            path,
+            runtime.batch,
+            gate=gate,
+            progress=True,
+            logger=logger,
+        )
+        return stats.as_dict()
+
+    return run_stage(spec, runtime, body, logger)
+
+
+def multiturn_stage(
+    spec: StageSpec,
+    runtime: Runtime,
+    *,
+    logger: Logger = log,
+    gate: Gate | None = None,
+    sandbox_gate: Gate | None = None,
+) -> TrajectoryRef:
+    """Feedback turns: feedback from the public tests (or perturbed ones), repair, repeat."""
+    assert spec.upstream is not None
+    problems = load_problems(spec.problems, runtime.storage)
+
+    def body(path: Path, logger: Logger) -> dict[str, Any]:
+        initial = read_stage(spec.upstream, runtime.storage, Record, logger)
+        with open_judge(runtime.sandbox, spec.limits) as judge:
+            _, stats = collect_multiturn(
+                problems,
+                initial,
+                engine_for(runtime.engine),
+                judge,
+                spec.collect,
+                path,
+                runtime.batch,
+                feedback_kind="perturbed" if spec.problems.perturbed else "public",
+                gate=gate,
+                sandbox_gate=sandbox_gate,
+                progress=True,
+                logger=logger,
+            )
+        return stats.as_dict()
+
+    return run_stage(spec, runtime, body, logger)
+
+
+def evaluation_stage(
+    spec: StageSpec, runtime: Runtime, *, logger: Logger = log, sandbox_gate: Gate | None = None
+) -> TrajectoryRef:
+    """Every turn's program on all true tests."""
+    assert spec.upstream is not None
+    problems = load_problems(spec.problems, runtime.storage)
+
+    def body(path: Path, logger: Logger) -> dict[str, Any]:
+        records = read_stage(spec.upstream, runtime.storage, Record, logger)
+        with open_judge(runtime.sandbox, spec.limits) as judge:
+            _, stats = evaluate(
+                problems,
+                records,
+                judge,
+                spec.collect.turns,
+                path,
+                runtime.batch,
+                gate=sandbox_gate,
+                progress=True,
+                logger=logger,
+            )
+        return stats.as_dict()
+
+    return run_stage(spec, runtime, body, logger)
+
+
+def runtime_of(params: TrajectoryParams, ready: Ready) -> Runtime:
+    return Runtime(
+        engine=ready.engine,
+        sandbox=params.sandbox,
+        batch=params.batch,
+        storage=params.storage,
+        llm_limit=params.llm_limit,
+        sandbox_limit=params.sandbox_limit,
+        work_dir=params.work_dir,
+        checkpoint_s=params.checkpoint_s,
+        refresh=params.refresh,
+    )
