@@ -107,6 +107,11 @@ class PipelineParams(BaseModel):
         description="Local directory for models and spools when storage is S3.",
     )
     refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
+    cluster: str | None = Field(
+        None,
+        description="Dask cluster for the trajectory and evaluation shards: a scheduler address "
+        "(tcp://host:8786) or 'local:N' (see the trajectories flow). None: this process.",
+    )
 
     # --- what each chained flow gets ------------------------------------------------------------
     def data(self) -> DataParams:
@@ -141,6 +146,7 @@ class PipelineParams(BaseModel):
             storage=self.storage,
             work_dir=self.work_dir,
             refresh=self.refresh,
+            cluster=self.cluster,
         )
 
     def training_params(

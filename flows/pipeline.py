@@ -107,6 +107,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
     add_storage_args(parser)
     arg("--work-dir", metavar="DIR", help="local models/spools for S3 runs (~/.cache/cobalt)")
+    arg("--cluster", metavar="ADDRESS", help="trajectory shards on a Dask cluster (or local:N)")
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
 
@@ -116,8 +117,9 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     for flag in ("reference", "fit_steps", "train_limit", "eval_limit", "eval_turns"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
-    if args.work_dir:
-        values["work_dir"] = args.work_dir
+    for flag in ("work_dir", "cluster"):
+        if getattr(args, flag):
+            values[flag] = getattr(args, flag)
     if args.refresh:
         values["refresh"] = True
     defaults = PipelineParams.model_fields

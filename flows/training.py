@@ -66,7 +66,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
     arg("--max-steps", type=int, help="optimizer steps (overrides the preset)")
     arg("--save-steps", type=int, help="checkpoint every N steps (resume after a crash)")
-    arg("--num-processes", type=int, help="training processes (GPUs), paper preset")
+    arg("--num-processes", type=int, help="training processes, one per GPU (accelerate launch)")
+    arg("--accelerate-config", metavar="FILE", help="accelerate config (DeepSpeed ZeRO, FSDP)")
     arg("--format-reward", action="store_true", help="add the thinking-model format reward")
     arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
     arg("--max-prompt-tokens", type=int, help="bandit: longest partial context (10000)")
@@ -93,6 +94,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         ("max_steps", "max_steps"),
         ("save_steps", "save_steps"),
         ("num_processes", "num_processes"),
+        ("accelerate_config", "accelerate_config"),
     ):
         if getattr(args, flag) is not None:
             training[name] = getattr(args, flag)

@@ -28,6 +28,7 @@ from cobalt.tables import markdown_table
 from cobalt.trajectories.runs import TrajectorySummary
 from cobalt.trajectories.stages import TrajectoryParams, close_engines
 from flows.cli import add_storage_args, run_flow_cli, storage_values
+from tasks.cluster import task_runner
 from tasks.trajectories import Stages, preflight, report
 
 
@@ -36,13 +37,14 @@ def trajectories_flow(params: TrajectoryParams) -> TrajectorySummary:
     """Problems -> first programs (n per problem) -> feedback turns -> all-test evaluation ->
     per-turn Pass@1 table and plot."""
     ready = preflight(params)  # storage, problems, engine (model, API key): before any work
-    stages = Stages(params, ready)
-    try:
-        initial = stages.initial()
-        multiturn = stages.multiturn(initial)
-        evaluation = stages.evaluation(multiturn)
-    finally:
-        close_engines()
+    with task_runner(params.cluster) as runner:  # shards here, or on a Dask cluster
+        stages = Stages(params, ready, runner)
+        try:
+            initial = stages.initial()
+            multiturn = stages.multiturn(initial)
+            evaluation = stages.evaluation(multiturn)
+        finally:
+            close_engines()
     return report(params, ready, initial, multiturn, evaluation)
 
 
@@ -109,6 +111,12 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     arg("--system-prompt", metavar="TEXT", help="system message ('' for none; SPEC's default)")
     arg("--chunk-size", type=int, help="problems per batch; records land per chunk (16)")
     arg("--lanes", type=int, help="lanes per chunk: one is judged while another generates (2)")
+    arg("--shard-size", type=int, help="problems per task (16 chunks; a multiple of --chunk-size)")
+    arg(
+        "--cluster",
+        metavar="ADDRESS",
+        help="run the shards on a Dask cluster: tcp://scheduler:8786, or local:N workers",
+    )
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
     arg("--timeout", type=float, help="seconds per test (4)")
@@ -171,7 +179,9 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     for flag in ("turns", "max_prompt_tokens", "system_prompt"):
         if getattr(args, flag) is not None:
             collect[flag] = getattr(args, flag)
-    for flag in ("chunk_size", "lanes"):
+    if args.cluster is not None:
+        values["cluster"] = args.cluster
+    for flag in ("chunk_size", "lanes", "shard_size"):
         if getattr(args, flag) is not None:
             values.setdefault("batch", {})[flag] = getattr(args, flag)
     if args.backend is not None:

@@ -1,6 +1,7 @@
-"""Prefect layer of the trajectory stage: the three steps of `cobalt.trajectories.stages` as
-cached tasks bound to the run's storage, API keys from a Prefect Secret block, Prefect global
-concurrency limits as the gates around generation and judging, and the report as artifacts."""
+"""Prefect layer of the trajectory stage: each step of `cobalt.trajectories.stages` as one cached
+task per shard (run here or on a Dask cluster, tasks/cluster.py) and a merge task, bound to the
+run's storage; API keys from a Prefect Secret block; Prefect global concurrency limits as the
+gates around generation and judging; the report as artifacts."""
 
 from __future__ import annotations
 
@@ -17,27 +18,28 @@ from prefect.artifacts import (
 )
 from prefect.blocks.system import Secret
 from prefect.concurrency.sync import concurrency
+from prefect.task_runners import TaskRunner
 
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
 from cobalt.trajectories import stages as lib
 from cobalt.trajectories.problemsets import ProblemSetError
 from cobalt.trajectories.runs import TrajectorySummary, summarize
+from cobalt.trajectories.shards import merge_shards, shards_of
+from cobalt.trajectories.specs import Runtime, Shard, ShardRef, StageSpec, TrajectoryRef
 from cobalt.trajectories.stages import (
     EVALUATION_CODE,
     INITIAL_CODE,
     MULTITURN_CODE,
     Ready,
-    Runtime,
-    StageSpec,
     TrajectoryParams,
-    TrajectoryRef,
     chained,
     runtime_of,
     stage_specs,
 )
 from engines import EngineConfig
 from tasks.caching import bind, stage_policy
+from tasks.cluster import run_all
 
 
 def preflight(params: TrajectoryParams) -> Ready:
@@ -73,26 +75,26 @@ def gate(name: str | None) -> Callable[[], AbstractContextManager[Any]] | None:
 
 @task(
     name="initial",
-    task_run_name="initial-{key}",
+    task_run_name="{spec.name}",
     cache_policy=stage_policy(*INITIAL_CODE),
     retries=1,
     retry_delay_seconds=5,
 )
-def initial_task(key: str, spec: StageSpec, runtime: Runtime) -> TrajectoryRef:
-    """Turn 0: n samples per problem (the cached first programs)."""
-    return lib.initial_stage(spec, runtime, logger=get_run_logger(), gate=gate(runtime.llm_limit))
+def initial_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
+    """Turn 0 of a shard: n samples per problem (the cached first programs)."""
+    return lib.initial_shard(spec, runtime, logger=get_run_logger(), gate=gate(runtime.llm_limit))
 
 
 @task(
     name="multiturn",
-    task_run_name="multiturn-{key}",
+    task_run_name="{spec.name}",
     cache_policy=stage_policy(*MULTITURN_CODE),
     retries=1,
     retry_delay_seconds=5,
 )
-def multiturn_task(key: str, spec: StageSpec, runtime: Runtime) -> TrajectoryRef:
-    """Feedback turns: public-test feedback, repair, repeat (resumes a killed run)."""
-    return lib.multiturn_stage(
+def multiturn_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
+    """Feedback turns of a shard: public-test feedback, repair, repeat (resumes a killed run)."""
+    return lib.multiturn_shard(
         spec,
         runtime,
         logger=get_run_logger(),
@@ -103,36 +105,58 @@ def multiturn_task(key: str, spec: StageSpec, runtime: Runtime) -> TrajectoryRef
 
 @task(
     name="evaluation",
-    task_run_name="evaluation-{key}",
+    task_run_name="{spec.name}",
     cache_policy=stage_policy(*EVALUATION_CODE),
     retries=1,
     retry_delay_seconds=5,
 )
-def evaluation_task(key: str, spec: StageSpec, runtime: Runtime) -> TrajectoryRef:
-    """Every turn's program on all true tests."""
-    return lib.evaluation_stage(
+def evaluation_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
+    """Every turn's program of a shard on all true tests."""
+    return lib.evaluation_shard(
         spec, runtime, logger=get_run_logger(), sandbox_gate=gate(runtime.sandbox_limit)
     )
 
 
-class Stages:
-    """The stage tasks bound to the run's storage (results, cache records, --refresh)."""
+@task(
+    name="merge",
+    task_run_name="{spec.stage}-merge-{key}",
+    cache_policy=stage_policy("cobalt.trajectories.shards"),
+    retries=1,
+    retry_delay_seconds=5,
+)
+def merge_task(
+    key: str, spec: StageSpec, shards: list[ShardRef], runtime: Runtime
+) -> TrajectoryRef:
+    """The step's records: its shards in order."""
+    return merge_shards(spec, shards, runtime, logger=get_run_logger())
 
-    def __init__(self, params: TrajectoryParams, ready: Ready):
+
+class Stages:
+    """The steps, each as shard tasks (in this process, or on the cluster's workers) and a merge
+    task, bound to the run's storage (results, cache records, --refresh)."""
+
+    def __init__(self, params: TrajectoryParams, ready: Ready, runner: TaskRunner | None = None):
         st = open_storage(params.storage)
         self.specs = stage_specs(params, ready)
         self.runtime = runtime_of(params, ready)
+        self.runner = runner
         self.tasks: dict[str, Task] = {
             name: bind(t, st, params.refresh)
             for name, t in (
                 ("initial", initial_task),
                 ("multiturn", multiturn_task),
                 ("evaluation", evaluation_task),
+                ("merge", merge_task),
             )
         }
 
     def _run(self, spec: StageSpec) -> TrajectoryRef:
-        return self.tasks[spec.stage](spec.key, spec, self.runtime)
+        calls = [
+            {"key": shard.key, "spec": shard, "runtime": self.runtime}
+            for shard in shards_of(spec, self.runtime)
+        ]
+        shards = run_all(self.tasks[spec.stage], calls, self.runner)
+        return self.tasks["merge"](spec.key, spec, shards, self.runtime)
 
     def initial(self) -> TrajectoryRef:
         return self._run(self.specs["initial"])

@@ -68,7 +68,16 @@ class TrainingConfig(BaseModel):
         None, description="Drop rows whose templated prompt has more tokens (preset default)."
     )
     num_processes: int = Field(
-        1, ge=1, description="Training processes (GPUs) for the paper preset."
+        1,
+        ge=1,
+        description="Training processes, one per GPU: above 1 the training runs under "
+        "`accelerate launch` (DDP), each process with its own sandbox pool. The paper preset "
+        "keeps its global batch (64 prompts per step) by dividing the gradient accumulation.",
+    )
+    accelerate_config: str | None = Field(
+        None,
+        description="An accelerate config file for num_processes > 1 (DeepSpeed ZeRO, FSDP, "
+        "several machines); default: DDP on this machine's GPUs.",
     )
     max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
     generation: Generation = Field(

@@ -209,8 +209,10 @@ def train(
         )
         trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     if config.lora:  # a plain model for the engines: adapters merged into the weights
-        trainer.model.merge_and_unload().save_pretrained(str(output_dir))
+        if trainer.is_world_process_zero():
+            trainer.model.merge_and_unload().save_pretrained(str(output_dir))
     else:
-        trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(str(output_dir))
+        trainer.save_model(str(output_dir))  # every process takes part (sharded states)
+    if trainer.is_world_process_zero():
+        tokenizer.save_pretrained(str(output_dir))
     return list(trainer.state.log_history)

@@ -23,7 +23,6 @@ from cobalt.bandit.dataset import (
     BanditSpec,
     bandit_spec,
     no_repairs_reason,
-    read_bandit_rows,
 )
 from cobalt.errors import EmptyStageError
 from cobalt.judging import SandboxRuntime
@@ -37,8 +36,10 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
+from cobalt.training.checkpoints import download_last_checkpoint
 from cobalt.training.config import TrainingConfig
-from cobalt.training.grpo import last_checkpoint, train
+from cobalt.training.grpo import last_checkpoint
+from cobalt.training.launch import Job, run_job
 from cobalt.trajectories.problemsets import ProblemSetError
 from cobalt.trajectories.runs import Trajectories, find_trajectories
 from sandbox import SandboxConfig
@@ -201,8 +202,6 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     """Train in a local output directory (the storage itself when local; work_dir for S3, with
     each checkpoint uploaded as it is saved and downloaded again by a resumed run elsewhere),
     then commit the model, its log history and the reward-curve plot to storage."""
-    from cobalt.training.step_timing import StepTimer
-
     st = open_storage(runtime.storage)
     directory = st.path("training", spec.key)
     manifest_path = f"{directory}/{MANIFEST}"
@@ -220,16 +219,20 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     if runtime.refresh and local.exists():
         shutil.rmtree(local)
     if not runtime.storage.is_local:
-        _download_last_checkpoint(st, directory, local, logger)
+        download_last_checkpoint(st, directory, local, logger)
     if (resumed := last_checkpoint(local)) is not None:
         logger.info("training: resuming from %s", resumed)
-    rows = read_bandit_rows(spec.dataset, runtime.storage)
-    config = spec.config.model_copy(update={"sandbox": runtime.sandbox.config()})
-    callbacks: list[Any] = [StepTimer()]
-    if not runtime.storage.is_local:
-        callbacks.append(_uploader(st, local, directory))
-    with callbacks[0] as timer:
-        history = train(config, rows, runtime.model, local, callbacks=callbacks)
+    job = Job(
+        config=spec.config,
+        dataset=spec.dataset,
+        storage=runtime.storage,
+        sandbox=runtime.sandbox,
+        model=runtime.model,
+        output_dir=str(local),
+        upload_dir=None if runtime.storage.is_local else directory,
+    )
+    history, timing = run_job(job, logger)
+    config = spec.config
     plot = plot_rewards(history, f"GRPO ({config.mode}, {config.preset}): reward per step")
     (local / "rewards.png").write_bytes(plot)
     (local / "log_history.json").write_text(json.dumps(history, indent=1))
@@ -238,7 +241,12 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
             if path.is_file():
                 st.fs.put_file(str(path), f"{directory}/{path.name}")
     steps = max((int(h.get("step", 0)) for h in history), default=0)
-    stats = {**reward_stats(history), "timing": timer.summary(), "resumed_from": resumed}
+    stats = {
+        **reward_stats(history),
+        "timing": timing,
+        "processes": config.num_processes,
+        "resumed_from": resumed,
+    }
     ref = PolicyRef(
         key=spec.key,
         uri=st.protocol + directory,
@@ -251,38 +259,6 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     st.commit(manifest_path, ref, spec)
     logger.info("training: %d steps, %s, model at %s", steps, stats, ref.uri)
     return ref
-
-
-def _uploader(st: Any, local: Path, directory: str) -> Any:
-    """A TrainerCallback that uploads each saved checkpoint to storage (what a resumed run
-    elsewhere downloads); COMPLETE marks a finished upload."""
-    from transformers import TrainerCallback
-
-    class Uploader(TrainerCallback):
-        def on_save(self, args, state, control, **kwargs):
-            name = f"checkpoint-{state.global_step}"
-            if (local / name).is_dir():
-                st.fs.put(str(local / name), f"{directory}/{name}", recursive=True)
-                st.write_atomic(f"{directory}/{name}/COMPLETE", b"")
-
-    return Uploader()
-
-
-def _download_last_checkpoint(st: Any, directory: str, local: Path, logger: Any) -> None:
-    if last_checkpoint(local) is not None or not st.fs.exists(directory):
-        return
-    names = [
-        p.rstrip("/").rsplit("/", 1)[-1]
-        for p in st.fs.ls(directory, detail=False)
-        if p.rstrip("/").rsplit("/", 1)[-1].startswith("checkpoint-")
-        and st.fs.exists(f"{p.rstrip('/')}/COMPLETE")
-    ]
-    if not names:
-        return
-    name = max(names, key=lambda n: int(n.split("-")[-1]))
-    local.mkdir(parents=True, exist_ok=True)
-    st.fs.get(f"{directory}/{name}", str(local / name), recursive=True)
-    logger.info("training: downloaded %s from %s", name, st.url())
 
 
 def reward_stats(history: list[dict[str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.trajectories.prompts import (
     SYSTEM_PROMPT,
@@ -102,6 +102,27 @@ class BatchConfig(BaseModel):
         "another generates (1: no overlap). Each generate call covers every live "
         "conversation of one lane.",
     )
+    shard_size: int | None = Field(
+        None,
+        ge=1,
+        description="Problems per shard: the unit of work a task (on this machine or a cluster "
+        "worker) runs and commits; a multiple of chunk_size, so the records do not depend on "
+        "it. Default: 16 chunks.",
+    )
+
+    @model_validator(mode="after")
+    def _whole_chunks(self) -> BatchConfig:
+        if self.shard_size is not None and self.shard_size % self.chunk_size:
+            whole = self.chunk_size * max(1, round(self.shard_size / self.chunk_size))
+            raise ValueError(
+                f"batch.shard_size ({self.shard_size}) must be a multiple of batch.chunk_size "
+                f"({self.chunk_size}): e.g. {whole}"
+            )
+        return self
+
+    @property
+    def problems_per_shard(self) -> int:
+        return self.shard_size or 16 * self.chunk_size
 
 
 @dataclass

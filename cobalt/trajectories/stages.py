@@ -1,32 +1,30 @@
 """The trajectory stage in storage (docs/TRAJECTORIES.md): its parameters, the content address
 of each step (initial -> multiturn -> evaluation; a step's key chains its upstream's), and the
-steps themselves, each writing a JSONL under `<storage>/trajectories/<stage>/<key>/` with
-MANIFEST.json written last (a finished step is found again, a killed one resumes). The logic they
-run is `cobalt/trajectories/collect.py` and `cobalt/evaluation.py`; `tasks/trajectories.py` wraps
-each step in a cached Prefect task, `flows/trajectories.py` chains them.
+steps themselves, run shard by shard (cobalt/trajectories/shards.py) into a JSONL under
+`<storage>/trajectories/<stage>/<key>/` with MANIFEST.json written last (a finished step is found
+again, a killed one resumes). The logic they run is `cobalt/trajectories/collect.py` and
+`cobalt/evaluation.py`; `tasks/trajectories.py` runs each shard as a cached Prefect task (in this
+process or on a Dask cluster), `flows/trajectories.py` chains the steps. `run_step` runs a step
+without Prefect.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cobalt.evaluation import evaluate
 from cobalt.judging import SandboxRuntime, open_judge
 from cobalt.reference import TINY, tiny_model
 from cobalt.storage import (
-    MANIFEST,
     Logger,
     StorageConfig,
     code_version,
     default_work_dir,
-    from_manifest,
     open_storage,
     recipe_key,
 )
@@ -40,17 +38,21 @@ from cobalt.trajectories.collect import (
 from cobalt.trajectories.problemsets import (
     ProblemSetError,
     ProblemSource,
-    load_problems,
     resolve_problems,
 )
 from cobalt.trajectories.records import Record, parse_records
+from cobalt.trajectories.shards import merge_shards, run_shard, shard_problems, shards_of
+from cobalt.trajectories.specs import (
+    Runtime,
+    Shard,
+    ShardRef,
+    StageSpec,
+    TrajectoryRef,
+)
 from engines import Engine, EngineConfig, make_engine
 from sandbox import Limits
 
 log = logging.getLogger(__name__)
-
-RECORDS = "records.jsonl"
-FORMAT = "cobalt-jsonl/1"
 
 
 # --- parameters ---------------------------------------------------------------------------------
@@ -113,56 +115,24 @@ class TrajectoryParams(BaseModel):
         "JSONL being written (what a resume elsewhere starts from).",
     )
     refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
+    cluster: str | None = Field(
+        None,
+        description="Run the shards as Prefect tasks on a Dask cluster (prefect-dask): a "
+        "scheduler address (tcp://host:8786), or 'local:N' for N worker processes on this "
+        "machine. Each worker loads its own engine and opens its own sandbox pool. None: the "
+        "shards run one after another in the flow's process.",
+    )
 
-
-class Runtime(BaseModel):
-    """How stages run: never part of a cache key."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    engine: EngineConfig
-    sandbox: SandboxRuntime
-    batch: BatchConfig
-    storage: StorageConfig
-    llm_limit: str | None = None
-    sandbox_limit: str | None = None
-    work_dir: str
-    checkpoint_s: float = 60
-    refresh: bool = False
-
-
-class StageSpec(BaseModel):
-    """What determines a stage's content (its cache key and storage key)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    stage: Literal["initial", "multiturn", "evaluation"]
-    key: str
-    problems: ProblemSource
-    collect: CollectConfig
-    limits: Limits
-    engine: dict[str, Any] = Field(description="What of the engine decides its output.")
-    upstream: TrajectoryRef | None = None
-
-
-class TrajectoryRef(BaseModel):
-    """A finished stage: what tasks pass on (small)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    stage: str
-    key: str
-    uri: str = Field(description="The stage directory (MANIFEST.json, records.jsonl).")
-    rows: int
-    fingerprint: str = Field(description="sha256 of records.jsonl.")
-    stats: dict[str, Any] = Field(default_factory=dict)
-
-    @property
-    def records_uri(self) -> str:
-        return f"{self.uri}/{RECORDS}"
-
-
-StageSpec.model_rebuild()
+    @field_validator("cluster")
+    @classmethod
+    def _cluster(cls, value: str | None) -> str | None:
+        if value is None or "://" in value or value.rpartition(":")[2].isdigit():
+            if value and value.startswith("local:") and int(value[6:]) < 1:
+                raise ValueError("cluster 'local:N' needs N >= 1 worker")
+            return value
+        raise ValueError(
+            f"cluster {value!r}: give a Dask scheduler address (tcp://host:8786) or 'local:N'"
+        )
 
 
 # --- preflight: fail fast, before any work ------------------------------------------------------
@@ -284,85 +254,6 @@ def close_engines() -> None:
         _ENGINES.popitem()[1].close()
 
 
-def run_stage(
-    spec: StageSpec,
-    runtime: Runtime,
-    body: Callable[[Path, Logger], dict[str, Any]],
-    logger: Logger = log,
-) -> TrajectoryRef:
-    """Run `body(local_jsonl, logger)` into the stage's directory and commit its manifest.
-
-    Local storage: the JSONL is written in place. S3: in `work_dir` (resumed from the uploaded
-    copy when the local one is missing), uploaded every `checkpoint_s` and at the end. A
-    directory whose manifest exists is finished: returned as is (unless refresh).
-    """
-    st = open_storage(runtime.storage)
-    directory = st.path("trajectories", spec.stage, spec.key)
-    manifest_path, remote = f"{directory}/{MANIFEST}", f"{directory}/{RECORDS}"
-    local = (
-        Path(remote)
-        if runtime.storage.is_local
-        else Path(runtime.work_dir, "spool", spec.stage, spec.key, RECORDS)
-    )
-    if runtime.refresh:
-        for path in (manifest_path, remote):
-            if st.fs.exists(path):
-                st.fs.rm(path)
-        local.unlink(missing_ok=True)
-    elif st.fs.exists(manifest_path):
-        logger.info("%s: %s is finished already", spec.stage, directory)
-        manifest = st.read_json(manifest_path)
-        return from_manifest(manifest, TrajectoryRef)
-    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
-        local.parent.mkdir(parents=True, exist_ok=True)
-        st.fs.get_file(remote, str(local))
-        logger.info("%s: resuming from %s", spec.stage, st.url(remote))
-    stop = threading.Event()
-    uploader = None
-    if not runtime.storage.is_local:
-
-        def upload_periodically() -> None:
-            while not stop.wait(runtime.checkpoint_s):
-                _upload(st, local, remote)
-
-        uploader = threading.Thread(target=upload_periodically, daemon=True)
-        uploader.start()
-    try:
-        stats = body(local, logger)
-    finally:
-        stop.set()
-        if uploader is not None:
-            uploader.join()
-    data = local.read_bytes()
-    if not runtime.storage.is_local:
-        st.write_atomic(remote, data)
-    ref = TrajectoryRef(
-        stage=spec.stage,
-        key=spec.key,
-        uri=st.protocol + directory,
-        rows=data.count(b"\n"),
-        fingerprint="sha256:" + hashlib.sha256(data).hexdigest(),
-        stats=stats,
-    )
-    st.commit(manifest_path, ref, spec, format=FORMAT)
-    logger.info(
-        "%s: %d records at %s (%s)",
-        spec.stage,
-        ref.rows,
-        ref.uri,
-        ", ".join(f"{k} {v}" for k, v in stats.items() if k != "outcomes"),
-    )
-    return ref
-
-
-def _upload(st: Any, local: Path, remote: str) -> None:
-    try:
-        data = local.read_bytes()
-    except FileNotFoundError:
-        return
-    st.write_atomic(remote, data[: data.rfind(b"\n") + 1])
-
-
 def read_stage(
     ref: TrajectoryRef,
     storage: StorageConfig,
@@ -376,17 +267,18 @@ def read_stage(
     return records
 
 
-def initial_stage(
-    spec: StageSpec, runtime: Runtime, *, logger: Logger = log, gate: Gate | None = None
-) -> TrajectoryRef:
-    """Turn 0: n samples per problem (the cached first programs). `gate`: held while generating."""
-    problems = load_problems(spec.problems, runtime.storage)
+def initial_shard(
+    shard: Shard, runtime: Runtime, *, logger: Logger = log, gate: Gate | None = None
+) -> ShardRef:
+    """Turn 0 of a shard's problems: n samples each (the cached first programs). `gate`: held
+    while generating."""
+    problems = shard_problems(shard, runtime)
 
     def body(path: Path, logger: Logger) -> dict[str, Any]:
         _, stats = collect_initial(
             problems,
             engine_for(runtime.engine),
-            spec.collect,
+            shard.spec.collect,
             path,
             runtime.batch,
             gate=gate,
@@ -395,20 +287,22 @@ def initial_stage(
         )
         return stats.as_dict()
 
-    return run_stage(spec, runtime, body, logger)
+    return run_shard(shard, runtime, body, logger)
 
 
-def multiturn_stage(
-    spec: StageSpec,
+def multiturn_shard(
+    shard: Shard,
     runtime: Runtime,
     *,
     logger: Logger = log,
     gate: Gate | None = None,
     sandbox_gate: Gate | None = None,
-) -> TrajectoryRef:
-    """Feedback turns: feedback from the public tests (or perturbed ones), repair, repeat."""
+) -> ShardRef:
+    """Feedback turns of a shard's problems: feedback from the public (or perturbed) tests,
+    repair, repeat."""
+    spec = shard.spec
     assert spec.upstream is not None
-    problems = load_problems(spec.problems, runtime.storage)
+    problems = shard_problems(shard, runtime)
 
     def body(path: Path, logger: Logger) -> dict[str, Any]:
         initial = read_stage(spec.upstream, runtime.storage, Record, logger)
@@ -429,15 +323,16 @@ def multiturn_stage(
             )
         return stats.as_dict()
 
-    return run_stage(spec, runtime, body, logger)
+    return run_shard(shard, runtime, body, logger)
 
 
-def evaluation_stage(
-    spec: StageSpec, runtime: Runtime, *, logger: Logger = log, sandbox_gate: Gate | None = None
-) -> TrajectoryRef:
-    """Every turn's program on all true tests."""
+def evaluation_shard(
+    shard: Shard, runtime: Runtime, *, logger: Logger = log, sandbox_gate: Gate | None = None
+) -> ShardRef:
+    """Every turn's program of a shard's problems on all true tests."""
+    spec = shard.spec
     assert spec.upstream is not None
-    problems = load_problems(spec.problems, runtime.storage)
+    problems = shard_problems(shard, runtime)
 
     def body(path: Path, logger: Logger) -> dict[str, Any]:
         records = read_stage(spec.upstream, runtime.storage, Record, logger)
@@ -455,7 +350,22 @@ def evaluation_stage(
             )
         return stats.as_dict()
 
-    return run_stage(spec, runtime, body, logger)
+    return run_shard(shard, runtime, body, logger)
+
+
+SHARD_STEPS = {
+    "initial": initial_shard,
+    "multiturn": multiturn_shard,
+    "evaluation": evaluation_shard,
+}
+
+
+def run_step(spec: StageSpec, runtime: Runtime, *, logger: Logger = log) -> TrajectoryRef:
+    """One step without Prefect (a notebook, a script): its shards one after another in this
+    process, then merged. The flows run the same shards as tasks, locally or on a cluster."""
+    step = SHARD_STEPS[spec.stage]
+    refs = [step(shard, runtime, logger=logger) for shard in shards_of(spec, runtime)]
+    return merge_shards(spec, refs, runtime, logger=logger)
 
 
 def runtime_of(params: TrajectoryParams, ready: Ready) -> Runtime:

@@ -233,6 +233,8 @@ DEPLOYMENTS = (
     "trajectories/trajectories",
     "trajectories/nightly-evaluation",
     "training/training",
+    "training/training-multi-gpu",
+    "trajectories/trajectories-cluster",
     "pipeline/pipeline",
     "pipeline/pipeline-gpu",
 )

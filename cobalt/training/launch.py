@@ -1,0 +1,148 @@
+"""Running a training job in this process or on several, through `accelerate launch`.
+
+`run_job(job)` trains in this process when `job.config.num_processes` is 1. Otherwise it writes
+the job to a JSON file and starts
+
+    accelerate launch --multi_gpu --num_processes N [--config_file F] -m cobalt.training.launch JOB
+
+TRL's own multi-process path: every process (one per GPU; on a machine without one, CPU
+processes over gloo) runs `cobalt.training.grpo.train` on its share of each batch with its own
+sandbox pool for the rewards (the machine's sandbox concurrency divided among them), gradients
+are averaged by DDP, and the main process saves the model, uploads checkpoints and writes the log
+history and step timing this process reads back. `config.accelerate_config` names an accelerate
+config file instead (DeepSpeed ZeRO, FSDP; docs/TRAINING.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from cobalt.bandit.dataset import BanditRef, read_bandit_rows
+from cobalt.judging import SandboxRuntime
+from cobalt.storage import Logger, StorageConfig, open_storage
+from cobalt.training.config import TrainingConfig
+
+log = logging.getLogger(__name__)
+LAUNCH_DIR = ".launch"  # inside the output directory: the job, each process's log, the results
+
+
+class Job(BaseModel):
+    """One training run: what it trains on and where it writes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: TrainingConfig
+    dataset: BanditRef
+    storage: StorageConfig
+    sandbox: SandboxRuntime
+    model: str
+    output_dir: str
+    upload_dir: str | None = None  # checkpoints uploaded here as they are saved (S3 runs)
+
+
+class LaunchError(RuntimeError):
+    """The launched training processes failed; the message holds the end of their output."""
+
+
+def run_job(job: Job, logger: Logger = log) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Train; return the trainer's log history and the step timing (StepTimer.summary)."""
+    if job.config.num_processes == 1:
+        return train_here(job)
+    return launch(job, logger)
+
+
+def train_here(job: Job, processes: int = 1) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """This process's part of the job (all of it when it runs alone)."""
+    from cobalt.training.checkpoints import uploader
+    from cobalt.training.grpo import train
+    from cobalt.training.step_timing import StepTimer
+
+    share = max(1, job.sandbox.concurrency // processes)
+    config = job.config.model_copy(
+        update={"sandbox": job.sandbox.model_copy(update={"concurrency": share}).config()}
+    )
+    rows = read_bandit_rows(job.dataset, job.storage)
+    output = Path(job.output_dir)
+    callbacks: list[Any] = [StepTimer()]
+    if job.upload_dir:
+        callbacks.append(uploader(open_storage(job.storage), output, job.upload_dir))
+    with callbacks[0] as timer:
+        history = train(config, rows, job.model, output, callbacks=callbacks)
+    return history, timer.summary()
+
+
+def launch_command(job_file: Path, config: TrainingConfig) -> list[str]:
+    command = [sys.executable, "-m", "accelerate.commands.launch"]
+    if config.accelerate_config:
+        command += ["--config_file", config.accelerate_config]
+    else:
+        command += ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"]
+        command += ["--mixed_precision", "no"]  # the trainer's own bf16 setting decides
+    command += ["--num_processes", str(config.num_processes)]
+    command += ["--main_process_port", str(_free_port())]
+    return [*command, "-m", "cobalt.training.launch", str(job_file)]
+
+
+def launch(job: Job, logger: Logger = log) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the job on `num_processes` processes and wait; LaunchError if any of them fails."""
+    work = Path(job.output_dir, LAUNCH_DIR)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    job_file = work / "job.json"
+    job_file.write_text(job.model_dump_json(indent=1))
+    command = launch_command(job_file, job.config)
+    logger.info("training on %d processes: %s", job.config.num_processes, " ".join(command))
+    output = work / "launch.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), _pythonpath()]))}
+    with output.open("wb") as sink:
+        code = subprocess.call(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    result = work / "result.json"
+    if code != 0 or not result.exists():
+        tail = output.read_text(errors="replace")[-4000:]
+        raise LaunchError(
+            f"training on {job.config.num_processes} processes failed ({code}):\n{tail}"
+        )
+    found = json.loads(result.read_text())
+    return found["history"], found["timing"]
+
+
+def _root() -> str:
+    return str(Path(__file__).resolve().parents[2])  # the checkout holding cobalt/
+
+
+def _pythonpath() -> str:
+    return os.environ.get("PYTHONPATH", "")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """One launched process: its part of the job; the main process writes the result."""
+    args = sys.argv[1:] if argv is None else argv
+    job_file = Path(args[0])
+    job = Job.model_validate_json(job_file.read_text())
+    processes, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    print(f"cobalt.training.launch: process {rank} of {processes} starts", flush=True)
+    history, timing = train_here(job, processes)
+    if rank == 0:
+        result = {"history": history, "timing": {**timing, "processes": processes}}
+        (job_file.parent / "result.json").write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""How a trajectory step is cut into shards, how one shard is written to storage, and how the
+shards become the step's one JSONL.
+
+Layout, under `<storage>/trajectories/<stage>/<step key>/`:
+
+    shards/<index>/records.jsonl   one shard's records (appended and fsynced per problem)
+    shards/<index>/MANIFEST.json   written last: the shard is finished
+    records.jsonl, MANIFEST.json   the step: shards concatenated in order (MANIFEST last)
+
+A shard runs anywhere its storage is reachable: a killed shard resumes from the records it had
+written (local storage: the file itself; S3: the copy uploaded every `checkpoint_s`), so a task
+retried on another worker loses nothing and writes no record twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cobalt.problems import Problem
+from cobalt.storage import MANIFEST, Logger, Storage, from_manifest, open_storage
+from cobalt.trajectories.problemsets import load_problems
+from cobalt.trajectories.specs import (
+    FORMAT,
+    RECORDS,
+    Runtime,
+    Shard,
+    ShardRef,
+    StageSpec,
+    TrajectoryRef,
+)
+
+log = logging.getLogger(__name__)
+
+
+def shards_of(spec: StageSpec, runtime: Runtime) -> list[Shard]:
+    """The step's problems cut into `runtime.batch.shard_size` slices (a multiple of the chunk
+    size, so chunks, and with them the records, do not depend on the cut)."""
+    size, count = runtime.batch.problems_per_shard, spec.problems.count
+    return [
+        Shard(spec=spec, index=i, start=start, stop=min(start + size, count))
+        for i, start in enumerate(range(0, count, size))
+    ] or [Shard(spec=spec, index=0, start=0, stop=0)]
+
+
+def shard_problems(shard: Shard, runtime: Runtime) -> list[Problem]:
+    return load_problems(shard.spec.problems, runtime.storage)[shard.start : shard.stop]
+
+
+def step_dir(st: Storage, spec: StageSpec) -> str:
+    return st.path("trajectories", spec.stage, spec.key)
+
+
+def run_shard(
+    shard: Shard,
+    runtime: Runtime,
+    body: Callable[[Path, Logger], dict[str, Any]],
+    logger: Logger = log,
+) -> ShardRef:
+    """Run `body(local_jsonl, logger)` for one shard and commit the shard's manifest.
+
+    Local storage: the JSONL is written in place. S3: in `work_dir` (resumed from the uploaded
+    copy when the local one is missing), uploaded every `checkpoint_s` and at the end. A shard
+    whose manifest exists is finished: returned as is (unless refresh).
+    """
+    st = open_storage(runtime.storage)
+    directory = f"{step_dir(st, shard.spec)}/shards/{shard.index:04d}"
+    manifest_path, remote = f"{directory}/{MANIFEST}", f"{directory}/{RECORDS}"
+    local = (
+        Path(remote)
+        if runtime.storage.is_local
+        else Path(runtime.work_dir, "spool", shard.spec.stage, shard.key, RECORDS)
+    )
+    if runtime.refresh:
+        for path in (manifest_path, remote):
+            if st.fs.exists(path):
+                st.fs.rm(path)
+        local.unlink(missing_ok=True)
+    elif st.fs.exists(manifest_path):
+        logger.info("%s: finished already (%s)", shard.name, directory)
+        return from_manifest(st.read_json(manifest_path), ShardRef)
+    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
+        local.parent.mkdir(parents=True, exist_ok=True)
+        st.fs.get_file(remote, str(local))
+        logger.info("%s: resuming from %s", shard.name, st.url(remote))
+    stop = threading.Event()
+    uploader = None
+    if not runtime.storage.is_local:
+
+        def upload_periodically() -> None:
+            while not stop.wait(runtime.checkpoint_s):
+                _upload(st, local, remote)
+
+        uploader = threading.Thread(target=upload_periodically, daemon=True)
+        uploader.start()
+    try:
+        stats = body(local, logger)
+    finally:
+        stop.set()
+        if uploader is not None:
+            uploader.join()
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.touch()  # an empty shard still has its (empty) file
+    data = local.read_bytes()
+    if not runtime.storage.is_local:
+        st.write_atomic(remote, data)
+    ref = ShardRef(
+        key=shard.key,
+        index=shard.index,
+        uri=st.protocol + directory,
+        rows=data.count(b"\n"),
+        fingerprint=_sha256(data),
+        stats=stats,
+    )
+    st.commit(manifest_path, ref, shard, format=FORMAT)
+    logger.info(
+        "%s: %d records (%s)",
+        shard.name,
+        ref.rows,
+        ", ".join(f"{k} {v}" for k, v in stats.items() if k != "outcomes"),
+    )
+    return ref
+
+
+def _upload(st: Storage, local: Path, remote: str) -> None:
+    try:
+        data = local.read_bytes()
+    except FileNotFoundError:
+        return
+    st.write_atomic(remote, data[: data.rfind(b"\n") + 1])
+
+
+def merge_shards(
+    spec: StageSpec, shards: Sequence[ShardRef], runtime: Runtime, *, logger: Logger = log
+) -> TrajectoryRef:
+    """The step's records.jsonl: its shards in order (a problem found twice is kept once), and
+    its manifest with the shards' stats added up."""
+    st = open_storage(runtime.storage)
+    directory = step_dir(st, spec)
+    manifest_path = f"{directory}/{MANIFEST}"
+    if not runtime.refresh and st.fs.exists(manifest_path):
+        return from_manifest(st.read_json(manifest_path), TrajectoryRef)
+    seen: set[str] = set()
+    lines: list[bytes] = []
+    for ref in sorted(shards, key=lambda r: r.index):
+        with st.fs.open(ref.records_uri.removeprefix("s3://"), "rb") as f:
+            data = f.read()
+        for line in data.splitlines():
+            problem_id = json.loads(line)["problem_id"] if line.strip() else None
+            if problem_id is not None and problem_id not in seen:
+                seen.add(problem_id)
+                lines.append(line + b"\n")
+    data = b"".join(lines)
+    st.write_atomic(f"{directory}/{RECORDS}", data)
+    ref = TrajectoryRef(
+        stage=spec.stage,
+        key=spec.key,
+        uri=st.protocol + directory,
+        rows=len(lines),
+        fingerprint=_sha256(data),
+        stats={**add_stats([r.stats for r in shards]), "shards": len(shards)},
+    )
+    st.commit(manifest_path, ref, spec, format=FORMAT)
+    logger.info("%s: %d records from %d shards at %s", spec.stage, ref.rows, len(shards), ref.uri)
+    return ref
+
+
+def add_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Numbers summed (seconds are summed work, not wall time), counts per outcome summed."""
+    total: dict[str, Any] = {}
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                bucket = total.setdefault(key, {})
+                for k, v in value.items():
+                    bucket[k] = bucket.get(k, 0) + v
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                total[key] = round(total.get(key, 0) + value, 3)
+    return total
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()

@@ -1,0 +1,43 @@
+"""Where fanned-out tasks run: in the flow's own process, one after another (the default), or on
+a Dask cluster through prefect-dask's `DaskTaskRunner`, so each task runs on a worker process
+that may live on another host. Prefect tracks every task run either way; Dask reschedules the
+task of a worker that dies, and the task resumes from what it had committed (docs/SCALING.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from prefect import Task
+from prefect.task_runners import TaskRunner
+
+
+@contextmanager
+def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
+    """None without a cluster; else a started DaskTaskRunner: 'local:N' starts N single-threaded
+    worker processes on this machine, any other value is a scheduler address."""
+    if not cluster:
+        yield None
+        return
+    from prefect_dask import DaskTaskRunner
+
+    if cluster.startswith("local:"):
+        workers = int(cluster.removeprefix("local:"))
+        runner = DaskTaskRunner(
+            cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True}
+        )
+    else:
+        runner = DaskTaskRunner(address=cluster)
+    with runner:
+        yield runner
+
+
+def run_all(task: Task, calls: Sequence[dict[str, Any]], runner: TaskRunner | None) -> list:
+    """`task(**call)` for every call: in order here, or all submitted to the cluster at once;
+    the results in the order of `calls`."""
+    if runner is None:
+        return [task(**call) for call in calls]
+    futures = [runner.submit(task, call) for call in calls]
+    return [future.result() for future in futures]

@@ -1,0 +1,80 @@
+"""GRPO on two processes through `accelerate launch` (the multi-GPU path, here on CPU over
+gloo): real GRPOTrainer, real sandbox pool per process, the model saved once, the log history and
+step timing read back; a failing launch says why."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from test_grpo_tiny import rows
+
+from cobalt.bandit.dataset import DATA, BanditRef
+from cobalt.judging import SandboxRuntime
+from cobalt.storage import MANIFEST, StorageConfig, open_storage
+from cobalt.training.config import TrainingConfig
+from cobalt.training.grpo import prepare_rows
+from cobalt.training.launch import Job, LaunchError, launch_command, run_job
+
+SANDBOX = SandboxRuntime(backend="namespace", concurrency=2)
+
+
+def bandit_dataset(storage: StorageConfig) -> BanditRef:
+    """The test rows as a committed bandit dataset (what the training stage reads)."""
+    from datasets import Dataset
+
+    st = open_storage(storage)
+    directory = st.path("bandit", "k")
+    buffer = io.BytesIO()
+    Dataset.from_list(prepare_rows(rows(), "cobalt")).to_parquet(buffer)
+    st.write_atomic(f"{directory}/{DATA}", buffer.getvalue())
+    ref = BanditRef(key="k", uri=directory, rows=4, fingerprint="sha256:test")
+    st.commit(f"{directory}/{MANIFEST}", ref, ref)
+    return ref
+
+
+def job(tmp_path, model: str, **config) -> Job:
+    storage = StorageConfig(url=str(tmp_path / "runs"))
+    return Job(
+        config=TrainingConfig(preset="tiny", mode="cobalt", **config),
+        dataset=bandit_dataset(storage),
+        storage=storage,
+        sandbox=SANDBOX,
+        model=model,
+        output_dir=str(tmp_path / "out"),
+    )
+
+
+def test_the_launch_command_is_accelerate_with_ddp_or_a_config_file(tmp_path) -> None:
+    ddp = launch_command(tmp_path / "job.json", TrainingConfig(num_processes=4))
+    assert ddp[1:3] == ["-m", "accelerate.commands.launch"] and "--multi_gpu" in ddp
+    assert ddp[ddp.index("--num_processes") + 1] == "4"
+    assert ddp[-3:] == ["-m", "cobalt.training.launch", str(tmp_path / "job.json")]
+    zero = launch_command(
+        tmp_path / "job.json", TrainingConfig(num_processes=8, accelerate_config="zero2.yaml")
+    )
+    assert "--multi_gpu" not in zero and zero[zero.index("--config_file") + 1] == "zero2.yaml"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_grpo_on_two_processes(tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    history, timing = run_job(job(tmp_path, str(model), num_processes=2, max_steps=2))
+    assert [h["step"] for h in history if "loss" in h] == [1, 2]
+    assert all(-1.0 <= h["reward"] <= 1.0 for h in history if "reward" in h)
+    assert timing["processes"] == 2 and timing["steps"] == 2
+    log = (tmp_path / "out" / ".launch" / "launch.log").read_text()
+    assert "process 0 of 2 starts" in log and "process 1 of 2 starts" in log
+    AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))  # saved once, loadable
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_failed_launch_says_why(tmp_path) -> None:
+    with pytest.raises(LaunchError, match=r"failed \(\d+\)[\s\S]*nope"):
+        run_job(job(tmp_path, str(tmp_path / "nope"), num_processes=2, max_steps=1))

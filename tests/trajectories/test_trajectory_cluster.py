@@ -1,0 +1,196 @@
+"""The trajectories flow on a real Dask cluster (scheduler + 2 worker processes started here,
+prefect-dask's DaskTaskRunner): the same records as a run in the flow's own process, and a worker
+killed in the middle of a shard loses nothing and duplicates nothing (Dask reruns the task on the
+other worker; the shard resumes from the records it had fsynced)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect.settings import PREFECT_API_URL
+from prefect_states import task_run_states
+from tiny_serving import free_port
+from trajectory_helpers import REPO
+
+from cobalt.trajectories.stages import TrajectoryParams
+from flows.trajectories import trajectories_flow
+
+STEPS = ("initial", "multiturn", "evaluation")
+VOLATILE = {"created_at", "seconds", "wall_s"}  # when and how long: not what was computed
+
+
+def _spawn(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.fixture
+def dask_cluster(prefect_harness, tmp_path) -> Iterator[dict[str, Any]]:
+    """`dask scheduler` and two `dask worker` processes (no nanny: a killed worker stays dead),
+    each worker single-threaded, reporting to this session's Prefect API."""
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "OMP_NUM_THREADS": "1",
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3",
+    }
+    scheduler = _spawn(
+        "distributed.cli.dask_scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-dashboard",
+        env=env,
+        log=tmp_path / "scheduler.log",
+    )
+    workers = [
+        _spawn(
+            "distributed.cli.dask_worker",
+            address,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--no-dashboard",
+            "--name",
+            f"w{i}",
+            "--local-directory",
+            str(tmp_path / f"w{i}"),
+            env=env,
+            log=tmp_path / f"worker{i}.log",
+        )
+        for i in range(2)
+    ]
+    try:
+        from distributed import Client
+
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield {"address": address, "workers": workers}
+    finally:
+        for process in [*workers, scheduler]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def params(storage: Path, fitted: Path, **overrides: Any) -> TrajectoryParams:
+    return TrajectoryParams.model_validate(
+        {
+            "problems": f"{REPO}/samples/synthetic_test.jsonl:taco",
+            "limit": 16,
+            "engine": {"kind": "transformers", "model": str(fitted)},
+            "collect": {
+                "sampling": {"n": 4, "temperature": 0.6, "max_new_tokens": 96, "seed": 0},
+                "turns": 2,
+                "system_prompt": "",
+            },
+            "batch": {"chunk_size": 2, "shard_size": 4},  # 4 shards per step
+            "sandbox": {"backend": "namespace", "concurrency": 1},
+            "storage": {"url": str(storage)},
+            **overrides,
+        }
+    )
+
+
+def content(path: Path) -> list[Any]:
+    """The records of a JSONL, in order, without the fields that say when or how long."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in VOLATILE}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return [strip(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def step_records(summary: Any, step: str) -> Path:
+    return Path(getattr(summary, step).uri) / "records.jsonl"
+
+
+def partial_shards(storage: Path, step: str) -> list[Path]:
+    """Shard files of `step` that hold records but are not committed yet (a task mid-run)."""
+    found = []
+    for path in (storage / "trajectories" / step).glob("*/shards/*/records.jsonl"):
+        if path.stat().st_size and not (path.parent / "MANIFEST.json").exists():
+            found.append(path)
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_cluster_run_equals_a_local_run_and_survives_a_killed_worker(
+    tmp_path, fitted_model, dask_cluster
+):
+    import torch
+
+    fitted = fitted_model["path"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' setting: same arithmetic, same samples
+    try:
+        local = trajectories_flow(params(tmp_path / "local", fitted))
+    finally:
+        torch.set_num_threads(threads)
+
+    storage = tmp_path / "cluster"
+    result: dict[str, Any] = {}
+
+    def run_on_cluster() -> None:
+        state = trajectories_flow(
+            params(storage, fitted, cluster=dask_cluster["address"]), return_state=True
+        )
+        result["state"] = state
+
+    thread = threading.Thread(target=run_on_cluster)
+    thread.start()
+    killed_mid_shard: list[Path] = []
+    deadline = time.monotonic() + 600
+    while thread.is_alive() and time.monotonic() < deadline:
+        busy = partial_shards(storage, "multiturn")
+        if len(busy) == 2:  # both workers inside a multiturn shard: kill one of them
+            killed_mid_shard = busy
+            os.killpg(dask_cluster["workers"][0].pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    thread.join(timeout=600)
+    assert killed_mid_shard, "the workers were never both inside a multiturn shard"
+    assert dask_cluster["workers"][0].wait(timeout=10) == -signal.SIGKILL
+
+    state = result["state"]
+    assert state.is_completed(), state.message
+    remote = state.result()
+    for step in STEPS:
+        lines = step_records(remote, step).read_text().splitlines()
+        ids = [json.loads(line)["problem_id"] for line in lines]
+        assert len(ids) == len(set(ids)) == 16, step  # every problem once
+        assert content(step_records(remote, step)) == content(step_records(local, step)), step
+    assert remote.table == local.table
+    # the shard that was cut short was finished elsewhere, each of its problems written once
+    for shard in killed_mid_shard:
+        assert (shard.parent / "MANIFEST.json").exists()
+        ids = [json.loads(line)["problem_id"] for line in shard.read_text().splitlines()]
+        assert len(ids) == len(set(ids)) == 4
+    states = task_run_states(state.state_details.flow_run_id)
+    shard_runs = [name for name in states if "-merge-" not in name]
+    assert len(shard_runs) == 12 and set(states.values()) == {"Completed"}, states
