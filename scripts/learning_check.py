@@ -336,7 +336,9 @@ def train_mode(
     model: Path,
     args: argparse.Namespace,
     out_dir: Path,
+    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """GRPO in `mode` on the bandit rows; `extra`: more GRPOConfig fields (scripts/bf16_probe.py)."""
     from transformers import AutoTokenizer
 
     from cobalt.training.config import TrainingConfig
@@ -362,6 +364,7 @@ def train_mode(
             "save_strategy": "no",
             # float32 by default: bf16 autocast crashed a run (NaN sampling probabilities, seed 1)
             **({} if args.rl_bf16 else {"bf16": False}),
+            **(extra or {}),
         },
     )
     tokenizer = AutoTokenizer.from_pretrained(str(model))

@@ -99,7 +99,7 @@ def report(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> Tra
     time_rows = [
         {"bucket": k.removesuffix("_s"), "seconds": v, "share": timing.get(k[:-2] + "_share")}
         for k, v in timing.items()
-        if k.endswith("_s") and k != "total_s"
+        if k.endswith("_s") and k not in ("total_s", "step_s")
     ]
     create_image_artifact(
         image_url=policy.plot, key="training-rewards", description="Reward per step (PNG)"
