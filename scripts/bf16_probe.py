@@ -29,12 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    # name: (mode, GRPOConfig fields)
-    "float32": ("cobalt", {"bf16": False}),
-    "bf16": ("cobalt", {"bf16": True}),
-    "bf16_single_turn": ("single_turn", {"bf16": True}),
-    "bf16_fp32_head": ("cobalt", {"bf16": True, "cast_lm_head_to_fp32": True}),
+VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+    # name: (mode, GRPOConfig fields, TrainingConfig fields)
+    "float32": ("cobalt", {"bf16": False}, {}),
+    "bf16": ("cobalt", {"bf16": True}, {}),
+    "bf16_single_turn": ("single_turn", {"bf16": True}, {}),
+    "bf16_fp32_head": ("cobalt", {"bf16": True, "cast_lm_head_to_fp32": True}, {}),
+    "bf16_no_cudnn": ("cobalt", {"bf16": True}, {"cudnn_attention": False}),
+    "bf16_single_turn_no_cudnn": ("single_turn", {"bf16": True}, {"cudnn_attention": False}),
+    "bf16_eager": ("cobalt", {"bf16": True}, {"attn_implementation": "eager"}),
 }
 
 
@@ -42,6 +45,7 @@ def check_args(seed: int, work: Path, smoke: bool, max_prompt: int) -> Any:
     import learning_check
 
     argv = ["--out", str(work), "--seed", str(seed), "--max-prompt", str(max_prompt)]
+    argv += ["--rl-steps", os.environ.get("BF16_PROBE_RL_STEPS", "40")]
     args = learning_check.build_parser().parse_args(argv)
     if smoke:
         for name, value in learning_check.SMOKE.items():
@@ -89,11 +93,13 @@ def train_variant(seed: int, variant: str, work: Path, smoke: bool, max_prompt: 
     from cobalt.training.guards import NonFiniteError
 
     args = check_args(seed, work, smoke, max_prompt)
-    mode, extra = VARIANTS[variant]
+    mode, extra, fields = VARIANTS[variant]
     rows = json.loads((work / "rows.json").read_text())
     started = time.perf_counter()
     try:
-        result = learning_check.train_mode(mode, rows, work / "sft", args, work / variant, extra)
+        result = learning_check.train_mode(
+            mode, rows, work / "sft", args, work / variant, extra, fields
+        )
     except NonFiniteError as exc:
         return {"outcome": "non_finite", "error": str(exc), "wall_s": _since(started)}
     steps = [s["total"] for s in result["step_time_per_step"][2:]] or [0.0]
@@ -140,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     arg("--seeds", default="0,1,2,3")
     arg("--variants", default=",".join(VARIANTS))
     arg("--max-prompt", type=int, default=1536, help="the setting that crashed (docs/LEARNING.md)")
-    arg("--parallel", type=int, default=8, help="runs at once on the GPU")
+    arg("--parallel", type=int, default=4, help="runs at once on the GPU")
+    arg("--rl-steps", type=int, default=40, help="GRPO steps per run")
     arg("--smoke", action="store_true")
     arg("--work", type=Path, help="(child) the seed's work directory")
     arg("--seed", type=int, help="(child)")
@@ -159,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         parser.error("--out is required")
+    os.environ["BF16_PROBE_RL_STEPS"] = str(args.rl_steps)  # the children read it
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seeds.split(",")]
     variants = [v for v in args.variants.split(",") if v]

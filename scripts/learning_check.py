@@ -337,8 +337,10 @@ def train_mode(
     args: argparse.Namespace,
     out_dir: Path,
     extra: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """GRPO in `mode` on the bandit rows; `extra`: more GRPOConfig fields (scripts/bf16_probe.py)."""
+    """GRPO in `mode` on the bandit rows; `extra`: more GRPOConfig fields, `fields`: more
+    TrainingConfig fields (scripts/bf16_probe.py)."""
     from transformers import AutoTokenizer
 
     from cobalt.training.config import TrainingConfig
@@ -366,6 +368,7 @@ def train_mode(
             **({} if args.rl_bf16 else {"bf16": False}),
             **(extra or {}),
         },
+        **(fields or {}),
     )
     tokenizer = AutoTokenizer.from_pretrained(str(model))
 

@@ -89,6 +89,16 @@ class TrainingConfig(BaseModel):
     )
     vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
     lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
+    attn_implementation: str | None = Field(
+        None,
+        description="The policy's attention kernel (transformers' attn_implementation: sdpa, "
+        "eager, flash_attention_2); default: the model's own.",
+    )
+    cudnn_attention: bool = Field(
+        True,
+        description="Let PyTorch's SDPA pick its cuDNN kernel (GPU, half precision). Off: the "
+        "flash / memory-efficient kernels only (docs/LEARNING.md, bf16).",
+    )
     save_steps: int | None = Field(
         None,
         ge=1,

@@ -193,7 +193,14 @@ def train(
         )
     dataset = Dataset.from_list(rows)
     args = GRPOConfig(**config.grpo_kwargs(output_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_path))
+    if not config.cudnn_attention:
+        import torch
+
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    attention = (
+        {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), **attention)
 
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
