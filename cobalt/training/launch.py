@@ -55,10 +55,18 @@ class LaunchError(RuntimeError):
 
 
 def run_job(job: Job, logger: Logger = log) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train; return the trainer's log history and the step timing (StepTimer.summary)."""
-    if job.config.num_processes == 1:
+    """Train; return the trainer's log history and the step timing (StepTimer.summary). One
+    process on a machine with several GPUs is launched too: the Trainer would otherwise wrap the
+    model in nn.DataParallel, which GRPO does not support."""
+    if job.config.num_processes == 1 and not _several_gpus():
         return train_here(job)
     return launch(job, logger)
+
+
+def _several_gpus() -> bool:
+    import torch
+
+    return "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 1
 
 
 def train_here(job: Job, processes: int = 1) -> tuple[list[dict[str, Any]], dict[str, Any]]:
