@@ -94,7 +94,8 @@ def launch_command(job_file: Path, config: TrainingConfig) -> list[str]:
     if config.accelerate_config:
         command += ["--config_file", config.accelerate_config]
     else:
-        command += ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"]
+        many = ["--multi_gpu"] if config.num_processes > 1 else ["--gpu_ids", "0"]
+        command += [*many, "--num_machines", "1", "--dynamo_backend", "no"]
         command += ["--mixed_precision", "no"]  # the trainer's own bf16 setting decides
     command += ["--num_processes", str(config.num_processes)]
     command += ["--main_process_port", str(_free_port())]
