@@ -4,21 +4,29 @@ Standard library only, Python 3.11+: it runs on the sandbox image's bare interpr
 ``python3 -I -S -c <this file's source> <json settings>``. It never sees expected outputs and
 decides no verdicts; it executes and reports. The trusted parent compares outputs.
 
-Protocol: one JSON object per line on stdin, one JSON reply per line on stdout.
+Protocol: one JSON object per line on stdin, JSON lines back on stdout.
 
-* ``{"op": "program", "code", "fn_name", "limits"}`` compiles a program once (reply: ``ok`` or a
-  syntax error report);
-* ``{"op": "test", "input"}`` forks a fresh process from this warm interpreter, runs the program on
-  one input under rlimits, and replies with what the process did (exit code or signal, time,
-  stdout, stderr, call-based return value as JSON text);
+* ``{"op": "run", "seq", "code", "fn_name", "limits", "inputs", "suite_s", "fail_fast"}`` runs one
+  program on every input, in order. It compiles the program once (a syntax error ends the run:
+  ``{"seq", "compile_error", "done": true}``), then for each input forks a fresh process from this
+  warm interpreter, runs the program on it under rlimits and streams one reply per test:
+  ``{"seq", "test": i, "timeout_s", "exit", "signal", "timeout", "wall", "cpu", "stdout",
+  "stderr", "result", "leftover", "clean", ...}``. The run ends with
+  ``{"seq", "done": true, "ran": k, "reason"}``: ``reason`` is null (every test ran), ``"time"``
+  (the ``suite_s`` seconds, counted from receipt, ran out: the remaining tests were not started;
+  a test's timeout is cut to what is left), ``"failed"`` (``fail_fast``: a test exited non-zero,
+  was killed or timed out, which fails it whatever it printed) or ``"stopped"``;
+* ``{"op": "stop", "seq"}`` stops run ``seq`` (the host found a wrong answer under fail_fast):
+  the test running is killed and not reported; a stop for a run that has ended is ignored;
 * ``{"op": "ping"}`` replies ``{"ok": true}``.
 
 As PID 1 of its own PID namespace the runner cannot be killed from inside, and after each test it
 kills every other process in the namespace (leftover daemons included) and wipes the scratch dir,
-so no state survives from one test to the next.
+so no state survives from one test to the next. The next test's process is forked only after that.
 """
 
 import builtins
+import collections
 import ctypes
 import gc
 import io
@@ -196,7 +204,75 @@ def harden():
 
 
 # --------------------------------------------------------------------------------------------
-# Running one test.
+# The channel to the host.
+
+
+class Channel:
+    """JSON lines from the host on `rfd`, replies on `wfd`. While a test runs the runner watches
+    for a `stop`, so messages are read ahead and queue here until taken."""
+
+    def __init__(self, rfd, wfd):
+        self.rfd, self.wfd = rfd, wfd
+        self.buffer = bytearray()
+        self.messages = collections.deque()
+        self.eof = False
+
+    def fill(self):
+        """Read what the host sent (blocks until something arrives)."""
+        chunk = os.read(self.rfd, 1 << 20)
+        if not chunk:
+            self.eof = True
+            return
+        start = len(self.buffer)  # the buffer held no newline before this chunk
+        self.buffer += chunk
+        end = self.buffer.find(b"\n", start)
+        while end >= 0:
+            line = bytes(self.buffer[:end])
+            del self.buffer[: end + 1]
+            if line.strip():
+                self.messages.append(_parse(line))
+            end = self.buffer.find(b"\n")
+
+    def drain(self):
+        """Read what has arrived, without blocking."""
+        while not self.eof and select.select([self.rfd], [], [], 0)[0]:
+            self.fill()
+
+    def next(self):
+        """The next message (blocking), or None at the end of input."""
+        while not self.messages and not self.eof:
+            self.fill()
+        return self.messages.popleft() if self.messages else None
+
+    def stop_requested(self, seq):
+        """Whether the host asked to stop run `seq` or went away. Stale stops are dropped."""
+        stop = self.eof
+        if any(m.get("op") == "stop" for m in self.messages):
+            kept = collections.deque()
+            for m in self.messages:
+                if m.get("op") == "stop":
+                    stop = stop or m.get("seq") == seq
+                else:
+                    kept.append(m)
+            self.messages = kept
+        return stop
+
+    def send(self, *replies):
+        data = memoryview(b"".join(json.dumps(r).encode() + b"\n" for r in replies))
+        while data:
+            data = data[os.write(self.wfd, data) :]
+
+
+def _parse(line):
+    try:
+        msg = json.loads(line)
+    except ValueError as e:
+        return {"op": "invalid", "error": f"not JSON: {e}"}
+    return msg if isinstance(msg, dict) else {"op": "invalid", "error": "not an object"}
+
+
+# --------------------------------------------------------------------------------------------
+# Running a program's tests.
 
 
 class Runner:
@@ -213,14 +289,12 @@ class Runner:
         self.code = None
         self.fn_name = None
         self.limits = {}
-        self.next_child = None  # (pid, go pipe) of the process prepared for the next test
         self.is_init = os.getpid() == 1
 
     # -- program ------------------------------------------------------------------------------
-    def load(self, msg):
-        self.discard()
-        self.code, self.fn_name, self.limits = None, msg.get("fn_name"), msg["limits"]
-        source = msg["code"]
+    def load(self, source, fn_name):
+        """Compile a program; None, or the syntax error's report."""
+        self.code, self.fn_name = None, fn_name
         try:
             try:
                 self.code = compile(source, PROGRAM_FILE, "exec", dont_inherit=True)
@@ -231,22 +305,51 @@ class Runner:
                     _returns_to_exits(source), PROGRAM_FILE, "exec", dont_inherit=True
                 )
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
-            text = "".join(traceback.format_exception_only(type(e), e))
-            return {"ok": False, "error": text}
+            return "".join(traceback.format_exception_only(type(e), e))
         linecache.cache[PROGRAM_FILE] = (len(source), None, source.splitlines(True), PROGRAM_FILE)
-        return {"ok": True}
+        return None
+
+    def run(self, msg, channel):
+        """Run one program on each of its inputs, one fresh process per test, and stream a reply
+        per test and then `done` (see the module docstring)."""
+        seq = msg.get("seq")
+        deadline = time.monotonic() + float(msg["suite_s"])
+        self.limits = msg["limits"]
+        error = self.load(msg["code"], msg.get("fn_name"))
+        if error is not None:
+            channel.send({"seq": seq, "compile_error": error, "done": True})
+            return
+        inputs, fail_fast = msg["inputs"], bool(msg.get("fail_fast"))
+        done = {"seq": seq, "done": True, "ran": 0, "reason": None}
+        for i, test_input in enumerate(inputs):
+            timeout = min(float(self.limits["timeout_s"]), deadline - time.monotonic())
+            if timeout <= 0:
+                done["reason"] = "time"
+                break
+            channel.drain()
+            if channel.stop_requested(seq):
+                done["reason"] = "stopped"
+                break
+            reply = self.run_test(test_input, timeout, channel, seq)
+            if reply is None:  # stopped while it ran: killed, not reported
+                done.update(reason="stopped", clean=self._wipe_scratch())
+                break
+            done["ran"] += 1
+            reply.update(seq=seq, test=i, timeout_s=timeout, clean=self._wipe_scratch())
+            if fail_fast and _certain_failure(reply):
+                done["reason"] = "failed"
+                channel.send(reply, done)  # one write
+                return
+            if i + 1 == len(inputs):
+                channel.send(reply, done)
+                return
+            channel.send(reply)
+        channel.send(done)
 
     # -- test ---------------------------------------------------------------------------------
-    def prepare(self):
-        """Fork the next test's process ahead of time, while the parent talks to the host: it
-        opens its files, sets its limits and waits for the go (its timeout) on a pipe. The input
-        is written into the stdin file, which the child opened at offset 0, just before the go."""
-        if self.code is None or self.next_child is not None:
-            return
-        for k in ("stdin", "stdout", "stderr", "result"):
-            open(self.files[k], "wb").close()
-        sys.stdout.flush()
-        gc.collect()
+    def fork_test(self):
+        """Fork the test's process: it sets itself up (signals, session, rlimits, OOM score),
+        then waits for its go on a pipe before it opens its io files and runs the program."""
         go_read, go_write = os.pipe()
         pid = os.fork()
         if pid == 0:
@@ -256,29 +359,24 @@ class Runner:
             finally:
                 os._exit(70)
         os.close(go_read)
-        self.next_child = (pid, go_write)
+        return pid, go_write
 
-    def discard(self):
-        """Drop a prepared process (a new program is coming): end of pipe, it exits."""
-        if self.next_child is not None:
-            pid, go_write = self.next_child
-            self.next_child = None
-            os.close(go_write)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-
-    def test(self, msg):
-        if self.code is None:
-            return {"error": "no program loaded"}
-        self.prepare()  # normally done already, right after the previous reply
-        pid, go_write = self.next_child
-        self.next_child = None
-        with open(self.files["stdin"], "wb") as f:  # same inode: the child's fd 0 sees it
-            f.write((msg["input"] if not self.fn_name else "").encode("utf-8"))
-        timeout = float(msg.get("timeout_s") or self.limits["timeout_s"])
+    def run_test(self, test_input, timeout, channel, seq):
+        """Run one test in a fresh process: what it did, or None if the host stopped the run
+        meanwhile (the process is killed, and its leftovers too)."""
+        call_input = test_input if self.fn_name else ""
+        for k, data in (
+            ("stdin", "" if self.fn_name else test_input),
+            ("stdout", ""),
+            ("stderr", ""),
+            ("result", ""),
+        ):
+            with open(self.files[k], "wb") as f:
+                f.write(data.encode("utf-8"))
+        pid, go_write = self.fork_test()
         fd = os.pidfd_open(pid)
         start = time.perf_counter()
-        go = memoryview(json.dumps([timeout, msg["input"] if self.fn_name else ""]).encode())
+        go = memoryview(json.dumps([timeout, call_input]).encode())
         try:
             while go:
                 go = go[os.write(go_write, go) :]
@@ -286,16 +384,16 @@ class Runner:
             pass  # it died before the go: reported below from its exit status
         os.close(go_write)
         try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            timed_out = not poller.poll(timeout * 1000)
+            timed_out, stopped = self._wait(fd, start + timeout, channel, seq)
         finally:
             os.close(fd)
-        if timed_out:
+        if timed_out or stopped:
             os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
         wall = time.perf_counter() - start
         leftover = self._kill_leftovers(pid)
+        if stopped:
+            return None
         reply = {
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
@@ -314,20 +412,37 @@ class Runner:
         )
         result = self._read(self.files["result"], cap + 1)
         reply["result"] = result.decode("utf-8", "replace") if result else None
-        reply["clean"] = self._wipe_scratch()
         return reply
+
+    @staticmethod
+    def _wait(pidfd, end, channel, seq):
+        """Wait for the test process to exit until `end`, watching the host for a stop:
+        (timed out, stopped)."""
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not channel.eof:
+            poller.register(channel.rfd, select.POLLIN)
+        while True:
+            left = end - time.perf_counter()
+            events = poller.poll(max(0.0, left) * 1000) if left > 0 else []
+            if not events:
+                return True, False
+            for fd, _ in events:
+                if fd == pidfd:
+                    return False, False
+            channel.fill()
+            if channel.eof:
+                poller.unregister(channel.rfd)
+            if channel.stop_requested(seq):
+                return False, True
 
     def _child(self, go_read):
         for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
         os.setsid()
-        fds = [os.open(self.files["stdin"], os.O_RDONLY)]
-        for k in ("stdout", "stderr", "result"):
-            fds.append(os.open(self.files[k], os.O_WRONLY | os.O_TRUNC))
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        os.dup2(go_read, GO_FD)
-        os.closerange(4, GO_FD)
+        if go_read != GO_FD:
+            os.dup2(go_read, GO_FD)
+        os.closerange(0, GO_FD)  # the host's channel above all: nothing of the runner's stays
         os.closerange(GO_FD + 1, 1 << 16)
         lim = self.limits
         memory = int(lim["memory_mb"]) << 20
@@ -348,6 +463,25 @@ class Runner:
                 f.write("1000")  # the kernel's OOM killer takes the test, not the runner
         except OSError:
             pass
+        sys.argv = [PROGRAM_FILE]
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
+        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(READY_NAME), 0, 0, 0)
+        go = _read_all(GO_FD)  # blocks until the test starts; empty: discarded
+        os.close(GO_FD)
+        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(b"solution"), 0, 0, 0)
+        if not go:
+            os._exit(0)
+        timeout, call_input = json.loads(go)
+        cpu = int(timeout) + 1
+        _setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        fds = [os.open(self.files["stdin"], os.O_RDONLY)]
+        for k in ("stdout", "stderr", "result"):
+            fds.append(os.open(self.files[k], os.O_WRONLY | os.O_TRUNC))
+        for target, fd in enumerate(fds):  # the lowest free fds: normally 0-3 already
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
         os.chdir(self.scratch)
         sys.stdin = io.TextIOWrapper(
             io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
@@ -364,22 +498,12 @@ class Runner:
             write_through=True,
         )
         sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        sys.argv = [PROGRAM_FILE]
-        sys.setrecursionlimit(RECURSION_LIMIT)
-        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
-        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(READY_NAME), 0, 0, 0)
-        go = _read_all(GO_FD)  # blocks until the test starts; empty: discarded
-        os.close(GO_FD)
-        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(b"solution"), 0, 0, 0)
-        if not go:
-            os._exit(0)
-        timeout, call_input = json.loads(go)
-        cpu = int(timeout) + 1
-        _setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         os._exit(self._execute(call_input))
 
     def _execute(self, test_input):
-        g = dict(self.globals, stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, argv=sys.argv)
+        # This process is a copy: the prelude's globals are the program's own, no copy needed.
+        g = self.globals
+        g.update(stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, argv=sys.argv)
         code = 0
         try:
             exec(self.code, g)
@@ -499,6 +623,12 @@ def _returns_to_exits(source):
     return ast.fix_missing_locations(TopLevelReturns().visit(tree))
 
 
+def _certain_failure(reply):
+    """Whether a test failed whatever it printed (the host's rule: a pass needs exit 0, no
+    timeout, no signal and no output past the cap), so fail_fast can stop without asking."""
+    return reply["timeout"] or reply["exit"] != 0 or reply["stdout_truncated"]
+
+
 def _setrlimit(which, value):
     try:
         resource.setrlimit(which, value)
@@ -557,36 +687,32 @@ def _chain(te):
         te = te.__cause__ or te.__context__
 
 
-def serve(runner, rfile, wfile):
-    handlers = {"program": runner.load, "test": runner.test, "ping": lambda msg: {"ok": True}}
-    for line in rfile:
+def serve(runner, channel):
+    handlers = {
+        "run": lambda msg: runner.run(msg, channel),
+        "ping": lambda msg: channel.send({"ok": True}),
+        "stop": lambda msg: None,  # for a run that has already ended
+    }
+    while (msg := channel.next()) is not None:
         try:
-            msg = json.loads(line)
-            reply = handlers[msg["op"]](msg)
-        except Exception as e:  # noqa: BLE001 - report and stay alive for the next request
-            reply = {"error": f"runner: {type(e).__name__}: {e}"}
-        wfile.write(json.dumps(reply).encode() + b"\n")
-        wfile.flush()
-        try:
-            runner.prepare()  # the next test's process, while the host reads this reply
-        except Exception:  # noqa: BLE001 - retried (and then reported) by the next test
-            runner.discard()
+            handler = handlers.get(msg.get("op"))
+            if handler is None:
+                raise ValueError(msg.get("error") or f"unknown op {msg.get('op')!r}")
+            handler(msg)
+        except Exception as e:  # noqa: BLE001 - report; the host replaces this worker
+            channel.send({"error": f"runner: {type(e).__name__}: {e}"})
 
 
 def main():
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    rfile = os.fdopen(os.dup(0), "rb")
-    wfile = os.fdopen(os.dup(1), "wb")
+    channel = Channel(os.dup(0), os.dup(1))
     if cfg.get("namespace"):
         enter_namespace(cfg)
     harden()
     runner = Runner(cfg.get("workdir", "/tmp"))
     gc.freeze()
-    wfile.write(
-        json.dumps({"ready": True, "pid": os.getpid(), "uid": os.getuid()}).encode() + b"\n"
-    )
-    wfile.flush()
-    serve(runner, rfile, wfile)
+    channel.send({"ready": True, "pid": os.getpid(), "uid": os.getuid()})
+    serve(runner, channel)
 
 
 if __name__ == "__main__":
