@@ -25,6 +25,7 @@ kills every other process in the namespace (leftover daemons included) and wipes
 so no state survives from one test to the next. The next test's process is forked only after that.
 """
 
+import _signal
 import builtins
 import collections
 import ctypes
@@ -67,7 +68,10 @@ PROGRAM_FILE = "solution.py"
 RECURSION_LIMIT = 50_000
 INT_DIGITS_LIMIT = 50_000
 STDERR_KEEP = 64 * 1024
-GO_FD = 9  # where a prepared test process waits for its go
+ARGV = [PROGRAM_FILE]
+CHILD_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ)
+GO_FD = 9  # where a test's process waits for its go
+OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
 def prelude_globals():
@@ -95,14 +99,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_KEEP = 8 | 1024 | 2048 | 4096  # noexec, noatime, nodiratime, relatime: locked, must be kept
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = (
-    1,
-    4,
-    15,
-    24,
-    38,
-)
-READY_NAME = b"cobalt-ready"  # the name of a prepared test process until its go
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -258,7 +255,10 @@ class Channel:
         return stop
 
     def send(self, *replies):
-        data = memoryview(b"".join(json.dumps(r).encode() + b"\n" for r in replies))
+        self.write(b"".join(json.dumps(r).encode() + b"\n" for r in replies))
+
+    def write(self, data):
+        data = memoryview(data)
         while data:
             data = data[os.write(self.wfd, data) :]
 
@@ -286,6 +286,16 @@ class Runner:
             k: os.path.join(self.iodir, k) for k in ("stdin", "stdout", "stderr", "result")
         }
         self.globals = prelude_globals()
+        # Made once here rather than in each test's process (see `_standard_streams`).
+        self.streams = _standard_streams(workdir)
+        # The interpreter's own streams stay referenced: a test's process that replaces them
+        # must not pay for finalizing them.
+        self._interpreter_streams = (sys.stdin, sys.stdout, sys.stderr)
+        self.globals.update(
+            zip(("stdin", "stdout", "stderr"), self.streams, strict=True), argv=ARGV
+        )
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
         self.code = None
         self.fn_name = None
         self.limits = {}
@@ -321,6 +331,7 @@ class Runner:
             return
         inputs, fail_fast = msg["inputs"], bool(msg.get("fail_fast"))
         done = {"seq": seq, "done": True, "ran": 0, "reason": None}
+        pending = b""  # the last reply, written while the next test runs (off its critical path)
         for i, test_input in enumerate(inputs):
             timeout = min(float(self.limits["timeout_s"]), deadline - time.monotonic())
             if timeout <= 0:
@@ -330,7 +341,8 @@ class Runner:
             if channel.stop_requested(seq):
                 done["reason"] = "stopped"
                 break
-            reply = self.run_test(test_input, timeout, channel, seq)
+            reply = self.run_test(test_input, timeout, channel, seq, pending)
+            pending = b""
             if reply is None:  # stopped while it ran: killed, not reported
                 done.update(reason="stopped", clean=self._wipe_scratch())
                 break
@@ -338,16 +350,13 @@ class Runner:
             reply.update(seq=seq, test=i, timeout_s=timeout, clean=self._wipe_scratch())
             if fail_fast and _certain_failure(reply):
                 done["reason"] = "failed"
-                channel.send(reply, done)  # one write
-                return
-            if i + 1 == len(inputs):
                 channel.send(reply, done)
                 return
-            channel.send(reply)
-        channel.send(done)
+            pending = json.dumps(reply).encode() + b"\n"
+        channel.write(pending + json.dumps(done).encode() + b"\n")
 
     # -- test ---------------------------------------------------------------------------------
-    def fork_test(self):
+    def fork_test(self, rlimits):
         """Fork the test's process: it sets itself up (signals, session, rlimits, OOM score),
         then waits for its go on a pipe before it opens its io files and runs the program."""
         go_read, go_write = os.pipe()
@@ -355,34 +364,52 @@ class Runner:
         if pid == 0:
             try:
                 os.close(go_write)
-                self._child(go_read)
+                self._child(go_read, rlimits)
             finally:
                 os._exit(70)
         os.close(go_read)
         return pid, go_write
 
-    def run_test(self, test_input, timeout, channel, seq):
+    def _rlimits(self, timeout):
+        lim = self.limits
+        memory = int(lim["memory_mb"]) << 20
+        stack = min(memory, 256 << 20)
+        output = int(lim["output_bytes"]) + 1
+        cpu = int(timeout) + 1
+        rlimits = [
+            (resource.RLIMIT_AS, (memory, memory)),
+            (resource.RLIMIT_FSIZE, (output, output)),
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_NOFILE, (256, 256)),
+            (resource.RLIMIT_STACK, (stack, stack)),
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        ]
+        if lim.get("nproc"):
+            rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
+        return rlimits
+
+    def run_test(self, test_input, timeout, channel, seq, pending=b""):
         """Run one test in a fresh process: what it did, or None if the host stopped the run
-        meanwhile (the process is killed, and its leftovers too)."""
-        call_input = test_input if self.fn_name else ""
-        for k, data in (
-            ("stdin", "" if self.fn_name else test_input),
-            ("stdout", ""),
-            ("stderr", ""),
-            ("result", ""),
-        ):
-            with open(self.files[k], "wb") as f:
-                f.write(data.encode("utf-8"))
-        pid, go_write = self.fork_test()
+        meanwhile (the process is killed, and its leftovers too). `pending` (replies) is
+        written to the host once the test has started."""
+        self.call_input = test_input if self.fn_name else ""
+        fd = os.open(self.files["stdin"], OUTPUT_FLAGS, 0o600)
+        try:
+            data = memoryview(b"" if self.fn_name else test_input.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
+        pid, go_write = self.fork_test(self._rlimits(timeout))
         fd = os.pidfd_open(pid)
         start = time.perf_counter()
-        go = memoryview(json.dumps([timeout, call_input]).encode())
         try:
-            while go:
-                go = go[os.write(go_write, go) :]
+            os.write(go_write, b"g")
         except BrokenPipeError:
             pass  # it died before the go: reported below from its exit status
         os.close(go_write)
+        if pending:
+            channel.write(pending)
         try:
             timed_out, stopped = self._wait(fd, start + timeout, channel, seq)
         finally:
@@ -436,74 +463,43 @@ class Runner:
             if channel.stop_requested(seq):
                 return False, True
 
-    def _child(self, go_read):
-        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
+    def _child(self, go_read, rlimits):
+        # Runs in the test's fresh copy of the runner. Every page it writes costs a copy, so it
+        # keeps to plain os calls: what can be made once is made in the runner (see __init__).
+        for sig in CHILD_SIGNALS:
+            _signal.signal(sig, _signal.SIG_DFL)
         os.setsid()
         if go_read != GO_FD:
             os.dup2(go_read, GO_FD)
         os.closerange(0, GO_FD)  # the host's channel above all: nothing of the runner's stays
         os.closerange(GO_FD + 1, 1 << 16)
-        lim = self.limits
-        memory = int(lim["memory_mb"]) << 20
-        rlimits = [
-            (resource.RLIMIT_AS, (memory, memory)),
-            (resource.RLIMIT_FSIZE, (int(lim["output_bytes"]) + 1, int(lim["output_bytes"]) + 1)),
-            (resource.RLIMIT_CORE, (0, 0)),
-            (resource.RLIMIT_NOFILE, (256, 256)),
-            (resource.RLIMIT_STACK, (min(memory, 256 << 20), min(memory, 256 << 20))),
-        ]
-        if lim.get("nproc"):
-            rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
         for which, value in rlimits:
             _setrlimit(which, value)
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries, not the runner's
-        try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")  # the kernel's OOM killer takes the test, not the runner
+        try:  # the kernel's OOM killer takes the test, not the runner
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(fd, b"1000")
+            os.close(fd)
         except OSError:
             pass
-        sys.argv = [PROGRAM_FILE]
-        sys.setrecursionlimit(RECURSION_LIMIT)
-        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
-        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(READY_NAME), 0, 0, 0)
-        go = _read_all(GO_FD)  # blocks until the test starts; empty: discarded
-        os.close(GO_FD)
-        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(b"solution"), 0, 0, 0)
-        if not go:
+        if not os.read(GO_FD, 1):  # blocks until the test starts; end of pipe: not wanted
             os._exit(0)
-        timeout, call_input = json.loads(go)
-        cpu = int(timeout) + 1
-        _setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        fds = [os.open(self.files["stdin"], os.O_RDONLY)]
-        for k in ("stdout", "stderr", "result"):
-            fds.append(os.open(self.files[k], os.O_WRONLY | os.O_TRUNC))
+        os.close(GO_FD)
+        fds = [os.open(self.files["stdin"], os.O_RDONLY | os.O_NOFOLLOW)]
+        for k in ("stdout", "stderr", "result"):  # new files in the freshly made io dir
+            fds.append(os.open(self.files[k], OUTPUT_FLAGS, 0o600))
         for target, fd in enumerate(fds):  # the lowest free fds: normally 0-3 already
             if fd != target:
                 os.dup2(fd, target)
                 os.close(fd)
         os.chdir(self.scratch)
-        sys.stdin = io.TextIOWrapper(
-            io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
-        )
-        sys.stdout = io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
-            encoding="utf-8",
-            errors="backslashreplace",
-        )
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False),
-            encoding="utf-8",
-            errors="backslashreplace",
-            write_through=True,
-        )
-        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        os._exit(self._execute(call_input))
+        sys.stdin, sys.stdout, sys.stderr = self.streams
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = self.streams
+        sys.argv = ARGV
+        os._exit(self._execute(self.call_input))
 
     def _execute(self, test_input):
-        # This process is a copy: the prelude's globals are the program's own, no copy needed.
-        g = self.globals
-        g.update(stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, argv=sys.argv)
+        g = self.globals  # this process is a copy: the runner's globals are the program's own
         code = 0
         try:
             exec(self.code, g)
@@ -568,38 +564,46 @@ class Runner:
         return count
 
     def _wipe_scratch(self):
-        def force(func, path, _exc):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700) if os.path.isdir(path) else None
-            func(path)
-
-        try:  # the whole writable tmpfs: the test may have written (or replaced) anything in it
+        """Empty the whole writable tmpfs and make the scratch and io dirs anew: the test may
+        have written, replaced or chmod-ed anything in it. False if that failed."""
+        try:
             for name in os.listdir(self.workdir):
                 path = os.path.join(self.workdir, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    os.chmod(path, 0o700)
-                    shutil.rmtree(path, onerror=force)
-                else:
-                    os.unlink(path)
-            for d in (self.scratch, self.iodir):
-                os.makedirs(d)
+                try:
+                    os.unlink(path)  # a file, a link, a FIFO...
+                except IsADirectoryError:
+                    _remove_dir(path)
+            os.mkdir(self.scratch)
+            os.mkdir(self.iodir)
             return True
         except OSError:
             return False
 
     @staticmethod
     def _read(path, limit, tail=False):
-        try:  # not a FIFO (it would block the runner) nor a link: the test may swap either in
+        """Up to `limit` bytes of an output file (`limit` + 1 to tell it was longer), or its last
+        `limit` bytes; b"" unless it is a plain file: the test may have swapped in a FIFO (which
+        would block the runner) or a link."""
+        try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-            with open(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return b""
-                if tail:
-                    size = os.fstat(f.fileno()).st_size
-                    f.seek(max(0, size - limit))
-                return f.read(limit + 1 if not tail else limit)
         except OSError:
             return b""
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return b""
+            want = limit if tail else limit + 1
+            if tail and st.st_size > limit:
+                os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+            chunks = []
+            while want > 0 and (chunk := os.read(fd, min(want, 1 << 20))):
+                chunks.append(chunk)
+                want -= len(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
 
 
 def _returns_to_exits(source):
@@ -621,6 +625,60 @@ def _returns_to_exits(source):
             return ast.copy_location(exit_call, node)
 
     return ast.fix_missing_locations(TopLevelReturns().visit(tree))
+
+
+def _standard_streams(directory):
+    """sys.stdin, sys.stdout and sys.stderr of the programs: text streams on fds 0, 1 and 2,
+    which in a test's process are its io files. Made once, in the runner, while fds 0-2 are
+    regular files at offset 0 as a test's are (so they behave exactly as streams made there);
+    the runner never uses them, and each test's process gets them untouched."""
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    path = os.path.join(directory, ".streams")
+    try:
+        for target in (0, 1, 2):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(fd, target)
+            os.close(fd)
+        stdin = io.TextIOWrapper(
+            io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
+        )
+        stdout = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+            encoding="utf-8",
+            errors="backslashreplace",
+        )
+        stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            write_through=True,
+        )
+    finally:
+        for target, fd in zip((0, 1, 2), saved, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.unlink(path)
+    return stdin, stdout, stderr
+
+
+def _remove_dir(path):
+    try:
+        os.rmdir(path)  # the scratch dir, usually: empty
+    except OSError:
+        try:  # the io dir, usually: a few plain files
+            for name in os.listdir(path):
+                os.unlink(os.path.join(path, name))
+            os.rmdir(path)
+        except OSError:  # more than that, or permissions the test took away
+
+            def force(func, p, _exc):
+                os.chmod(os.path.dirname(p), 0o700)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    os.chmod(p, 0o700)
+                func(p)
+
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, onerror=force)
 
 
 def _certain_failure(reply):

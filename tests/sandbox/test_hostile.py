@@ -21,7 +21,6 @@ import pytest
 from sandbox import Judge, JudgeRequest, Limits, SandboxConfig, SyncJudge, Verdict
 from sandbox.backends.namespace import BASE_UID
 from sandbox.models import TestSuite as Suite
-from sandbox.runner import READY_NAME
 
 PROJECT = Path(__file__).resolve().parents[2]
 LIMITS = {"timeout_s": 2.0, "suite_timeout_s": 8.0, "memory_mb": 256}
@@ -386,14 +385,12 @@ def our_runners(table: dict[int, tuple[int, int, str]]) -> set[int]:
 
 
 def sandboxed_processes() -> list[str]:
-    """Processes still running that programs of this session started: descendants of a runner,
-    except the one process each runner prepares for its next test (named READY_NAME)."""
+    """Processes still running that programs of this session started: descendants of a runner
+    (an idle runner has none: a test's process is forked when the test starts)."""
     table = process_table()
     runners = our_runners(table)
     left = []
     for pid, (_, ppid, name) in table.items():
-        if ppid in runners and name == READY_NAME.decode():
-            continue
         parent = ppid
         while parent in table and parent > 1 and parent not in runners:
             parent = table[parent][1]
