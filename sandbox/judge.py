@@ -13,16 +13,20 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import itertools
+import logging
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
 from sandbox.backends import make_backend
+from sandbox.client import RemoteJudge, ServerGone, connect_server
 from sandbox.compare import call_result_matches, stdout_matches
 from sandbox.feedback import test_report
 from sandbox.models import JudgeRequest, Limits, SandboxConfig, TestStatus, Verdict
 from sandbox.pool import Backend, Worker, WorkerDied, WorkerPool
+
+log = logging.getLogger(__name__)
 
 REPLY_GRACE_S = 5.0  # beyond a test's own limit, before a silent worker counts as dead
 COMPILE_S = 30.0  # for the runner to compile a program, before its first test
@@ -52,6 +56,9 @@ class Judge:
     """Judges programs against tests in a pool of sandbox workers.
 
     Use as an async context manager; `judge_many` keeps `config.concurrency` programs in flight.
+    When a sandbox server answers (`python -m sandbox serve`, see `SandboxConfig.use_server`) and
+    no backend is given, programs go to its warm workers instead (`remote`); if it goes away, the
+    judge carries on with workers of its own.
     """
 
     def __init__(self, config: SandboxConfig | None = None, backend: Backend | None = None):
@@ -59,6 +66,9 @@ class Judge:
         self._given_backend = backend
         self.backend: Backend | None = None
         self.pool: WorkerPool | None = None
+        self.remote: RemoteJudge | None = None
+        self._tried_server = backend is not None
+        self._closed = False
         self._seq = itertools.count(1)
         self._start_lock = asyncio.Lock()
 
@@ -70,23 +80,45 @@ class Judge:
         await self.aclose()
 
     async def start(self) -> None:
-        """Start the pool; returns once one worker is ready (the others come up meanwhile)."""
+        """Connect to the sandbox server, or start a pool of our own: returns once one worker is
+        ready (the others come up meanwhile)."""
         async with self._start_lock:
-            if self.pool is None:
+            if not self._tried_server:
+                self._tried_server = True
+                self.remote = await connect_server(self.config)
+            if self.remote is None and self.pool is None:
                 self.backend = self._given_backend or await asyncio.to_thread(
                     make_backend, self.config
                 )
                 self.pool = WorkerPool(
                     self.backend, self.config.concurrency, self.config.recycle_after
                 )
-        await self.pool.start()
+        if self.pool is not None:
+            await self.pool.start()
+
+    async def _leave_server(self, error: ServerGone) -> None:
+        async with self._start_lock:
+            if self.remote is not None:
+                log.warning("%s; judging with workers of our own from now on", error)
+                await self.remote.aclose()
+                self.remote = None
 
     async def aclose(self) -> None:
+        self._closed = True
+        if self.remote is not None:
+            await self.remote.aclose()
         if self.pool is not None:
             await self.pool.close()
 
     @property
+    def server(self) -> str | None:
+        """The address of the sandbox server judging for us, or None (workers of our own)."""
+        return self.remote.address if self.remote is not None else None
+
+    @property
     def backend_name(self) -> str:
+        if self.remote is not None:
+            return self.remote.backend_for(self.config)
         return self.backend.name if self.backend is not None else self.config.backend
 
     async def judge(
@@ -96,8 +128,16 @@ class Judge:
         `limits` overrides the configured per-program limits (not those of the sandbox itself:
         memory, scratch size and processes are the pool's)."""
         await self.start()
-        assert self.pool is not None
         limits = limits or self.config.limits
+        if self.remote is not None:
+            try:
+                return await self.remote.judge(request, fail_fast, self.config, limits)
+            except ServerGone as e:
+                if self._closed:
+                    raise
+                await self._leave_server(e)
+                await self.start()
+        assert self.pool is not None
         n = len(request.tests.inputs)
         statuses: list[TestStatus | None] = [None] * n
         feedback = [""] * n
@@ -209,7 +249,14 @@ class Judge:
                 on_done(i, verdict)
             return verdict
 
-        return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(requests))))
+        tasks = [asyncio.ensure_future(one(i, r)) for i, r in enumerate(requests)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:  # one failed (no sandbox at all) or we were cancelled: stop the rest
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
 
 def _skipped_note(reason: str) -> str:
@@ -292,6 +339,10 @@ class SyncJudge:
     @property
     def backend_name(self) -> str:
         return self._judge.backend_name
+
+    @property
+    def server(self) -> str | None:
+        return self._judge.server
 
     def judge(
         self, request: JudgeRequest, fail_fast: bool = False, limits: Limits | None = None

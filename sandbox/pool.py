@@ -140,7 +140,7 @@ class WorkerPool:
         pending = [t for t in self._starts if not t.done()]
         while not self._all and pending:
             _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        if not self._all:
+        if not self._all and not self._spawning:  # (workers being replaced will come back)
             raise SandboxUnavailable(
                 f"{self.backend.name} backend: no worker could start: {self._failure}"
             ) from self._failure

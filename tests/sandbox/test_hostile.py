@@ -673,7 +673,9 @@ def test_leftover_daemon_is_killed_and_its_worker_replaced(backend, judges):
     judges(backend)  # skips here when the backend is unavailable
 
     async def scenario():
-        config = SandboxConfig(backend=backend, concurrency=1, limits=Limits(timeout_s=2))
+        config = SandboxConfig(
+            backend=backend, concurrency=1, limits=Limits(timeout_s=2), use_server=False
+        )
         async with Judge(config) as judge:
             suite = Suite(inputs=[""], outputs=["done"])
             daemon = await judge.judge(JudgeRequest(id="daemon", code=DAEMON, tests=suite))
@@ -698,7 +700,8 @@ def test_host_environment_is_not_passed_into_the_sandbox(backend, judges, monkey
     code = "import os\nprint(os.environ.get('COBALT_TEST_SECRET', 'unset'))"
 
     async def scenario():
-        async with Judge(SandboxConfig(backend=backend, concurrency=1)) as judge:
+        config = SandboxConfig(backend=backend, concurrency=1, use_server=False)
+        async with Judge(config) as judge:
             return await judge.judge(
                 JudgeRequest(id="env", code=code, tests=Suite(inputs=[""], outputs=[secret]))
             )
