@@ -71,6 +71,7 @@ STDERR_KEEP = 64 * 1024
 ARGV = [PROGRAM_FILE]
 CHILD_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ)
 GO_FD = 9  # where a test's process waits for its go
+BATCH_S = 0.005  # replies of quick tests are sent together, at most this late
 OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
@@ -331,7 +332,9 @@ class Runner:
             return
         inputs, fail_fast = msg["inputs"], bool(msg.get("fail_fast"))
         done = {"seq": seq, "done": True, "ran": 0, "reason": None}
-        pending = b""  # the last reply, written while the next test runs (off its critical path)
+        # Replies are written while the next test runs (off its critical path), and gathered
+        # for up to BATCH_S (one write, not one per test) unless the host may have to stop us.
+        pending, written = b"", time.monotonic()
         for i, test_input in enumerate(inputs):
             timeout = min(float(self.limits["timeout_s"]), deadline - time.monotonic())
             if timeout <= 0:
@@ -341,18 +344,19 @@ class Runner:
             if channel.stop_requested(seq):
                 done["reason"] = "stopped"
                 break
-            reply = self.run_test(test_input, timeout, channel, seq, pending)
-            pending = b""
+            due = fail_fast or time.monotonic() - written >= BATCH_S
+            reply = self.run_test(test_input, timeout, channel, seq, pending if due else b"")
+            if due:
+                pending, written = b"", time.monotonic()
             if reply is None:  # stopped while it ran: killed, not reported
                 done.update(reason="stopped", clean=self._wipe_scratch())
                 break
             done["ran"] += 1
             reply.update(seq=seq, test=i, timeout_s=timeout, clean=self._wipe_scratch())
+            pending += json.dumps(reply).encode() + b"\n"
             if fail_fast and _certain_failure(reply):
                 done["reason"] = "failed"
-                channel.send(reply, done)
-                return
-            pending = json.dumps(reply).encode() + b"\n"
+                break
         channel.write(pending + json.dumps(done).encode() + b"\n")
 
     # -- test ---------------------------------------------------------------------------------

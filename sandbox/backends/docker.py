@@ -106,7 +106,11 @@ class DockerBackend(Backend):
         container = self.client.containers.create(
             self.image,
             command=["python3", "-I", "-S", "-c", RUNNER_SOURCE, json.dumps(cfg)],
+            # StdinOnce (the SDK's default with stdin_open): when our connection closes, even
+            # because this process died, the runner reads EOF and exits; the engine then
+            # removes the container (auto_remove).
             stdin_open=True,
+            auto_remove=True,
             network_mode="none",
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={lim.scratch_mb + 16}m,mode=1777"},
@@ -142,7 +146,7 @@ class DockerBackend(Backend):
 
         async def close() -> None:
             writer.close()
-            await asyncio.to_thread(_remove, container)
+            await asyncio.to_thread(_kill, container)  # quicker than a removal, which follows
 
         worker = Worker(
             index,
@@ -155,7 +159,9 @@ class DockerBackend(Backend):
         try:
             await worker.handshake(timeout=60)
         except Exception as e:
-            logs = await asyncio.to_thread(container.logs, tail=20)
+            logs = b"(gone)"
+            with contextlib.suppress(Exception):
+                logs = await asyncio.to_thread(container.logs, tail=20)
             await worker.close()
             raise SandboxUnavailable(
                 f"sandbox container failed to start: {e}; output: {logs.decode(errors='replace')}"
@@ -163,9 +169,9 @@ class DockerBackend(Backend):
         return worker
 
 
-def _remove(container) -> None:
-    with contextlib.suppress(Exception):
-        container.remove(force=True)
+def _kill(container) -> None:
+    with contextlib.suppress(Exception):  # already gone: it exited when its input closed
+        container.kill()
 
 
 def _alive(pid: int) -> bool:
