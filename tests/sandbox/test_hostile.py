@@ -709,3 +709,21 @@ def test_host_environment_is_not_passed_into_the_sandbox(backend, judges, monkey
     verdict = asyncio.run(scenario())
     assert verdict.outcomes == ["wrong_answer"]
     assert output_of(verdict) == "unset"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="as root, namespace workers get uids of their own")
+def test_namespace_pools_of_one_process_share_no_uid(judges):
+    """RLIMIT_NPROC counts per uid: a fork bomb in one pool must not starve another (a server
+    holds several pools)."""
+    code = "import os, time\ntime.sleep(0.2)\nprint(os.getuid())"
+    seen = []
+    for limits in ({}, {"scratch_mb": 32}):
+        judge = judges("namespace", **limits)
+        requests = [
+            JudgeRequest(id=str(i), code=code, tests=Suite(inputs=[""], outputs=["x"]))
+            for i in range(6)
+        ]
+        seen.append({output_of(v) for v in judge.judge_many(requests)})
+    assert len(seen[0]) == len(seen[1]) == 2  # both workers of each pool ran
+    assert not seen[0] & seen[1]
+    assert all(BASE_UID <= int(uid) < BASE_UID + (1 << 24) for uid in seen[0] | seen[1])
