@@ -32,13 +32,10 @@ class TransportError(OSError):
 
 def default_address() -> str | None:
     """Where a local server listens: $COBALT_SANDBOX_SOCKET ('off' for none), else
-    $XDG_RUNTIME_DIR/cobalt-sandbox.sock, else /tmp/cobalt-sandbox-<uid>/sandbox.sock."""
+    /tmp/cobalt-sandbox-<uid>/sandbox.sock (the same for a login shell and for a service)."""
     value = os.environ.get(ENV)
     if value is not None:
         return None if value.strip().lower() in (*OFF, "") else value.strip()
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return os.path.join(runtime, "cobalt-sandbox.sock")
     return f"/tmp/cobalt-sandbox-{os.getuid()}/sandbox.sock"
 
 
