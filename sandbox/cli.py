@@ -38,9 +38,10 @@ Keep sandbox workers warm for every judge of this user on this machine: `python 
 the pipeline's stages and scripts (anything that builds a SyncJudge) send their programs here
 instead of starting workers of their own, whenever this server answers on its socket.
 
-The socket: --socket, else env COBALT_SANDBOX_SOCKET, else /tmp/cobalt-sandbox-<uid>/sandbox.sock (mode 0600 in a 0700 directory; only this user, or
-root, may connect). Clients that set COBALT_SANDBOX_SOCKET=off, --no-server or
-SandboxConfig(use_server=False) never use it. Stop it with Ctrl-C, SIGTERM or --stop.
+The socket: --socket, else env COBALT_SANDBOX_SOCKET, else /tmp/cobalt-sandbox-<uid>/sandbox.sock
+(mode 0600 in a 0700 directory; only this user, or root, may connect). Clients that set
+COBALT_SANDBOX_SOCKET=off, --no-server or SandboxConfig(use_server=False) never use it. Stop it
+with Ctrl-C, SIGTERM or --stop.
 
 Workers are started at once for the default limits below; a client asking for other memory,
 scratch or process limits (or another backend or image) gets a pool of its own on first use,
