@@ -98,6 +98,7 @@ class DockerBackend(Backend):
                     c.remove(force=True)
 
     def _create(self, index: int):
+        import docker
         from docker.types import Ulimit
 
         lim = self.limits
@@ -126,16 +127,26 @@ class DockerBackend(Backend):
             labels={LABEL: self.owner},
             environment={"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"},
         )
-        sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        # The attach connection is hijacked from HTTP: it gets a client of its own, which no
+        # other request (another worker's start, in another thread) can ever be given.
+        api = docker.APIClient(
+            version=self.client.api.api_version, **docker.utils.kwargs_from_env()
+        )
+        sock = api.attach_socket(
+            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
         container.start()
-        return container, sock
+        return container, (api, sock)
 
     async def spawn(self, index: int) -> Worker:
         try:
-            container, sock = await asyncio.to_thread(self._create, index)
+            container, (api, sock) = await asyncio.to_thread(self._create, index)
         except Exception as e:
             raise SandboxUnavailable(f"could not start a sandbox container: {e}") from e
-        raw = sock._sock  # the hijacked HTTP connection: stdin out, multiplexed stdout in
+        # The hijacked HTTP connection: stdin out, multiplexed stdout in. `sock` (the SDK's
+        # socket file, which holds the HTTP response) must live as long as the worker: when it
+        # is collected, whenever the garbage collector gets to it, it closes the connection.
+        raw = sock._sock
         raw.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
         demux = _Demux(reader)
@@ -146,6 +157,9 @@ class DockerBackend(Backend):
 
         async def close() -> None:
             writer.close()
+            with contextlib.suppress(Exception):
+                sock.close()
+                api.close()
             await asyncio.to_thread(_kill, container)  # quicker than a removal, which follows
 
         worker = Worker(
