@@ -70,7 +70,6 @@ INT_DIGITS_LIMIT = 50_000
 STDERR_KEEP = 64 * 1024
 ARGV = [PROGRAM_FILE]
 CHILD_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ)
-GO_FD = 9  # where a test's process waits for its go
 BATCH_S = 0.005  # replies of quick tests are sent together, at most this late
 OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
@@ -361,18 +360,15 @@ class Runner:
 
     # -- test ---------------------------------------------------------------------------------
     def fork_test(self, rlimits):
-        """Fork the test's process: it sets itself up (signals, session, rlimits, OOM score),
-        then waits for its go on a pipe before it opens its io files and runs the program."""
-        go_read, go_write = os.pipe()
+        """Fork the test's process: it sets itself up (signals, session, rlimits, OOM score,
+        io files) and runs the program at once: nothing to wait for, no extra wake-up."""
         pid = os.fork()
         if pid == 0:
             try:
-                os.close(go_write)
-                self._child(go_read, rlimits)
+                self._child(rlimits)
             finally:
                 os._exit(70)
-        os.close(go_read)
-        return pid, go_write
+        return pid
 
     def _rlimits(self, timeout):
         lim = self.limits
@@ -404,14 +400,10 @@ class Runner:
                 data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
-        pid, go_write = self.fork_test(self._rlimits(timeout))
+        rlimits = self._rlimits(timeout)
+        start = time.perf_counter()  # the test's time includes its process's set-up (< 1 ms)
+        pid = self.fork_test(rlimits)
         fd = os.pidfd_open(pid)
-        start = time.perf_counter()
-        try:
-            os.write(go_write, b"g")
-        except BrokenPipeError:
-            pass  # it died before the go: reported below from its exit status
-        os.close(go_write)
         if pending:
             channel.write(pending)
         try:
@@ -467,16 +459,13 @@ class Runner:
             if channel.stop_requested(seq):
                 return False, True
 
-    def _child(self, go_read, rlimits):
+    def _child(self, rlimits):
         # Runs in the test's fresh copy of the runner. Every page it writes costs a copy, so it
         # keeps to plain os calls: what can be made once is made in the runner (see __init__).
         for sig in CHILD_SIGNALS:
             _signal.signal(sig, _signal.SIG_DFL)
         os.setsid()
-        if go_read != GO_FD:
-            os.dup2(go_read, GO_FD)
-        os.closerange(0, GO_FD)  # the host's channel above all: nothing of the runner's stays
-        os.closerange(GO_FD + 1, 1 << 16)
+        os.closerange(0, 1 << 16)  # the host's channel above all: nothing of the runner's stays
         for which, value in rlimits:
             _setrlimit(which, value)
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries, not the runner's
@@ -486,9 +475,6 @@ class Runner:
             os.close(fd)
         except OSError:
             pass
-        if not os.read(GO_FD, 1):  # blocks until the test starts; end of pipe: not wanted
-            os._exit(0)
-        os.close(GO_FD)
         fds = [os.open(self.files["stdin"], os.O_RDONLY | os.O_NOFOLLOW)]
         for k in ("stdout", "stderr", "result"):  # new files in the freshly made io dir
             fds.append(os.open(self.files[k], OUTPUT_FLAGS, 0o600))
