@@ -68,6 +68,11 @@ class SandboxConfig(BaseModel):
         description="Docker image with python3 (env COBALT_SANDBOX_IMAGE).",
     )
     cpus_per_worker: float = Field(1.0, gt=0, le=64, description="CPU quota of a Docker worker.")
+    pin_cpus: bool = Field(
+        True,
+        description="Keep each worker, and its tests, on one CPU (see sandbox/backends/cpus.py); "
+        "not with cpus_per_worker > 1.",
+    )
     recycle_after: int = Field(
         500, ge=1, description="Replace a worker after this many programs, even if healthy."
     )
@@ -92,12 +97,13 @@ class SandboxConfig(BaseModel):
                 backend,
                 self.image,
                 self.cpus_per_worker,
+                self.pin_cpus,
                 lim.memory_mb,
                 lim.scratch_mb,
                 lim.max_processes,
                 self.recycle_after,
             )
-        return (backend, lim.scratch_mb, self.recycle_after)
+        return (backend, self.pin_cpus, lim.scratch_mb, self.recycle_after)
 
 
 class TestSuite(BaseModel):

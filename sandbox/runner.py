@@ -213,6 +213,8 @@ class Channel:
         self.buffer = bytearray()
         self.messages = collections.deque()
         self.eof = False
+        self.held = b""  # replies not written yet (see `hold`)
+        self.held_since = 0.0
 
     def fill(self):
         """Read what the host sent (blocks until something arrives)."""
@@ -257,6 +259,22 @@ class Channel:
     def send(self, *replies):
         self.write(b"".join(json.dumps(r).encode() + b"\n" for r in replies))
 
+    def hold(self, reply):
+        """Keep a reply to write later, with others: `flush` writes them in one go."""
+        if not self.held:
+            self.held_since = time.monotonic()
+        self.held += json.dumps(reply).encode() + b"\n"
+
+    def flush(self, *replies):
+        data = self.held + b"".join(json.dumps(r).encode() + b"\n" for r in replies)
+        self.held = b""
+        if data:
+            self.write(data)
+
+    def flush_due(self):
+        """When the held replies must go out: BATCH_S after the first of them (or None)."""
+        return self.held_since + BATCH_S if self.held else None
+
     def write(self, data):
         data = memoryview(data)
         while data:
@@ -299,6 +317,7 @@ class Runner:
         self.code = None
         self.fn_name = None
         self.limits = {}
+        self.batch = False  # gather replies (see `run`)
         self.is_init = os.getpid() == 1
 
     # -- program ------------------------------------------------------------------------------
@@ -331,9 +350,9 @@ class Runner:
             return
         inputs, fail_fast = msg["inputs"], bool(msg.get("fail_fast"))
         done = {"seq": seq, "done": True, "ran": 0, "reason": None}
-        # Replies are written while the next test runs (off its critical path), and gathered
-        # for up to BATCH_S (one write, not one per test) unless the host may have to stop us.
-        pending, written = b"", time.monotonic()
+        # Replies are written while the next test runs (off its critical path) and, unless the
+        # host may have to stop us (fail_fast), gathered for up to BATCH_S into one write.
+        self.batch = not fail_fast
         for i, test_input in enumerate(inputs):
             timeout = min(float(self.limits["timeout_s"]), deadline - time.monotonic())
             if timeout <= 0:
@@ -343,20 +362,17 @@ class Runner:
             if channel.stop_requested(seq):
                 done["reason"] = "stopped"
                 break
-            due = fail_fast or time.monotonic() - written >= BATCH_S
-            reply = self.run_test(test_input, timeout, channel, seq, pending if due else b"")
-            if due:
-                pending, written = b"", time.monotonic()
+            reply = self.run_test(test_input, timeout, channel, seq)
             if reply is None:  # stopped while it ran: killed, not reported
                 done.update(reason="stopped", clean=self._wipe_scratch())
                 break
             done["ran"] += 1
             reply.update(seq=seq, test=i, timeout_s=timeout, clean=self._wipe_scratch())
-            pending += json.dumps(reply).encode() + b"\n"
+            channel.hold(reply)
             if fail_fast and _certain_failure(reply):
                 done["reason"] = "failed"
                 break
-        channel.write(pending + json.dumps(done).encode() + b"\n")
+        channel.flush(done)
 
     # -- test ---------------------------------------------------------------------------------
     def fork_test(self, rlimits):
@@ -388,10 +404,10 @@ class Runner:
             rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
         return rlimits
 
-    def run_test(self, test_input, timeout, channel, seq, pending=b""):
+    def run_test(self, test_input, timeout, channel, seq):
         """Run one test in a fresh process: what it did, or None if the host stopped the run
-        meanwhile (the process is killed, and its leftovers too). `pending` (replies) is
-        written to the host once the test has started."""
+        meanwhile (the process is killed, and its leftovers too). Replies held by the channel
+        are written while it runs."""
         self.call_input = test_input if self.fn_name else ""
         fd = os.open(self.files["stdin"], OUTPUT_FLAGS, 0o600)
         try:
@@ -404,8 +420,8 @@ class Runner:
         start = time.perf_counter()  # the test's time includes its process's set-up (< 1 ms)
         pid = self.fork_test(rlimits)
         fd = os.pidfd_open(pid)
-        if pending:
-            channel.write(pending)
+        if not self.batch or (channel.held and time.monotonic() >= channel.flush_due()):
+            channel.flush()
         try:
             timed_out, stopped = self._wait(fd, start + timeout, channel, seq)
         finally:
@@ -439,17 +455,22 @@ class Runner:
 
     @staticmethod
     def _wait(pidfd, end, channel, seq):
-        """Wait for the test process to exit until `end`, watching the host for a stop:
-        (timed out, stopped)."""
+        """Wait for the test process to exit until `end` (perf_counter), watching the host for a
+        stop and writing held replies when they are due: (timed out, stopped)."""
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
         if not channel.eof:
             poller.register(channel.rfd, select.POLLIN)
         while True:
             left = end - time.perf_counter()
-            events = poller.poll(max(0.0, left) * 1000) if left > 0 else []
-            if not events:
+            if left <= 0:
                 return True, False
+            if channel.held:  # a slow test: its predecessors' replies go out meanwhile
+                left = min(left, max(0.0, channel.flush_due() - time.monotonic()))
+            events = poller.poll(left * 1000)
+            if not events:
+                channel.flush()
+                continue
             for fd, _ in events:
                 if fd == pidfd:
                     return False, False
@@ -754,6 +775,8 @@ def serve(runner, channel):
 def main():
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     channel = Channel(os.dup(0), os.dup(1))
+    if cfg.get("cpu") is not None:  # the namespace backend's pinning (Docker's: a cpuset)
+        os.sched_setaffinity(0, {cfg["cpu"]})
     if cfg.get("namespace"):
         enter_namespace(cfg)
     harden()

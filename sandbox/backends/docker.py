@@ -14,6 +14,7 @@ import os
 import socket
 import struct
 
+from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.models import Limits
 from sandbox.pool import Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
@@ -76,11 +77,15 @@ class _Demux:
 class DockerBackend(Backend):
     name = "docker"
 
-    def __init__(self, limits: Limits, image: str, cpus: float = 1.0, client=None):
+    def __init__(
+        self, limits: Limits, image: str, cpus: float = 1.0, client=None, pin: bool = False
+    ):
         self.limits = limits
         self.image = image
         self.cpus = cpus
         self.client = client or docker_client()
+        # CPU numbers are this host's: no pinning on an engine elsewhere (DOCKER_HOST=tcp://...)
+        self.pin = pin and self.client.api.base_url.startswith("http+docker://")
         check_image(self.client, image)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.remove_stale()
@@ -97,7 +102,7 @@ class DockerBackend(Backend):
                 with contextlib.suppress(Exception):
                     c.remove(force=True)
 
-    def _create(self, index: int):
+    def _create(self, index: int, cpu: int | None):
         import docker
         from docker.types import Ulimit
 
@@ -119,6 +124,7 @@ class DockerBackend(Backend):
             memswap_limit=f"{memory}m",
             pids_limit=lim.max_processes + 4,
             nano_cpus=int(self.cpus * 1e9),
+            cpuset_cpus=None if cpu is None else str(cpu),
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             user="65534:65534",
@@ -139,13 +145,15 @@ class DockerBackend(Backend):
         return container, (api, sock)
 
     async def spawn(self, index: int) -> Worker:
+        cpu = take_cpu() if self.pin else None
         try:
-            container, (api, sock) = await asyncio.to_thread(self._create, index)
+            container, (api, sock) = await asyncio.to_thread(self._create, index, cpu)
         except Exception as e:
+            release_cpu(cpu)
             raise SandboxUnavailable(f"could not start a sandbox container: {e}") from e
         # The hijacked HTTP connection: stdin out, multiplexed stdout in. `sock` (the SDK's
-        # socket file, which holds the HTTP response) must live as long as the worker: when it
-        # is collected, whenever the garbage collector gets to it, it closes the connection.
+        # socket file, which holds the HTTP response) and `api` live as long as the worker:
+        # dropped, they may close the connection under us.
         raw = sock._sock
         raw.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
@@ -161,6 +169,7 @@ class DockerBackend(Backend):
                 sock.close()
                 api.close()
             await asyncio.to_thread(_kill, container)  # quicker than a removal, which follows
+            release_cpu(cpu)
 
         worker = Worker(
             index,

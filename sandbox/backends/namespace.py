@@ -19,6 +19,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.models import Limits
 from sandbox.pool import MAX_REPLY_BYTES, Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
@@ -76,8 +77,9 @@ def site_packages() -> list[str]:
 class NamespaceBackend(Backend):
     name = "namespace"
 
-    def __init__(self, limits: Limits, python: str | None = None):
+    def __init__(self, limits: Limits, python: str | None = None, pin: bool = False):
         self.limits = limits
+        self.pin = pin
         self.python = python or str(Path(sys._base_executable).resolve())
         self._roots: list[str] = []
 
@@ -85,6 +87,7 @@ class NamespaceBackend(Backend):
         root = tempfile.mkdtemp(prefix="cobalt-jail-")
         self._roots.append(root)
         slot, uid = _take_uid()
+        cpu = take_cpu() if self.pin else None
         cfg = {
             "namespace": True,
             "root": root,
@@ -92,6 +95,7 @@ class NamespaceBackend(Backend):
             "hide": site_packages(),
             "tmp_mb": self.limits.scratch_mb,
             "uid": uid,
+            "cpu": cpu,
             "workdir": "/tmp",
         }
         try:
@@ -110,6 +114,7 @@ class NamespaceBackend(Backend):
             )
         except BaseException:
             _release_uid(slot)
+            release_cpu(cpu)
             raise
         assert proc.stdin and proc.stdout and proc.stderr
 
@@ -126,6 +131,7 @@ class NamespaceBackend(Backend):
                     proc.kill()  # ...or dies with its parent (PR_SET_PDEATHSIG)
                 await proc.wait()
             _release_uid(slot)  # its PID namespace, and every process of that uid, are gone
+            release_cpu(cpu)
             with contextlib.suppress(OSError):
                 os.rmdir(root)
             with contextlib.suppress(ValueError):
