@@ -510,6 +510,10 @@ def run_cli_part(judges: list[str], args) -> list[CliRun]:
     return [run for run, _, _ in runs]
 
 
+def _times(ratio: float, digits: int) -> str:
+    return "n/a" if math.isnan(ratio) else f"{ratio:.{digits}f}x"
+
+
 def report_cli(cli: list[CliRun], args) -> dict:
     n_tests = args.cli_programs * args.cli_tests
     by = {(r.judge, r.mode): r for r in cli if not r.error and r.walls}
@@ -534,7 +538,7 @@ def report_cli(cli: list[CliRun], args) -> dict:
         walls = ", ".join(f"{w:.2f}" for w in run.walls)
         print(
             f"| {run.label} | {run.wall:.2f} | {walls} | {n_tests / run.wall:.0f} | "
-            f"{_fmt(vs_cobalt, 1)}x | {_fmt(vs_lcb, 2)}x | {min(run.right)}/{args.cli_programs} |"
+            f"{_times(vs_cobalt, 1)} | {_times(vs_lcb, 2)} | {min(run.right)}/{args.cli_programs} |"
         )
         out["runs"][run.label] = {
             "walls_s": run.walls,
