@@ -50,10 +50,8 @@ def main() -> int:
         ok &= ref_ok == len(refs) and agree == len(gens)
         disagreements += len(refs) - ref_ok + len(gens) - agree
         print(f"{row.get('url', p)[:48]:<48} {ref_ok:>6}/{len(refs):<5} {agree:>9}/{len(gens):<6}")
-    print(f"\n{disagreements} disagreements (references not accepted, generated verdicts unlike")
-    print(
-        "the APPS labels):", "all references pass and all APPS labels agree" if ok else "MISMATCH"
-    )
+    verdict = "all references pass and all APPS labels agree" if ok else "MISMATCH (see above)"
+    print(f"\n{disagreements} disagreements: {verdict}")
     return 0 if ok else 1
 
 
