@@ -1,7 +1,7 @@
 """A warm pool of sandbox workers, whatever isolates them.
 
-A worker is one runner process (see `runner.py`) inside one sandbox, spoken to with one JSON line
-per request. The pool hands out idle workers, and replaces a worker in the background when it is
+A worker is one runner process (see `runner.py`) inside one sandbox, spoken to in JSON lines: one
+request per program, one reply per test. The pool hands out idle workers, and replaces a worker in the background when it is
 tainted (a timeout, a crash, leftover processes, a dirty scratch dir) or has judged
 `recycle_after` programs, so a hostile program never hurts the next one.
 """
@@ -85,11 +85,6 @@ class Worker:
             self.tainted = True
             raise WorkerDied(f"{self.name}: {reply['error']}")
         return reply
-
-    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one request and wait for its reply (a request with a single reply, e.g. ping)."""
-        await self.send(message, timeout)
-        return await self.receive(timeout)
 
     async def handshake(self, timeout: float) -> dict[str, Any]:
         line = await asyncio.wait_for(self._read_line(), timeout)
