@@ -105,6 +105,9 @@ class SandboxServer:
                 verdict = await judge.judge(request, bool(message.get("fail_fast")), config.limits)
         except SandboxUnavailable as e:
             return reply | {"error": str(e), "unavailable": True}
+        except Exception as e:  # a bug of ours: the client judges this one itself
+            log.exception("judging %s failed", request.id)
+            return reply | {"error": f"server error: {type(e).__name__}: {e}", "unavailable": False}
         finally:
             self.in_flight[key] -= 1
             self.last_used[key] = time.monotonic()
