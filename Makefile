@@ -32,6 +32,7 @@ lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 bench: setup docker                ## sandbox throughput vs. peers (see docs/BENCHMARKS.md)
+	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }  # the Cobalt-style peer
 	$(BIN)/python -m benchmarks.sandbox_throughput
 
 lock:                              ## re-pin constraints.txt from the current virtualenv
