@@ -32,7 +32,9 @@ tokens of the micro-batch (as TRL's "dapo" loss), averaged over gradient-accumul
 Logged per step (beside the Trainer's `loss`, `grad_norm`, `learning_rate`): `advantage` (mean
 A), `weight` (mean row weight), `weighted_advantage` (mean w * A: 1 for reinforce_loo, the AWR
 weight, the row's mean ratio for clipped_ratio), `logprob` (mean completion token log-prob),
-`reward` (mean logged reward) and, for clipped_ratio, `ratio` and `clip_fraction`.
+`logprob_positive` / `logprob_negative` (the same over the rows whose advantage is > 0 / < 0,
+when the batch has some: the two should part as the policy learns), `reward` (mean logged
+reward) and, for clipped_ratio, `ratio` and `clip_fraction`.
 """
 
 from __future__ import annotations
@@ -102,6 +104,10 @@ def offline_loss(
             f"offline objective {objective!r}: use reinforce_loo, awr or clipped_ratio"
         )
     loss = (per_token * mask).sum() / tokens
+    row_logprob = (logprobs.detach() * mask).sum(dim=1) / row_tokens
+    for name, rows in (("logprob_positive", adv > 0), ("logprob_negative", adv < 0)):
+        if bool(rows.any()):
+            metrics[name] = float(row_logprob[rows].mean())
     metrics |= {
         "advantage": float(adv.mean()),
         "weight": float(weights.mean()),
@@ -369,7 +375,7 @@ def offline_curve_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
     """First and last logged loss and weighted advantage (and quarter means)."""
     steps = [h for h in history if "loss" in h and "weighted_advantage" in h]
     out: dict[str, Any] = {}
-    for key in ("loss", "weighted_advantage", "logprob"):
+    for key in ("loss", "weighted_advantage", "logprob_positive", "logprob_negative"):
         values = [h[key] for h in steps if key in h]
         if not values:
             out |= {f"{key}_first": None, f"{key}_last": None}
@@ -385,7 +391,8 @@ def offline_curve_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def plot_offline(history: list[dict[str, Any]], title: str) -> bytes:
-    """A PNG of the loss and the weighted advantage (and mean completion log-prob) per step."""
+    """A PNG of the loss, the weighted advantage, and the mean completion token log-probability
+    of the positive- and negative-advantage rows, per step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -393,20 +400,23 @@ def plot_offline(history: list[dict[str, Any]], title: str) -> bytes:
 
     logged = [h for h in history if "loss" in h and "weighted_advantage" in h]
     steps = [h.get("step", i + 1) for i, h in enumerate(logged)]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 3.8), dpi=100)
+
+    def series(key: str) -> tuple[list[Any], list[float]]:
+        pairs = [(x, h[key]) for x, h in zip(steps, logged, strict=True) if key in h]
+        return [x for x, _ in pairs], [y for _, y in pairs]
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14.0, 3.8), dpi=100)
+    fig.subplots_adjust(wspace=0.32)
     try:
-        left.plot(steps, [h["loss"] for h in logged], marker="o", linewidth=2, label="loss")
+        left.plot(*series("loss"), marker="o", linewidth=2, label="loss")
         left.set_ylabel("loss")
-        right.plot(
-            steps,
-            [h["weighted_advantage"] for h in logged],
-            marker="o",
-            linewidth=2,
-            label="weighted advantage (mean w * A)",
-        )
-        right.plot(steps, [h["advantage"] for h in logged], linewidth=1, label="advantage (mean)")
-        right.set_ylabel("advantage")
-        for ax in (left, right):
+        middle.plot(*series("weighted_advantage"), marker="o", linewidth=2, label="mean w * A")
+        middle.plot(*series("advantage"), linewidth=1, label="mean A")
+        middle.set_ylabel("weighted advantage")
+        right.plot(*series("logprob_positive"), marker="o", linewidth=1.5, label="A > 0 rows")
+        right.plot(*series("logprob_negative"), marker="o", linewidth=1.5, label="A < 0 rows")
+        right.set_ylabel("mean token log-prob")
+        for ax in (left, middle, right):
             ax.set_xlabel("optimizer step")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)

@@ -76,6 +76,9 @@ def test_a_step_follows_the_advantage(tiny: Path, tmp_path: Path, objective: str
         assert steps[0]["weight"] == pytest.approx((2.718281828**2 + 2.718281828**-2) / 2, 1e-4)
     else:  # REINFORCE / PPO-clip: the positive advantage up, the negative one down
         assert good > 0 > bad, (good, bad)
+        # the logged curves say so too (measured on each step's batch, before its update)
+        assert steps[-1]["logprob_positive"] > steps[0]["logprob_positive"]
+        assert steps[-1]["logprob_negative"] < steps[0]["logprob_negative"]
     if objective == "clipped_ratio":
         assert run.reference_logprobs_s is not None
         assert steps[0]["ratio"] == pytest.approx(1.0, abs=1e-5)  # step 1: the reference itself
