@@ -674,12 +674,18 @@ def offline_lines(report: dict[str, Any]) -> list[str]:
         f"turn {o.get('reward_mean_by_turn')}.",
         "",
         "| objective | rows trained | steps | completions trained | lr | wall s "
-        "| loss first 5 → last 5 | weighted advantage first 5 → last 5 |",
-        "|---|---|---|---|---|---|---|---|",
+        "| loss | weighted advantage | log-prob, A > 0 rows | log-prob, A < 0 rows |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         f"| {r['objective']} | {r['rows']} | {r['steps']} | {r['completions_trained']} | "
-        f"{r['learning_rate']} | {r['wall_s']} | {mean('loss', curve[:k])} → "
-        f"{mean('loss', curve[-k:])} | {mean('weighted_advantage', curve[:k])} → "
-        f"{mean('weighted_advantage', curve[-k:])} |",
+        f"{r['learning_rate']} | {r['wall_s']} | "
+        + " | ".join(
+            f"{mean(key, curve[:k])} → {mean(key, curve[-k:])}"
+            for key in ("loss", "weighted_advantage", "logprob_positive", "logprob_negative")
+        )
+        + " |",
+        "",
+        "(mean of the first 5 → last 5 steps; log-prob: mean completion token log-probability of "
+        "the step's rows with a positive / negative advantage, before its update)",
         "",
         "![offline curves](offline_curves.png)",
         "",
