@@ -122,3 +122,34 @@ def test_no_rows_left_says_why(tiny: Path, tmp_path: Path) -> None:
     zero = [{**r, "advantage": 0.0} for r in rows()]
     with pytest.raises(ValueError, match="2 have advantage 0"):
         train_offline(config("reinforce_loo", max_steps=1), zero, tiny, tmp_path / "out")
+
+
+def test_reference_logprobs_match_row_by_row(tiny: Path, tmp_path: Path) -> None:
+    """Computed in length-sorted batches, each row's reference log-probabilities are its own:
+    the same as the row scored alone (padding and batch order change nothing)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cobalt.training.offline import OfflineTrainer, add_reference_logprobs
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
+    eos = end_of_turn_id(tokenizer, tiny)
+    texts = [GOOD, BAD, "x", GOOD + "\n" + BAD]
+    items = [tokenize_row({**rows()[0], "completion": t}, tokenizer, eos) for t in texts]
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    trainer = OfflineTrainer(
+        model=model,
+        args=config("clipped_ratio").training_arguments(tmp_path / "out"),
+        train_dataset=Dataset.from_list(items),
+        data_collator=OfflineCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        settings=OfflineSettings(objective="clipped_ratio"),
+    )
+    add_reference_logprobs(trainer, batch_size=3)
+    got = trainer.train_dataset["ref_logprobs"]
+    collate = OfflineCollator(tokenizer.pad_token_id)
+    with torch.no_grad():
+        for item, ref in zip(items, got, strict=True):
+            alone = token_logprobs(model.eval(), collate([item]))[0, item["prompt_length"] - 1 :]
+            assert len(ref) == len(item["input_ids"]) - item["prompt_length"]
+            assert ref == pytest.approx(alone.tolist(), abs=1e-4)
