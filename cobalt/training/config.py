@@ -80,7 +80,12 @@ class OfflineSettings(BaseModel):
     )
     epochs: float = Field(1.0, gt=0, description="Passes over the rows (unless max_steps).")
     batch_size: int = Field(8, ge=1, description="Rows per device and micro-batch.")
-    gradient_accumulation_steps: int = Field(1, ge=1)
+    gradient_accumulation_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Micro-batches per optimizer step (default: tiny 1; paper 1024 rows per "
+        "step, SPEC §1.6's mini-batch of 64 prompts x 16 samples: 1024 // batch_size).",
+    )
     max_length: int | None = Field(
         None,
         ge=2,
@@ -186,7 +191,8 @@ class TrainingConfig(BaseModel):
             "max_grad_norm": 1.0,
             "num_train_epochs": o.epochs,
             "per_device_train_batch_size": o.batch_size,
-            "gradient_accumulation_steps": o.gradient_accumulation_steps,
+            "gradient_accumulation_steps": o.gradient_accumulation_steps
+            or (max(1, 1024 // o.batch_size) if paper else 1),
             "seed": self.seed,
             "data_seed": self.seed,
             "bf16": gpu,

@@ -264,3 +264,14 @@ def test_prepare_drops_zero_advantages_and_long_rows() -> None:
     assert (len(got.rows), got.dropped_zero_advantage, got.dropped_too_long) == (1, 1, 1)
     awr = prepare_offline_rows(rows, OfflineSettings(objective="awr"), tokenize, max_length=8)
     assert (len(awr.rows), awr.dropped_zero_advantage) == (2, 0)  # AWR keeps A = 0 (weight 1)
+
+
+def test_presets_map_to_training_arguments(tmp_path) -> None:
+    paper = TrainingConfig(preset="paper", mode="offline").offline_kwargs(tmp_path)
+    # SPEC §1.6: lr 1e-6, 64 prompts x 16 samples = 1024 rows per optimizer step
+    assert paper["learning_rate"] == 1e-6 and paper["max_grad_norm"] == 1.0
+    assert paper["per_device_train_batch_size"] * paper["gradient_accumulation_steps"] == 1024
+    assert paper["gradient_checkpointing"] and paper["save_steps"] == 50
+    tiny = TrainingConfig(mode="offline", max_steps=3, save_steps=1).training_arguments(tmp_path)
+    assert (tiny.learning_rate, tiny.max_steps, tiny.save_steps) == (1e-5, 3, 1)
+    assert tiny.remove_unused_columns is False  # the collator needs the rows' own columns
