@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, processes: int, model: Path, work: Path) -> di
         model=str(model),
         output_dir=str(work / f"out-{processes}"),
     )
-    history, timing = run_job(job)
+    history, timing, _ = run_job(job)
     steps = timing["step_s"][args.warmup :] or timing["step_s"]
     step_s = statistics.median(steps)
     completions = args.per_device * processes

@@ -19,12 +19,18 @@ Plain Python (no Prefect), built from the repo's own pieces:
    tests only, no format term) in `single_turn` and `cobalt` mode from the same SFT model, with the
    same steps x prompts x generations, i.e. the same number of sampled completions;
    `cobalt.training.step_timing.StepTimer` splits every step into generation, reward wait, optimisation.
+   `offline` (issue 11, SPEC §2): `cobalt.training.offline.train_offline` on every logged turn
+   of the same reference trajectories (`cobalt.training.offline_data.offline_rows`: the Cobalt
+   reward and its leave-one-out advantage), no generation and no sandbox, from the same SFT
+   model, the same steps x (prompts x generations) rows per step; `--offline-objective`.
+   Every mode's cost: `cobalt.training.cost.CostMeter` (wall and GPU seconds of training).
 4. Evaluation: fresh problems of the RL kinds, of the 6 never-seen kinds, and
    (fewer) of the SFT kinds; per-turn Pass@1 (turns 0..2, same multi-turn protocol:
    collect + `evaluate` + `turn_table`) for the SFT model and after each mode, same problems,
    same seeds.
 5. Output in --out: learning_check.json (everything), REPORT.md (tables), reward_curves.png,
-   pass_at_1.png. Models and JSONL records stay in a temporary work directory (--work keeps them).
+   pass_at_1.png, offline_curves.png. Models and JSONL records stay in a temporary work directory
+   (--work keeps them).
 """
 
 from __future__ import annotations
@@ -82,7 +88,8 @@ UNSEEN_KINDS: tuple[str, ...] = (
 SFT_HELD_OUT: tuple[str, ...] = RL_KINDS + UNSEEN_KINDS
 assert not set(RL_KINDS) & set(UNSEEN_KINDS) and set(SFT_HELD_OUT) <= set(synthetic.KINDS)
 GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds", "sft_kinds": "SFT kinds"}
-MODES = ("single_turn", "cobalt")
+MODES = ("single_turn", "cobalt", "offline")
+GRPO_MODES = ("single_turn", "cobalt")
 GOAL_REWARD_SHARE = 0.10
 
 SMOKE = {
@@ -109,6 +116,9 @@ SMOKE = {
     "eval_n": 2,
     "gen_batch": 16,
     "chunk_size": 64,
+    # the smoke model writes no program: every reward is -1 and every advantage 0; train on
+    # them anyway so that the offline code path runs
+    "offline_keep_zero_advantage": True,
 }
 
 
@@ -176,7 +186,19 @@ def build_parser() -> argparse.ArgumentParser:
     arg("--eval-problems", type=int, default=96, help="per group: RL kinds, never-seen kinds")
     arg("--eval-sft-problems", type=int, default=48, help="problems of the SFT kinds")
     arg("--eval-n", type=int, default=8, help="samples per evaluation problem")
-    arg("--modes", default=",".join(MODES), help="single_turn and/or cobalt")
+    # offline (same reference trajectories; steps x prompts x generations rows)
+    arg(
+        "--offline-objective",
+        default="reinforce_loo",
+        choices=["reinforce_loo", "awr", "clipped_ratio"],
+    )
+    arg("--offline-lr", type=float, help="offline learning rate (default: --rl-lr)")
+    arg(
+        "--offline-keep-zero-advantage",
+        action="store_true",
+        help="train offline on rows with advantage 0 too (no gradient for REINFORCE / PPO)",
+    )
+    arg("--modes", default=",".join(MODES), help="single_turn, cobalt and/or offline")
     return parser
 
 
@@ -344,6 +366,7 @@ def train_mode(
     from transformers import AutoTokenizer
 
     from cobalt.training.config import TrainingConfig
+    from cobalt.training.cost import CostMeter
     from cobalt.training.grpo import prepare_rows, train
     from cobalt.training.step_timing import StepTimer
 
@@ -378,7 +401,7 @@ def train_mode(
 
     used = prepare_rows(rows, mode, prompt_tokens, config.prompt_limit())
     started = time.perf_counter()
-    with StepTimer() as timer:
+    with StepTimer() as timer, CostMeter() as cost:
         history = train(config, rows, model, out_dir, callbacks=[timer])
     wall = time.perf_counter() - started
     steps = [h for h in history if "loss" in h]
@@ -412,11 +435,93 @@ def train_mode(
         "learning_rate": args.rl_lr,
         "temperature": args.rl_temperature,
         "wall_s": round(wall, 2),
+        "cost": cost.summary(),
         "step_time": summary,
         "step_time_per_step": [{k: round(v, 4) for k, v in s.items()} for s in timer.steps],
         "reward_wait_goal_met": summary["reward_share"] < GOAL_REWARD_SHARE,
         "curve": curve,
         "grpo_config": config.grpo_kwargs(out_dir) | {"output_dir": "<work>"},
+    }
+
+
+def offline_dataset(
+    problems: Sequence[Problem], records: dict[str, Record], evals: dict[str, EvalRecord]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every logged turn of the reference trajectories with its reward and LOO advantage."""
+    from cobalt.training.offline_data import offline_rows, offline_stats
+
+    data = [problem_data_from_eval(records[p.id], evals[p.id], p.tests) for p in problems]
+    rows = offline_rows(data)
+    return rows, offline_stats(data, rows)
+
+
+def train_offline_mode(
+    rows: list[dict[str, Any]], model: Path, args: argparse.Namespace, out_dir: Path
+) -> dict[str, Any]:
+    """The offline mode from the same SFT model: rl_steps steps of rl_prompts x rl_generations
+    logged rows (as many completions per step as GRPO samples)."""
+    from cobalt.training.config import OfflineSettings, TrainingConfig
+    from cobalt.training.cost import CostMeter
+    from cobalt.training.offline import train_offline
+    from cobalt.training.step_timing import StepTimer
+
+    batch = args.rl_prompts * args.rl_generations
+    config = TrainingConfig(
+        preset="tiny",
+        mode="offline",
+        max_steps=args.rl_steps,
+        seed=args.seed,
+        offline=OfflineSettings(
+            objective=args.offline_objective,
+            batch_size=batch,
+            learning_rate=args.offline_lr or args.rl_lr,
+            # the GRPO modes' prompt limit plus the longest logged completion (and its end token)
+            max_length=args.max_prompt + args.max_new_tokens + 1,
+            drop_zero_advantage=not args.offline_keep_zero_advantage,
+        ),
+        overrides={
+            "logging_steps": 1,
+            "save_strategy": "no",
+            **({} if args.rl_bf16 else {"bf16": False}),  # float32 as the GRPO runs
+        },
+    )
+    started = time.perf_counter()
+    with StepTimer() as timer, CostMeter() as cost:
+        run = train_offline(config, rows, model, out_dir, callbacks=[timer])
+    wall = time.perf_counter() - started
+    steps = [h for h in run.history if "loss" in h]
+    keep = (
+        "step",
+        "loss",
+        "grad_norm",
+        "advantage",
+        "weight",
+        "weighted_advantage",
+        "logprob",
+        "logprob_positive",
+        "logprob_negative",
+        "reward",
+        "ratio",
+        "clip_fraction",
+    )
+    return {
+        "mode": "offline",
+        "objective": args.offline_objective,
+        "rows": run.rows,  # after the zero-advantage and length filters (what it trains on)
+        "rows_total": len(rows),
+        "dropped_zero_advantage": run.dropped_zero_advantage,
+        "dropped_too_long": run.dropped_too_long,
+        "reference_logprobs_s": run.reference_logprobs_s,
+        "steps": len(steps),
+        "completions_sampled": 0,
+        "completions_trained": len(steps) * batch,
+        "rows_per_step": batch,
+        "learning_rate": config.offline_kwargs(out_dir)["learning_rate"],
+        "wall_s": round(wall, 2),
+        "cost": cost.summary(),
+        "step_time": timer.summary(),
+        "curve": [{k: h[k] for k in keep if k in h} for h in steps],
+        "training_arguments": config.offline_kwargs(out_dir) | {"output_dir": "<work>"},
     }
 
 
@@ -518,7 +623,7 @@ def render(report: dict[str, Any]) -> str:
         "| reward wait < 10% | mean reward first 5 → last 5 steps |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for mode in MODES:
+    for mode in GRPO_MODES:
         if mode not in report["training"]:
             continue
         r = report["training"][mode]
@@ -544,12 +649,83 @@ def render(report: dict[str, Any]) -> str:
         "",
         "![reward curves](reward_curves.png)",
         "",
+        *offline_lines(report),
+        *cost_lines(report),
         "![pass@1](pass_at_1.png)",
         "",
         "Phase wall times (s): " + ", ".join(f"{k} {v}" for k, v in report["phases_s"].items()),
         "",
     ]
     return "\n".join(lines)
+
+
+def offline_lines(report: dict[str, Any]) -> list[str]:
+    r = report["training"].get("offline")
+    if r is None:
+        return []
+    o = report.get("offline", {})
+    curve = r["curve"]
+    k = min(5, len(curve))
+
+    def mean(key: str, part: list[dict[str, Any]]) -> str:
+        xs = [c[key] for c in part if key in c]
+        return f"{sum(xs) / len(xs):.3f}" if xs else "–"
+
+    return [
+        "## Offline run (the logged turns, no generation)",
+        "",
+        f"Offline dataset: {o.get('rows')} logged turns of {o.get('problems')} problems (by turn "
+        f"{o.get('rows_by_turn')}), {o.get('nonzero_advantage_rows')} with a nonzero "
+        f"leave-one-out advantage (baseline groups {o.get('baseline_groups')}); mean reward by "
+        f"turn {o.get('reward_mean_by_turn')}.",
+        "",
+        "| objective | rows trained | steps | completions trained | lr | wall s "
+        "| loss | weighted advantage | log-prob, A > 0 rows | log-prob, A < 0 rows |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+        f"| {r['objective']} | {r['rows']} | {r['steps']} | {r['completions_trained']} | "
+        f"{r['learning_rate']} | {r['wall_s']} | "
+        + " | ".join(
+            f"{mean(key, curve[:k])} → {mean(key, curve[-k:])}"
+            for key in ("loss", "weighted_advantage", "logprob_positive", "logprob_negative")
+        )
+        + " |",
+        "",
+        "(mean of the first 5 → last 5 steps; log-prob: mean completion token log-probability of "
+        "the step's rows with a positive / negative advantage, before its update)",
+        "",
+        "![offline curves](offline_curves.png)",
+        "",
+    ]
+
+
+def cost_lines(report: dict[str, Any]) -> list[str]:
+    runs = report["training"]
+    lines = [
+        "## Cost of training (same SFT model, same reference trajectories)",
+        "",
+        "| mode | wall s | GPU s (wall x GPUs) | GPU busy s (NVML) | peak GPU memory GiB |",
+        "|---|---|---|---|---|",
+    ]
+    for mode in MODES:
+        if mode in runs:
+            c = runs[mode].get("cost", {})
+            lines.append(
+                f"| {mode} | {c.get('wall_s')} | {_fmt_none(c.get('gpu_s'))} | "
+                f"{_fmt_none(c.get('gpu_busy_s'))} | {_fmt_none(c.get('gpu_peak_memory_gib'))} |"
+            )
+    return [*lines, ""]
+
+
+def _fmt_none(x: Any) -> str:
+    return "–" if x is None else str(x)
+
+
+def plot_offline_curves(report: dict[str, Any], path: Path) -> None:
+    from cobalt.training.offline import plot_offline
+
+    r = report["training"].get("offline")
+    if r is not None:
+        path.write_bytes(plot_offline(r["curve"], f"Offline ({r['objective']}) per step"))
 
 
 def plot_rewards(report: dict[str, Any], path: Path) -> None:
@@ -560,7 +736,7 @@ def plot_rewards(report: dict[str, Any], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7.0, 4.0), dpi=100)
     try:
-        for mode in MODES:
+        for mode in GRPO_MODES:
             if mode not in report["training"]:
                 continue
             curve = report["training"][mode]["curve"]
@@ -624,7 +800,7 @@ def main(argv: list[str] | None = None) -> int:
             setattr(args, name, value)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not set(modes) <= set(MODES):
-        raise SystemExit(f"--modes: single_turn and/or cobalt, got {args.modes!r}")
+        raise SystemExit(f"--modes: single_turn, cobalt and/or offline, got {args.modes!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("httpx", "sandbox", "datasets"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -696,6 +872,7 @@ def main(argv: list[str] | None = None) -> int:
             rows, report["bandit"] = bandit_dataset(
                 rl_problems, records, evals, sft_path, args.seed
             )
+            offline_rows, report["offline"] = offline_dataset(rl_problems, records, evals)
             if not rows:
                 (args.out / "learning_check.json").write_text(json.dumps(report, indent=1) + "\n")
                 raise SystemExit(
@@ -717,7 +894,12 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 t0 = time.perf_counter()
                 out_dir = work / f"rl-{mode}"
-                report["training"][mode] = train_mode(mode, rows, sft_path, args, out_dir)
+                if mode == "offline":
+                    report["training"][mode] = train_offline_mode(
+                        offline_rows, sft_path, args, out_dir
+                    )
+                else:
+                    report["training"][mode] = train_mode(mode, rows, sft_path, args, out_dir)
                 phase(f"train_{mode}", t0)
                 t0 = time.perf_counter()
                 _, evals, stats = rollout(
@@ -739,10 +921,15 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     report["phases_s"] = phases
     report["wall_s"] = round(time.perf_counter() - started, 1)
-    report["budget_equal"] = len({report["training"][m]["completions_sampled"] for m in modes}) == 1
+    budgets = {report["training"][m]["completions_sampled"] for m in modes if m in GRPO_MODES}
+    report["budget_equal"] = len(budgets) <= 1
+    if "offline" in modes:  # as many logged completions trained on as GRPO samples
+        trained = report["training"]["offline"]["completions_trained"]
+        report["offline_budget_equal"] = budgets <= {trained}
     (args.out / "learning_check.json").write_text(json.dumps(report, indent=1) + "\n")
     plot_rewards(report, args.out / "reward_curves.png")
     plot_pass(report, args.out / "pass_at_1.png")
+    plot_offline_curves(report, args.out / "offline_curves.png")
     text = render(report)
     (args.out / "REPORT.md").write_text(text)
     print(text)

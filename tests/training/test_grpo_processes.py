@@ -64,7 +64,7 @@ def test_grpo_on_two_processes(tmp_path) -> None:
     from engines.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)
-    history, timing = run_job(job(tmp_path, str(model), num_processes=2, max_steps=2))
+    history, timing, _ = run_job(job(tmp_path, str(model), num_processes=2, max_steps=2))
     assert [h["step"] for h in history if "loss" in h] == [1, 2]
     assert all(-1.0 <= h["reward"] <= 1.0 for h in history if "reward" in h)
     assert timing["processes"] == 2 and timing["steps"] == 2

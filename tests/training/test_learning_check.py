@@ -1,5 +1,6 @@
 """The GPU learning check's code path on CPU: `scripts/learning_check.py --smoke` (SFT, reference
-trajectories, bandit rows, both GRPO modes, before/after evaluation, report and plots)."""
+trajectories, bandit rows, both GRPO modes, the offline mode, before/after evaluation, cost,
+report and plots)."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def test_learning_check_smoke(tmp_path: Path) -> None:
         "unseen_kinds": settings["eval_problems"],
         "sft_kinds": settings["eval_sft_problems"],
     }
-    assert set(report["evaluation"]) == {"sft", "single_turn", "cobalt"}
+    assert set(report["evaluation"]) == {"sft", "single_turn", "cobalt", "offline"}
     for name, ev in report["evaluation"].items():
         rows = ev["tables"]["by_group"]
         assert {(r["difficulty"], r["turn"]) for r in rows} == {
@@ -86,9 +87,26 @@ def test_learning_check_smoke(tmp_path: Path) -> None:
     assert single["rows"] == single["turn0_rows"] == cobalt["turn0_rows"] >= 1
     assert cobalt["rows_before_length_filter"] == bandit["rows"] >= cobalt["rows"] >= single["rows"]
 
+    # offline: every logged turn of the same reference trajectories, as many rows per step as
+    # GRPO samples completions, nothing generated; every mode's cost recorded
+    offline, logged = training["offline"], report["offline"]
+    n_turns = settings["rl_problems"] * settings["n"] * (turns + 1)
+    assert logged["rows"] == offline["rows_total"] and 0 < logged["rows"] <= n_turns
+    assert offline["objective"] == "reinforce_loo" and offline["completions_sampled"] == 0
+    assert offline["steps"] == settings["rl_steps"]
+    assert offline["completions_trained"] == single["completions_sampled"]
+    assert report["offline_budget_equal"] is True
+    assert [c["step"] for c in offline["curve"]] == [1, 2]
+    assert all("weighted_advantage" in c and "loss" in c for c in offline["curve"])
+    assert offline["step_time"]["generation_s"] == 0
+    for mode in ("single_turn", "cobalt", "offline"):
+        cost = training[mode]["cost"]
+        assert cost["wall_s"] > 0 and cost["gpus"] == 0 and cost["gpu_s"] is None, mode
+
     text = (out / "REPORT.md").read_text()
     assert "| RL kinds | 0 |" in text and "| never-seen kinds | 2 |" in text
-    assert "after single_turn" in text and "after cobalt" in text
-    for png in ("reward_curves.png", "pass_at_1.png"):
+    assert "after single_turn" in text and "after cobalt" in text and "after offline" in text
+    assert "## Offline run" in text and "| offline | " in text  # the cost table
+    for png in ("reward_curves.png", "pass_at_1.png", "offline_curves.png"):
         data = (out / png).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000, png
