@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import io
 import json
 import os
 import platform
@@ -33,10 +32,12 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cobalt.bandit.dataset import DATA, BanditRef  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+
+from cobalt.bandit.dataset import BanditRef, commit_rows  # noqa: E402
 from cobalt.data import synthetic  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
-from cobalt.storage import MANIFEST, StorageConfig, open_storage  # noqa: E402
+from cobalt.storage import StorageConfig, open_storage  # noqa: E402
 from cobalt.training.config import TrainingConfig  # noqa: E402
 from cobalt.training.grpo import prepare_rows  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
@@ -46,8 +47,6 @@ GOAL = 1.7
 
 def dataset(storage: StorageConfig, prompts: int) -> BanditRef:
     """Turn-0 rows of the synthetic family, committed as a bandit dataset."""
-    from datasets import Dataset
-
     rows = [
         {
             "prompt": [{"role": "user", "content": p.instruction}],
@@ -59,13 +58,17 @@ def dataset(storage: StorageConfig, prompts: int) -> BanditRef:
         for p in synthetic.make_problems(synthetic.KINDS, prompts, seed=0)
     ]
     st = open_storage(storage)
-    directory = st.path("bandit", "bench")
-    buffer = io.BytesIO()
-    Dataset.from_list(prepare_rows(rows, "cobalt")).to_parquet(buffer)
-    st.write_atomic(f"{directory}/{DATA}", buffer.getvalue())
-    ref = BanditRef(key="bench", uri=directory, rows=len(rows), fingerprint="sha256:bench")
-    st.commit(f"{directory}/{MANIFEST}", ref, ref)
-    return ref
+    rows = prepare_rows(rows, "cobalt")
+    return commit_rows(
+        st, st.path("bandit", "bench"), "bench", rows, {}, BenchSpec(prompts=prompts)
+    )
+
+
+class BenchSpec(BaseModel):
+    """The manifest's record of what the benchmark dataset is."""
+
+    family: str = "cobalt.data.synthetic.KINDS"
+    prompts: int
 
 
 def config(args: argparse.Namespace, processes: int) -> TrainingConfig:

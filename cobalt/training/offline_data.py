@@ -33,8 +33,6 @@ turns need not). Row order: problem, sample, turn (the trainer shuffles).
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
 from collections import Counter, defaultdict
@@ -43,7 +41,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from cobalt.bandit.dataset import BanditRef, problem_data
+from cobalt.bandit.dataset import BanditRef, commit_rows, problem_data
 from cobalt.bandit.selection import ProblemData
 from cobalt.errors import EmptyStageError
 from cobalt.storage import (
@@ -223,20 +221,7 @@ def offline_data_stage(
     stats = offline_stats(problems, rows)
     if not rows:
         raise EmptyStageError(empty_reason(stats))
-    from datasets import Dataset
-
-    buffer = io.BytesIO()
-    Dataset.from_list(rows).to_parquet(buffer)
-    data = buffer.getvalue()
-    st.write_atomic(f"{directory}/{DATA}", data)
-    ref = BanditRef(
-        key=spec.key,
-        uri=st.protocol + directory,
-        rows=len(rows),
-        fingerprint="sha256:" + hashlib.sha256(data).hexdigest(),
-        stats=stats,
-    )
-    st.commit(manifest_path, ref, spec)
+    ref = commit_rows(st, directory, spec.key, rows, stats, spec)
     logger.info(
         "offline dataset: %d rows (%s by turn, %d with a nonzero advantage) from %d problems at %s",
         ref.rows,
