@@ -9,8 +9,8 @@ feedback the model was given after turn t-1:
 Each step is `kept` (right -> right), `broken` (right -> wrong), `repaired` (wrong -> right) or
 `still_wrong`. For every step it also counts whether the program text changed and whether the new
 program passes the public tests (a broken program that still passes them was caught by the hidden
-tests only). An optional `classify(code)` names what a new wrong program is (e.g. the reference
-program of another synthetic kind). Plain Python; the records are those of
+tests only). An optional `classify(problem_id, code)` names what a rewritten program is (e.g. the
+reference program of another synthetic kind). Plain Python; the records are those of
 `cobalt.trajectories.records` and `cobalt.evaluation`.
 
     rows = transitions(evals, records, group_of=lambda e: e.difficulty)
@@ -55,7 +55,7 @@ def transitions(
     evals: Mapping[str, EvalRecord],
     records: Mapping[str, Record],
     group_of: Callable[[EvalRecord], str] | None = None,
-    classify: Callable[[str | None], str] | None = None,
+    classify: Callable[[str, str | None], str] | None = None,
 ) -> list[dict[str, Any]]:
     """Counted steps, one row per (group, turn, feedback, step) that occurred: `count`, `changed`
     (program text differs from the previous turn's), `passes_public` (the new program passes every
@@ -87,7 +87,7 @@ def transitions(
                 c["changed"] += changed
                 c["passes_public"] += _passes_public(row[t], e.n_public)
                 if classify is not None and changed:
-                    classes.setdefault(key, Counter())[classify(cur_turn.code)] += 1
+                    classes.setdefault(key, Counter())[classify(pid, cur_turn.code)] += 1
     rows = []
     for key in sorted(counts, key=_order):
         group, t, kind, step = key

@@ -73,7 +73,7 @@ def test_steps_by_feedback_with_public_pass_and_changes() -> None:
             [(None, ""), ("a", "1111"), ("d", "0011")],
         ]
     )
-    rows = transitions(evals, records, classify=lambda code: f"prog-{code}")
+    rows = transitions(evals, records, classify=lambda pid, code: f"{pid}-{code}")
     table = {(r["turn"], r["feedback"], r["step"]): r for r in rows}
     assert set(table) == {
         (1, "passed", "broken"),
@@ -85,7 +85,7 @@ def test_steps_by_feedback_with_public_pass_and_changes() -> None:
     }
     broken = table[(1, "passed", "broken")]
     assert (broken["count"], broken["changed"], broken["passes_public"]) == (1, 1, 1)
-    assert broken["new_program"] == {"prog-b": 1}
+    assert broken["new_program"] == {"p-b": 1}
     kept = table[(2, "passed", "kept")]
     assert (kept["count"], kept["changed"], kept["new_program"]) == (1, 0, {})
     assert table[(2, "passed", "broken")]["passes_public"] == 0
