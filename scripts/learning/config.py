@@ -49,6 +49,7 @@ SMOKE: dict[str, Any] = {
     "rl_steps": 2,
     "rl_prompts": 2,
     "rl_generations": 2,
+    "rl_micro_batch": 2,  # two micro-batches per step: the accumulation path runs too
     "max_completion": 24,
     "eval_problems": 4,
     "eval_sft_problems": 2,
@@ -140,6 +141,13 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     grpo.add_argument("--rl-steps", type=int, default=30)
     grpo.add_argument("--rl-prompts", type=int, default=16, help="prompts per step")
     grpo.add_argument("--rl-generations", type=int, default=8, help="completions per prompt")
+    grpo.add_argument(
+        "--rl-micro-batch",
+        type=int,
+        default=32,
+        help="completions (offline: rows) per forward/backward; a step accumulates "
+        "prompts x generations of them (memory: several seeds share one GPU)",
+    )
     grpo.add_argument("--rl-lr", type=float, default=3e-5)
     grpo.add_argument("--rl-temperature", type=float, default=1.0)
     grpo.add_argument("--max-completion", type=int, default=128, help="max_completion_length")
@@ -184,6 +192,10 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.modes = ",".join(m for m in MODES if m in modes)  # always in the table's order
     if args.parallel < 1:
         raise SystemExit("--parallel must be at least 1")
+    batch = args.rl_prompts * args.rl_generations
+    args.rl_micro_batch = min(args.rl_micro_batch, batch)
+    if batch % args.rl_micro_batch:
+        raise SystemExit(f"--rl-micro-batch must divide prompts x generations ({batch})")
     if not args.sandbox_concurrency:
         args.sandbox_concurrency = max(1, (os.cpu_count() or 1) // args.parallel)
     return args

@@ -45,6 +45,9 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     if not args.no_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=True)
+        # not the NaN fill of every torch.empty that comes with it: a cost on every allocation,
+        # and no part of determinism for code that writes what it allocates
+        torch.utils.deterministic.fill_uninitialized_memory = False
         torch.backends.cudnn.benchmark = False
         torch.backends.cudnn.deterministic = True
     return {
@@ -104,7 +107,7 @@ class SeedRun:
 
     def begin(self) -> float:
         if self.cuda:
-            self.torch.cuda.reset_peak_memory_stats()
+            self.torch.cuda.reset_peak_memory_stats()  # raises if CUDA is broken: the seed stops
         return time.perf_counter()
 
     def end(self, name: str, t0: float) -> float:
@@ -112,9 +115,12 @@ class SeedRun:
         self.doc["phases_s"][name] = seconds
         gc.collect()
         if self.cuda:
-            peak = self.torch.cuda.max_memory_reserved() / 2**30
-            self.doc["gpu_memory_gib"][name] = round(peak, 2)
-            self.torch.cuda.empty_cache()
+            try:  # a CUDA error in the phase (a device-side assert) leaves CUDA unusable
+                peak = self.torch.cuda.max_memory_reserved() / 2**30
+                self.doc["gpu_memory_gib"][name] = round(peak, 2)
+                self.torch.cuda.empty_cache()
+            except RuntimeError as exc:
+                self.doc.setdefault("cuda_errors", {})[name] = str(exc)[:500]
         log.info("%s: %s done in %.1f s", self.args.label, name, seconds)
         self.save()
         return seconds

@@ -267,6 +267,14 @@ def offline_dataset(
     return rows, offline_stats(data, rows)
 
 
+def micro_batch(args: argparse.Namespace) -> int:
+    """Completions per forward/backward (a divisor of prompts x generations; bf16_probe's
+    arguments may predate it: one micro-batch then)."""
+    batch = args.rl_prompts * args.rl_generations
+    micro = min(getattr(args, "rl_micro_batch", batch) or batch, batch)
+    return micro if batch % micro == 0 else batch
+
+
 def _sandbox(args: argparse.Namespace) -> SandboxConfig:
     return SandboxConfig(backend=args.backend, concurrency=args.sandbox_concurrency)
 
@@ -298,8 +306,9 @@ def train_mode(
         overrides={
             "learning_rate": args.rl_lr,
             "num_generations": args.rl_generations,
-            "per_device_train_batch_size": batch,
-            "gradient_accumulation_steps": 1,
+            # one optimizer step = prompts x generations completions, in micro-batches
+            "per_device_train_batch_size": micro_batch(args),
+            "gradient_accumulation_steps": batch // micro_batch(args),
             "max_completion_length": args.max_completion,
             "temperature": args.rl_temperature,
             "logging_steps": 1,
@@ -343,6 +352,7 @@ def train_mode(
         "completions_sampled": len(steps) * batch,
         "completions_trained": len(steps) * batch,
         "prompts_per_step": args.rl_prompts,
+        "micro_batch": micro_batch(args),
         "generations_per_prompt": args.rl_generations,
         "learning_rate": args.rl_lr,
         "temperature": args.rl_temperature,
@@ -374,7 +384,8 @@ def train_offline_mode(
         seed=args.seed,
         offline=OfflineSettings(
             objective=args.offline_objective,
-            batch_size=batch,
+            batch_size=micro_batch(args),
+            gradient_accumulation_steps=batch // micro_batch(args),
             learning_rate=args.offline_lr or args.rl_lr,
             # the GRPO modes' prompt limit plus the longest logged completion (and its end token)
             max_length=args.max_prompt + args.max_new_tokens + 1,
@@ -417,6 +428,7 @@ def train_offline_mode(
         "completions_sampled": 0,
         "completions_trained": len(steps) * batch,
         "rows_per_step": batch,
+        "micro_batch": micro_batch(args),
         "learning_rate": config.offline_kwargs(out_dir)["learning_rate"],
         "wall_s": round(wall, 2),
         "cost": cost.summary(),
