@@ -42,13 +42,13 @@ VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
 
 
 def check_args(seed: int, work: Path, smoke: bool, max_prompt: int) -> Any:
-    import learning_check
+    from learning.config import SMOKE, build_parser
 
     argv = ["--out", str(work), "--seed", str(seed), "--max-prompt", str(max_prompt)]
     argv += ["--rl-steps", os.environ.get("BF16_PROBE_RL_STEPS", "40")]
-    args = learning_check.build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if smoke:
-        for name, value in learning_check.SMOKE.items():
+        for name, value in SMOKE.items():
             setattr(args, name, value)
     args.device = "cuda" if _cuda() else "cpu"
     args.sandbox_concurrency = max(1, (os.cpu_count() or 2) // 4)
@@ -63,32 +63,26 @@ def _cuda() -> bool:
 
 def prepare(seed: int, work: Path, smoke: bool, max_prompt: int) -> dict[str, Any]:
     """SFT model, reference trajectories and bandit rows of one seed (rows.json)."""
-    import learning_check
+    from learning import stages
 
-    from cobalt.data import synthetic
     from cobalt.training.grpo import prepare_rows
     from sandbox import SandboxConfig, SyncJudge
 
     args = check_args(seed, work, smoke, max_prompt)
     started = time.perf_counter()
     sft = work / "sft"
-    learning_check.fit(args, sft, args.device)
-    problems = learning_check.labelled(
-        synthetic.make_problems(learning_check.RL_KINDS, args.rl_problems, seed=seed + 1000),
-        "rl_kinds",
-    )
+    stages.fit(args, sft, args.device)
+    problems = stages.rl_problems(args)
     with SyncJudge(SandboxConfig(backend=args.backend, concurrency=args.sandbox_concurrency)) as j:
-        records, evals, _ = learning_check.rollout(
-            sft, problems, args, j, work / "ref", args.n, seed
-        )
-    rows, stats = learning_check.bandit_dataset(problems, records, evals, sft, seed)
+        records, evals, _ = stages.rollout(sft, problems, args, j, work / "ref", args.n, seed)
+    rows, stats = stages.bandit_dataset(problems, records, evals, sft, seed)
     (work / "rows.json").write_text(json.dumps(prepare_rows(rows, "cobalt")))  # tests as JSON
     return {"seed": seed, "prepare_s": round(time.perf_counter() - started, 1), "bandit": stats}
 
 
 def train_variant(seed: int, variant: str, work: Path, smoke: bool, max_prompt: int) -> dict:
     """One GRPO run (this process: the runner below starts it in its own)."""
-    import learning_check
+    from learning import stages
 
     from cobalt.training.guards import NonFiniteError
 
@@ -97,9 +91,7 @@ def train_variant(seed: int, variant: str, work: Path, smoke: bool, max_prompt: 
     rows = json.loads((work / "rows.json").read_text())
     started = time.perf_counter()
     try:
-        result = learning_check.train_mode(
-            mode, rows, work / "sft", args, work / variant, extra, fields
-        )
+        result = stages.train_mode(mode, rows, work / "sft", args, work / variant, extra, fields)
     except NonFiniteError as exc:
         return {"outcome": "non_finite", "error": str(exc), "wall_s": _since(started)}
     steps = [s["total"] for s in result["step_time_per_step"][2:]] or [0.0]

@@ -153,3 +153,23 @@ def test_reference_logprobs_match_row_by_row(tiny: Path, tmp_path: Path) -> None
             alone = token_logprobs(model.eval(), collate([item]))[0, item["prompt_length"] - 1 :]
             assert len(ref) == len(item["input_ids"]) - item["prompt_length"]
             assert ref == pytest.approx(alone.tolist(), abs=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_the_same_seed_trains_the_same_weights(tiny: Path, tmp_path: Path) -> None:
+    """The learning check's determinism on CPU, for a run whose gradients are not zero: two
+    offline runs of one seed under deterministic kernels end with equal weights, bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        for name in ("a", "b"):
+            train_offline(config("reinforce_loo", max_steps=2), rows() * 2, tiny, tmp_path / name)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    a, b, start = (
+        AutoModelForCausalLM.from_pretrained(str(p)).state_dict()
+        for p in (tmp_path / "a", tmp_path / "b", tiny)
+    )
+    assert any(not torch.equal(a[k], start[k]) for k in a)  # it trained
+    assert all(torch.equal(a[k], b[k]) for k in a)
