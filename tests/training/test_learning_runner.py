@@ -85,3 +85,6 @@ def test_a_mode_is_skipped_when_it_would_end_after_the_deadline() -> None:
     assert not too_late(100.0, [], 10.0, 130.0)
     assert too_late(100.0, [30.0, 50.0], 10.0, 143.0)  # then the mean of the modes so far
     assert not too_late(100.0, [30.0, 50.0], 10.0, 145.0)
+    # the offline mode generates nothing: 2 evaluations, whatever GRPO took
+    assert not too_late(100.0, [300.0], 10.0, 123.0, offline=True)
+    assert too_late(100.0, [300.0], 10.0, 121.0, offline=True)
