@@ -6,10 +6,11 @@ Imported as `analysis_helpers` (pytest puts tests/analysis on sys.path).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from cobalt.problems import Problem, Provenance
 from cobalt.trajectories.records import Record, Sample, Turn
+from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig
 from sandbox import TestSuite
 
 READ = "input()\nnums = list(map(int, input().split()))\n"
@@ -91,3 +92,29 @@ SAMPLES = [
     [CORRECT, None, HARD_CODED],  # 3: no program at turn 1: no pair, so no error
     [MAXIMUM, CORRECT, OVERFITTED],  # 4: overfits wrong test 1 at turn 2, no literal
 ]
+
+
+class ScriptedEngine(Engine):
+    """A test double for the judge LLM only: `script(conversation, call)` gives each reply's text
+    (or a Completion); every call's conversations and sampling are kept."""
+
+    kind = "scripted"
+
+    def __init__(self, script: Callable[[Conversation, int], str | Completion]):
+        super().__init__(EngineConfig(kind="transformers", model="scripted"))
+        self.script = script
+        self.calls: list[list[Conversation]] = []
+        self.samplings: list[SamplingConfig] = []
+
+    def generate(
+        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
+        self.calls.append([list(c) for c in conversations])
+        self.samplings.append(sampling)
+        out = []
+        for conversation in conversations:
+            reply = self.script(conversation, len(self.calls) - 1)
+            if isinstance(reply, str):
+                reply = Completion(text=reply, finish_reason="stop", prompt_tokens=5)
+            out.append([reply] * sampling.n)
+        return out
