@@ -151,6 +151,11 @@ def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _inline(text: str) -> str:
+    """One line for inline code: line ends shown as \\n, backticks as quotes, cut to 80."""
+    return _short(text.strip().replace("\n", "\\n").replace("`", "'"), 80)
+
+
 def examples_markdown(examples: Sequence[tuple[TurnError, Judgement | None]]) -> str:
     """Each example: where, the wrong test, judge label and raw reply, rule, the diff."""
     if not examples:
@@ -159,20 +164,20 @@ def examples_markdown(examples: Sequence[tuple[TurnError, Judgement | None]]) ->
     for error, judgement in examples:
         label = judgement.label if judgement else "not judged"
         test = error.wrong_tests[0]
-        truth = "" if test.true_output is None else f", correct `{_short(test.true_output, 80)}`"
-        raw = (_short(judgement.raw, 300) if judgement else "").replace("`", "'")
+        truth = "" if test.true_output is None else f", correct `{_inline(test.true_output)}`"
+        raw = _short(judgement.raw, 300) if judgement else ""
         tries = len(judgement.attempts) if judgement else 0
         rule = f"hard-coded {error.rule.matched}" if error.rule.hard_coded else "no literal"
         parts.append(
             f"### {error.problem_id}, sample {error.sample}, turn {error.turn - 1} -> "
             f"{error.turn}\n\n"
-            f"- wrong test: input `{_short(test.input, 80)}`, shown `{_short(test.output, 80)}`"
+            f"- wrong test: input `{_inline(test.input)}`, shown `{_inline(test.output)}`"
             f"{truth}\n"
-            f"- judge: **{label}** ({tries} attempt{'s' if tries != 1 else ''}); raw reply: "
-            f"`{raw or '(empty)'}`\n"
+            f"- judge: **{label}** ({tries} attempt{'s' if tries != 1 else ''})\n"
             f"- rule pre-check: {rule}\n"
             f"- true tests: {100 * error.pass_rate_before:.0f}% -> "
-            f"{100 * error.pass_rate_after:.0f}%\n\n{_fence(error.diff, 'diff')}"
+            f"{100 * error.pass_rate_after:.0f}%\n\n{_fence(error.diff, 'diff')}\n\n"
+            f"The judge's last reply:\n\n{_fence(raw or '(empty)', 'text')}"
         )
     return "\n\n".join(parts)
 
@@ -244,6 +249,16 @@ def plot(reports: Sequence[tuple[str, dict[str, Any]]], title: str) -> bytes:
             positions = [i + (k - (len(reports) - 1) / 2) * width for i in range(len(cats))]
             right.bar(positions, counts, width=width, label=name)
             right.set_xticks(range(len(cats)), names, rotation=30, ha="right", fontsize=8)
+        turns = sorted(
+            {
+                r["turn"]
+                for _, rp in reports
+                for r in rp["per_turn"]
+                if isinstance(r["turn"], int) and r["turn"] > 0
+            }
+        )
+        left.set_xticks(turns)
+        right.yaxis.get_major_locator().set_params(integer=True)
         left.set_xlabel("turn (program pair turn-1 -> turn)")
         left.set_ylabel("turn-level errors per program pair (%)")
         left.set_title("Turn-level error rate")
