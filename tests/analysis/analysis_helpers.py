@@ -7,12 +7,14 @@ Imported as `analysis_helpers` (pytest puts tests/analysis on sys.path).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from cobalt.problems import Problem, Provenance
 from cobalt.trajectories.records import Record, Sample, Turn
 from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig
 from sandbox import TestSuite
 
+REPO = Path(__file__).resolve().parents[2]
 READ = "input()\nnums = list(map(int, input().split()))\n"
 
 # sum of a list; the perturbation swapped the outputs of the first two public tests
@@ -118,3 +120,40 @@ class ScriptedEngine(Engine):
                 reply = Completion(text=reply, finish_reason="stop", prompt_tokens=5)
             out.append([reply] * sampling.n)
         return out
+
+
+def lure_problems(kind: str = "unique") -> list[Problem]:
+    """The bundled synthetic problems of one operation (`kind`), with two public tests put first
+    and perturbed so that the wrong pairs lure a model into another operation: count distinct
+    of 5,5,5 is 1, of 1..5 it is 5; the perturbation swaps the two outputs (SPEC §1.7), so
+    max, min, first or last of 5,5,5 now "passes" (5). The fitted model of the embedded default
+    drifts there often (18.75% of its program pairs in a first run)."""
+    from cobalt.storage import StorageConfig
+    from cobalt.trajectories.problemsets import load_problems, resolve_problems
+
+    storage = StorageConfig(url=str(REPO / "runs"))
+    source = resolve_problems(f"{REPO}/samples/synthetic_train.jsonl:taco", storage)
+    chosen = [p for p in load_problems(source, storage) if p.id.split("/")[1].startswith(kind)]
+    out = []
+    for problem in chosen:
+        fmt = problem.id.split("/")[1].split("-")[1]
+
+        def text(values: list[int], fmt: str = fmt) -> str:
+            if fmt == "comma":
+                return ",".join(map(str, values)) + "\n"
+            if fmt == "count":
+                return f"{len(values)}\n{' '.join(map(str, values))}\n"
+            return "".join(f"{x}\n" for x in values)
+
+        a, b = text([5, 5, 5]), text([1, 2, 3, 4, 5])
+        rest = list(zip(problem.public_tests.inputs, problem.public_tests.outputs, strict=True))[2:]
+        out.append(
+            problem.model_copy(
+                update={
+                    "public_tests": suite([(a, "1\n"), (b, "5\n"), *rest]),
+                    "perturbed_public_tests": suite([(a, "5\n"), (b, "1\n"), *rest]),
+                    "modified_tests": suite([(a, "5\n"), (b, "1\n")]),
+                }
+            )
+        )
+    return out
