@@ -235,6 +235,7 @@ DEPLOYMENTS = (
     "training/training",
     "training/training-multi-gpu",
     "trajectories/trajectories-cluster",
+    "reward-hacking/reward-hacking",
     "pipeline/pipeline",
     "pipeline/pipeline-gpu",
 )
