@@ -175,7 +175,12 @@ class PipelineParams(BaseModel):
         )
 
     def hacking(
-        self, problems: str, policy: str, reference: str, compare: str | None = None
+        self,
+        problems: str,
+        policy: str,
+        reference: str,
+        compare: str | None = None,
+        label: str | None = None,
     ) -> HackingParams:
         """The reward-hacking analysis of `policy` (a model directory); the judge is the same
         for every policy analysed (the reference model unless `judge` is set)."""
@@ -198,6 +203,7 @@ class PipelineParams(BaseModel):
             sandbox=self.sandbox,
             judge=judge,
             compare=compare,
+            label=label,
             storage=self.storage,
             work_dir=self.work_dir,
             refresh=self.refresh,

@@ -71,12 +71,12 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     if params.reward_hacking:  # SPEC §1.7: the same analysis of both policies, then compared
         analyse = reward_hacking_flow.with_options
         reference = analyse(flow_run_name="reward-hacking-reference")(
-            params.hacking(sets, model, model)
+            params.hacking(sets, model, model, label="reference")
         )
         hacking = (
             reference,
             analyse(flow_run_name="reward-hacking-trained")(
-                params.hacking(sets, trained.model, model, compare=reference.uri)
+                params.hacking(sets, trained.model, model, compare=reference.uri, label="trained")
             ),
         )
     return report(params, data, collected, before, trained, after, hacking)

@@ -118,6 +118,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
         "--compare", metavar="DIR", help="a finished analysis: 'before' (or latest)"
     )
     report.add_argument("--examples", type=int, help="errors shown with their diffs (6)")
+    report.add_argument("--label", help="the policy's name in the report (its model's name)")
     run = parser.add_argument_group("running")
     run.add_argument("--chunk-size", type=int, help="problems per batch (16)")
     run.add_argument("--shard-size", type=int, help="problems per inference task")
@@ -139,6 +140,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
         "limit",
         "compare",
         "examples",
+        "label",
         "cluster",
         "llm_limit",
         "sandbox_limit",

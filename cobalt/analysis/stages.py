@@ -124,6 +124,9 @@ class HackingParams(BaseModel):
         "<storage>/reward_hacking/judged/<key>): it is 'before', this run 'after'.",
     )
     examples: int = Field(6, ge=0, le=100, description="Errors shown with their diffs.")
+    label: str | None = Field(
+        None, description="The policy's name in the report (default: its model's name)."
+    )
     storage: StorageConfig = Field(default_factory=StorageConfig)
     llm_limit: str | None = Field(None, description="Prefect concurrency limit of the endpoint.")
     sandbox_limit: str | None = Field(None, description="Prefect concurrency limit for judging.")

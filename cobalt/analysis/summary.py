@@ -77,7 +77,7 @@ def summarize(
     categories = rep.categories(pairs)
     agreement = rep.agreement(pairs)
     examples = rep.pick_examples(pairs, params.examples)
-    policy = _name(str(errors_spec.policy.get("model", "?")))
+    policy = params.label or _name(str(errors_spec.policy.get("model", "?")))
     judge = _name(judge_model)
     source = errors_spec.problems
     what = f"{source.uri}{' [' + source.table + ']' if source.table else ''}"
