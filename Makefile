@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup docker run judge-samples test lint bench lock
+.PHONY: setup docker run judge-samples serve test lint bench lock
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -22,6 +22,9 @@ run: setup docker                  ## the main job: the whole pipeline on embedd
 judge-samples: setup docker        ## the sandbox vs. the APPS judge's labels on the bundled sample
 	$(BIN)/python scripts/judge_samples.py
 
+serve: setup docker                ## keep sandbox workers warm for every judge of this user (Ctrl-C stops)
+	$(BIN)/python -m sandbox serve
+
 test: setup docker                 ## the test-suite (real Docker, real sandbox)
 	COBALT_REQUIRE_DOCKER=1 $(BIN)/python -m pytest
 
@@ -29,6 +32,7 @@ lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 bench: setup docker                ## sandbox throughput vs. peers (see docs/BENCHMARKS.md)
+	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }  # the Cobalt-style peer
 	$(BIN)/python -m benchmarks.sandbox_throughput
 
 lock:                              ## re-pin constraints.txt from the current virtualenv

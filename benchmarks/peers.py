@@ -239,8 +239,12 @@ class CobaltStyleJudge:
         return [*argv, fn_name] if fn_name else argv
 
     def judge_many(
-        self, programs: Sequence[Program], on_done: Callable[[int, PeerResult], None] | None = None
+        self,
+        programs: Sequence[Program],
+        on_done: Callable[[int, PeerResult], None] | None = None,
+        fail_fast: bool = False,
     ) -> list[PeerResult]:
+        """With `fail_fast`, a program's tests not yet started when one fails are skipped."""
         assert self._dir, "use CobaltStyleJudge as a context manager"
         results, argvs, left = [], [], []
         for i, p in enumerate(programs):
@@ -254,6 +258,8 @@ class CobaltStyleJudge:
         queue = deque((i, t) for i, p in enumerate(programs) for t in range(len(p.tests.inputs)))
         running: dict = {}  # read end -> (process, program, test, start)
 
+        failed: set[int] = set()
+
         def finish(conn, reply) -> None:
             proc, i, t, t0 = running.pop(conn)
             conn.close()
@@ -266,9 +272,14 @@ class CobaltStyleJudge:
             r.outcomes[t] = self._classify(programs[i].tests, t, reply)
             r.test_seconds[t] = now - t0
             r.end = max(r.end, now)
+            if fail_fast and r.outcomes[t] != "passed":
+                failed.add(i)
+            count_down(i)
+
+        def count_down(i: int) -> None:
             left[i] -= 1
             if left[i] == 0 and on_done is not None:
-                on_done(i, r)
+                on_done(i, results[i])
 
         for i, p in enumerate(programs):  # programs without tests are done at once
             if not p.tests.inputs:
@@ -276,6 +287,9 @@ class CobaltStyleJudge:
         while queue or running:
             while queue and len(running) < self.concurrency:
                 i, t = queue.popleft()
+                if i in failed:  # fail_fast: never started
+                    count_down(i)
+                    continue
                 p = programs[i]
                 stdin = p.tests.inputs[t].encode()  # call-based: one JSON value per line
                 read, write = self._ctx.Pipe(duplex=False)
@@ -288,6 +302,8 @@ class CobaltStyleJudge:
                 proc.start()
                 write.close()
                 running[read] = (proc, i, t, t0)
+            if not running:
+                continue
             soonest = min(v[3] for v in running.values()) + self.timeout_s + GRACE_S
             ready = wait_for_connections(list(running), max(0.0, soonest - time.perf_counter()))
             for conn in ready:
@@ -399,7 +415,7 @@ def _run_stdin_test(code, base: dict, test_input: str, expected: str, timeout: f
     return "passed" if stdout_matches(got, expected) else "wrong_answer"
 
 
-def _run_call_tests(code, tests: TestSuite, timeout: float) -> list[str]:
+def _run_call_tests(code, tests: TestSuite, timeout: float, fail_fast: bool) -> list[str]:
     n = len(tests.inputs)
     saved = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = io.StringIO()  # what the program prints is not its result
@@ -433,12 +449,14 @@ def _run_call_tests(code, tests: TestSuite, timeout: float) -> list[str]:
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
             outcomes.append(status)
-        return outcomes
+            if fail_fast and status != "passed":  # upstream returns at the first failure
+                break
+        return outcomes + ["skipped"] * (n - len(outcomes))
     finally:
         sys.stdout, sys.stderr = saved
 
 
-def _lcb_temp_run(code: str, tests: TestSuite, timeout: float, result) -> None:
+def _lcb_temp_run(code: str, tests: TestSuite, timeout: float, fail_fast: bool, result) -> None:
     """Target of the per-program Process (upstream: `_temp_run` -> `run_test`)."""
     signal.signal(signal.SIGALRM, _alarm)
     _reliability_guard()
@@ -451,25 +469,25 @@ def _lcb_temp_run(code: str, tests: TestSuite, timeout: float, result) -> None:
         result.append(["syntax_error"] * n)
         return
     if tests.fn_name:
-        result.append(_run_call_tests(compiled, tests, timeout))
-    else:
-        base = prelude_globals()
-        result.append(
-            [
-                _run_stdin_test(compiled, base, i, o, timeout)
-                for i, o in zip(tests.inputs, tests.outputs, strict=True)
-            ]
-        )
+        result.append(_run_call_tests(compiled, tests, timeout, fail_fast))
+        return
+    base = prelude_globals()
+    outcomes = []
+    for test_input, expected in zip(tests.inputs, tests.outputs, strict=True):
+        outcomes.append(_run_stdin_test(compiled, base, test_input, expected, timeout))
+        if fail_fast and outcomes[-1] != "passed":  # upstream returns at the first failure
+            break
+    result.append(outcomes + ["skipped"] * (n - len(outcomes)))
 
 
-def _lcb_check_correctness(program: Program, timeout: float) -> PeerResult:
+def _lcb_check_correctness(program: Program, timeout: float, fail_fast: bool) -> PeerResult:
     """Runs in a pool worker (upstream: `check_correctness`): Manager + Process + global timeout."""
     start = time.perf_counter()
     n = len(program.tests.inputs)
     with multiprocessing.Manager() as manager:
         result = manager.list()
         proc = multiprocessing.Process(
-            target=_lcb_temp_run, args=(program.code, program.tests, timeout, result)
+            target=_lcb_temp_run, args=(program.code, program.tests, timeout, fail_fast, result)
         )
         proc.start()
         proc.join(timeout=(timeout + 1) * n + 5)
@@ -513,13 +531,68 @@ class LcbStyleJudge:
             self._pool.shutdown(wait=True, cancel_futures=True)
 
     def judge_many(
-        self, programs: Sequence[Program], on_done: Callable[[int, PeerResult], None] | None = None
+        self,
+        programs: Sequence[Program],
+        on_done: Callable[[int, PeerResult], None] | None = None,
+        fail_fast: bool = False,
     ) -> list[PeerResult]:
+        """With `fail_fast`, a program stops at its first failing test (upstream's habit)."""
         assert self._pool, "use LcbStyleJudge as a context manager"
-        futures = [self._pool.submit(_lcb_check_correctness, p, self.timeout_s) for p in programs]
+        futures = [
+            self._pool.submit(_lcb_check_correctness, p, self.timeout_s, fail_fast)
+            for p in programs
+        ]
         results = []
         for i, future in enumerate(futures):
             results.append(future.result())
             if on_done is not None:
                 on_done(i, results[-1])
         return results
+
+
+# ------------------------------------------------------------------------------------------------
+# As a whole process, the way a user runs a judge (start-up included):
+#   python -m benchmarks.peers {cobalt,lcb} -i programs.jsonl -o verdicts.jsonl
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.peers",
+        description="Judge the rows of `python -m sandbox judge` with a peer judge, as one process "
+        "(for whole-process timings; rows in, one verdict row per program out, input order).",
+    )
+    parser.add_argument("judge", choices=["cobalt", "lcb"])
+    parser.add_argument("--input", "-i", required=True, help="programs JSONL (JudgeRequest rows)")
+    parser.add_argument("--output", "-o", required=True, help="verdicts JSONL")
+    parser.add_argument("--concurrency", "-j", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--timeout", type=float, default=4.0, help="seconds per test")
+    parser.add_argument(
+        "--fail-fast", action="store_true", help="stop at a program's first failure"
+    )
+    args = parser.parse_args(argv)
+    programs = []
+    with open(args.input, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                row = json.loads(line)
+                programs.append(Program(row["id"], row["code"], TestSuite(**row["tests"])))
+    if args.judge == "cobalt":
+        if why := CobaltStyleJudge.available():
+            print(f"error: {why}", file=sys.stderr)
+            return 3
+        judge = CobaltStyleJudge(args.concurrency, args.timeout)
+    else:
+        judge = LcbStyleJudge(args.concurrency, args.timeout)
+    with judge:
+        results = judge.judge_many(programs, fail_fast=args.fail_fast)
+    with open(args.output, "w", encoding="utf-8") as f:
+        for r in results:
+            row = {"id": r.id, "status": r.status, "passed": r.passed, "outcomes": r.outcomes}
+            f.write(json.dumps(row | {"seconds": round(r.seconds, 4)}) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -261,6 +261,32 @@ def build_model(path: Path, args: argparse.Namespace) -> tuple[Path, int]:
 def run_mode(
     mode: str, model: Path, problems: list[BenchProblem], args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
+    if mode == "served":
+        from engines.serving import local_server
+
+        started = time.perf_counter()
+        device = "cuda" if args.device == "auto" and _cuda() else args.device
+        with local_server(
+            model,
+            work,
+            device="cpu" if device == "auto" else device,
+            dtype=None if args.dtype == "auto" else args.dtype,
+            continuous_batching=args.serve_continuous,
+        ) as server:
+            server.wait_until_up()
+            config = EngineConfig(
+                kind="litellm",
+                model=server.litellm_model,
+                api_base=server.api_base,
+                concurrency=args.llm_concurrency,
+            )
+            result = _run(mode, config, problems, args, work)
+        result["engine"] = (
+            f"transformers serve ({'continuous batching' if args.serve_continuous else 'generate'}) "
+            f"+ LiteLLM, {args.llm_concurrency} requests in flight"
+        )
+        result["server_start_s"] = round(time.perf_counter() - started - result["wall_s"], 1)
+        return result
     config = EngineConfig(
         kind="transformers",
         model=str(model),
@@ -269,6 +295,22 @@ def run_mode(
         batch_size=args.batch_size,
         continuous_batching=mode == "continuous",
     )
+    return _run(mode, config, problems, args, work)
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _run(
+    mode: str,
+    config: EngineConfig,
+    problems: list[BenchProblem],
+    args: argparse.Namespace,
+    work: Path,
+) -> dict[str, Any]:
     collect = CollectConfig(
         sampling=SamplingConfig(
             n=args.n,
@@ -314,6 +356,7 @@ def run_mode(
         "engine": "transformers generate_batch (continuous batching)"
         if mode == "continuous"
         else f"transformers generate (padded batches of {args.batch_size} conversations)",
+        "engine_kind": config.kind,
         "engine_device": str(getattr(inner, "device", "?")),
         "sandbox_backend": backend,
         "problems": len(problems),
@@ -354,7 +397,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     arg = parser.add_argument
     arg("--smoke", action="store_true", help="tiny settings for a CPU check (overrides below)")
-    arg("--modes", default="padded,continuous", help="padded, continuous or both (comma list)")
+    arg(
+        "--modes",
+        default="padded,continuous",
+        help="comma list of: padded, continuous (the in-process transformers engine), served "
+        "(a local `transformers serve` process behind the LiteLLM engine)",
+    )
+    arg("--llm-concurrency", type=int, default=128, help="served: requests in flight")
+    arg(
+        "--serve-continuous",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="served: the server's continuous batching (--no-serve-continuous: plain generate)",
+    )
     arg("--problems", type=int, default=16, help="problems (5 APPS, then CodeContests)")
     arg("--n", type=int, default=16, help="samples per problem (trajectories per problem)")
     arg("--turns", type=int, default=2, help="feedback turns")
@@ -416,9 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in SMOKE.items():
             setattr(args, name, value)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not set(modes) <= {"padded", "continuous"}:
-        raise SystemExit(f"--modes: padded and/or continuous, got {args.modes!r}")
+    if not set(modes) <= {"padded", "continuous", "served"}:
+        raise SystemExit(f"--modes: padded, continuous and/or served, got {args.modes!r}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download
     work = Path(tempfile.mkdtemp(prefix="trajectory-bench-"))
     try:
         model, params = build_model(args.model_dir or work / "model", args)

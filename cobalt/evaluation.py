@@ -4,7 +4,10 @@ by difficulty, as a table and a plot.
 
 Plain functions (no Prefect; matplotlib imported only to draw). Results go to a JSONL file, one
 `EvalRecord` per problem, with the same durability and resume rules as the trajectories
-(`tasks.trajectories.RecordLog`).
+(`cobalt.trajectories.records.RecordLog`). `stop_on_public_pass` gives the same evaluation under the
+protocol variant where a sample stops at its first program that passes every public test;
+`problem_scores` the per-problem pass@k a bootstrap interval is drawn from
+(`cobalt.analysis.intervals`).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import io
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from math import comb
 from pathlib import Path
@@ -232,9 +235,7 @@ def turn_table(
             scores, rates, no_code, wrong, programs = [], [], 0, 0, 0
             perturbed = any(e.n_modified for e in members)
             for e in members:
-                cells = [
-                    row[t] if t < len(row) else ProgramResult(status="missing") for row in e.results
-                ]
+                cells = [_cell(row, t) for row in e.results]
                 n = len(cells)
                 c = sum(cell.correct for cell in cells)
                 scores.append(pass_at_k(n, c, k) if n >= k else float(c > 0))
@@ -262,6 +263,42 @@ def turn_table(
                 row["passes_wrong_test"] = _pct(wrong / programs if programs else 0.0)
             rows.append(row)
     return rows
+
+
+def _cell(row: list[ProgramResult], turn: int) -> ProgramResult:
+    return row[turn] if turn < len(row) else ProgramResult(status="missing")
+
+
+def problem_scores(evals: Iterable[EvalRecord], turn: int, k: int = 1) -> dict[str, float]:
+    """pass@k of every problem at `turn` (a sample that ended earlier counts as failed)."""
+    scores = {}
+    for e in evals:
+        if e.results:
+            cells = [_cell(row, turn) for row in e.results]
+            n, c = len(cells), sum(cell.correct for cell in cells)
+            scores[e.problem_id] = pass_at_k(n, c, k) if n >= k else float(c > 0)
+    return scores
+
+
+def stop_on_public_pass(
+    evals: Mapping[str, EvalRecord], records: Mapping[str, Record]
+) -> dict[str, EvalRecord]:
+    """The evaluation as if each sample had stopped at its first program that passed every public
+    test, that program kept for the turns after (SPEC §1.2 instead asks again after a pass). The
+    public verdicts are the ones recorded during collection; nothing is judged again."""
+    out = {}
+    for pid, e in evals.items():
+        record = records.get(pid)
+        results = []
+        for index, row in enumerate(e.results):
+            turns = record.samples[index].turns if record and index < len(record.samples) else []
+            stop = next(
+                (t.turn for t in turns if t.public is not None and t.public.status == "accepted"),
+                None,
+            )
+            results.append(row if stop is None else [row[min(t, stop)] for t in range(len(row))])
+        out[pid] = e.model_copy(update={"results": results})
+    return out
 
 
 def plot_pass_at_1(rows: list[dict[str, Any]], title: str = "Pass@1 per turn") -> bytes:

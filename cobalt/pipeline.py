@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.analysis.judge import JudgeConfig
 from cobalt.analysis.stages import HackingParams, embedded_judge
@@ -25,8 +25,8 @@ from cobalt.evaluation import plot_pass_at_1
 from cobalt.judging import SandboxRuntime
 from cobalt.reference import FIT_STEPS, FITTED, TINY
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
-from cobalt.training.config import TrainingConfig
-from cobalt.training.stages import TrainingParams, TrainingSummary
+from cobalt.training.config import Mode, OfflineSettings, TrainingConfig
+from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
 from cobalt.trajectories.collect import BatchConfig, CollectConfig
 from cobalt.trajectories.runs import TrajectorySummary
 from cobalt.trajectories.stages import TrajectoryParams
@@ -48,10 +48,19 @@ def _tiny_collect() -> CollectConfig:
     )
 
 
-def _tiny_training() -> TrainingConfig:
+def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
+    """The embedded default's training: 8 GRPO steps of 8 completions (cobalt, single_turn), or
+    one epoch over the offline rows in batches of 16 (offline); learning rate 1e-4."""
+    if mode == "offline":
+        return TrainingConfig(
+            preset="tiny",
+            mode="offline",
+            save_steps=8,
+            offline=OfflineSettings(batch_size=16, learning_rate=1e-4, epochs=1),
+        )
     return TrainingConfig(
         preset="tiny",
-        mode="cobalt",
+        mode=mode,
         max_steps=8,
         save_steps=4,
         overrides={
@@ -102,7 +111,11 @@ class PipelineParams(BaseModel):
     eval_turns: int = Field(2, ge=0, le=64, description="Feedback turns when evaluating.")
     batch: BatchConfig = Field(default_factory=BatchConfig)
     bandit: BanditConfig = Field(default_factory=lambda: BanditConfig(max_prompt_tokens=1024))
-    training: TrainingConfig = Field(default_factory=_tiny_training)
+    training: TrainingConfig = Field(
+        default_factory=tiny_training,
+        description="Training mode and settings; `tiny_training('offline')` is the embedded "
+        "default of the offline mode.",
+    )
     sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     work_dir: str = Field(
@@ -137,6 +150,11 @@ class PipelineParams(BaseModel):
         description="The analysis' LLM judge; None: the reference model, in this process "
         "(greedy; 48 tokens per reply for the embedded default's model, else 1024).",
     )
+
+    @model_validator(mode="after")
+    def _offline_has_no_perturbed_mixing(self) -> PipelineParams:
+        check_offline_params(self.training, self.bandit)
+        return self
 
     # --- what each chained flow gets ------------------------------------------------------------
     def data(self) -> DataParams:
@@ -321,6 +339,44 @@ def stage_table(
     bandit = trained.dataset.stats
     policy = trained.policy
     timing = policy.stats.get("timing", {})
+    cost = policy.stats.get("cost") or {}
+    spent = f"{cost.get('wall_s')} s" + (
+        f", {cost['gpu_s']} GPU s" if cost.get("gpu_s") is not None else ""
+    )
+    if policy.stats.get("mode") == "offline" or "nonzero_advantage_rows" in bandit:
+        dataset_row = {
+            "stage": "offline dataset",
+            "produced": f"{trained.dataset.rows} rows",
+            "detail": f"logged turns of {bandit.get('problems')} problems, by turn "
+            f"{bandit.get('rows_by_turn')}, {bandit.get('nonzero_advantage_rows')} with a "
+            "nonzero advantage",
+            "where": trained.dataset.uri,
+        }
+        training_row = {
+            "stage": "training",
+            "produced": f"{policy.steps} offline steps ({policy.stats.get('objective')})",
+            "detail": f"{policy.stats.get('rows_trained')} rows; loss "
+            f"{policy.stats.get('loss_first')} -> {policy.stats.get('loss_last')}, weighted "
+            f"advantage {policy.stats.get('weighted_advantage_first')} -> "
+            f"{policy.stats.get('weighted_advantage_last')}; {spent}",
+            "where": policy.uri,
+        }
+    else:
+        dataset_row = {
+            "stage": "bandit dataset",
+            "produced": f"{trained.dataset.rows} rows",
+            "detail": f"{bandit.get('problems')} problems, {bandit.get('skipped_all_solved')} "
+            f"solved by every first sample, contexts by depth {bandit.get('contexts_by_depth')}",
+            "where": trained.dataset.uri,
+        }
+        training_row = {
+            "stage": "training",
+            "produced": f"{policy.steps} GRPO steps",
+            "detail": f"reward {policy.stats.get('reward_first')} -> "
+            f"{policy.stats.get('reward_last')}; reward wait "
+            f"{100 * timing.get('reward_share', 0):.1f}% of step time; {spent}",
+            "where": policy.uri,
+        }
     return [
         {
             "stage": "data",
@@ -340,21 +396,8 @@ def stage_table(
             "detail": pass_line(before),
             "where": before.evaluation.uri,
         },
-        {
-            "stage": "bandit dataset",
-            "produced": f"{trained.dataset.rows} rows",
-            "detail": f"{bandit.get('problems')} problems, {bandit.get('skipped_all_solved')} "
-            f"solved by every first sample, contexts by depth {bandit.get('contexts_by_depth')}",
-            "where": trained.dataset.uri,
-        },
-        {
-            "stage": "training",
-            "produced": f"{policy.steps} GRPO steps",
-            "detail": f"reward {policy.stats.get('reward_first')} -> "
-            f"{policy.stats.get('reward_last')}; reward wait "
-            f"{100 * timing.get('reward_share', 0):.1f}% of step time",
-            "where": policy.uri,
-        },
+        dataset_row,
+        training_row,
         {
             "stage": "evaluation after (test set, trained)",
             "produced": traj(after),
@@ -398,11 +441,17 @@ def summarize(
     )
     plot = Path(plot_path).as_uri() if params.storage.is_local else st.protocol + plot_path
     b, a = _all(before.table), _all(after.table)
+    if params.training.mode == "offline":
+        how = (
+            f"offline ({params.training.offline.objective}) steps on {trained.dataset.rows} "
+            "logged turns"
+        )
+    else:
+        how = f"{params.training.mode} GRPO steps on {trained.dataset.rows} bandit rows"
     line = (
         f"pipeline: Pass@1 on {b[0]['problems']} {params.eval_table} problems "
         f"{b[0]['pass@1']}% -> {a[0]['pass@1']}% at turn 0 and {b[-1]['pass@1']}% -> "
-        f"{a[-1]['pass@1']}% at turn {a[-1]['turn']} after {trained.policy.steps} "
-        f"{params.training.mode} GRPO steps on {trained.dataset.rows} bandit rows"
+        f"{a[-1]['pass@1']}% at turn {a[-1]['turn']} after {trained.policy.steps} {how}"
     )
     if hacking is not None and hacking[1].comparison_line:
         line += f"; {hacking[1].comparison_line}"

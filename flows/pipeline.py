@@ -4,6 +4,7 @@ each step a cached task of the flow it belongs to (issue 5; docs/PIPELINE.md).
     python -m flows.pipeline                     # embedded default: synthetic problems, the tiny
                                                  # model fitted on CPU, ./runs, ephemeral Prefect
     python -m flows.pipeline --mode single_turn --max-steps 20 --storage s3://bucket/cobalt
+    python -m flows.pipeline --mode offline       # the logged turns, no generation in training
 
 Rerunning after a crash or a parameter change redoes only what changed: every stage is keyed by
 its content. The run ends with a table of what each stage produced and a before/after table of
@@ -21,7 +22,7 @@ from typing import Any
 from prefect import flow
 
 from cobalt.data import stages as data_stage
-from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets
+from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, tiny_training
 from cobalt.reference import FITTED, check_reference
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
@@ -44,7 +45,8 @@ def preflight(params: PipelineParams) -> None:
 
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
-    """Problems -> reference trajectories -> bandit dataset -> GRPO -> before/after Pass@1."""
+    """Problems -> reference trajectories -> bandit dataset -> GRPO (offline mode: offline
+    dataset -> offline training) -> before/after Pass@1."""
     preflight(params)
     model = reference_model(params)
     data = data_flow.with_options(flow_run_name="data")(params.data())
@@ -87,7 +89,8 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
 EPILOG = """\
 The default is the embedded run: samples/synthetic_{train,test}.jsonl (generated list problems,
 scripts/make_synthetic_samples.py), a ~1M-parameter model fitted on CPU for --fit-steps to
-24 of the 30 problem kinds, 4 samples x 2 feedback turns, 8 GRPO steps. Other sources as in the
+24 of the 30 problem kinds, 4 samples x 2 feedback turns, 8 GRPO steps (--mode offline: one
+epoch over the logged turns, objective --objective, batch 16). Other sources as in the
 data flow (--source URI[:KIND][?key=value]); another reference model with --reference DIR.
 Any field of PipelineParams via --config FILE.json (flags override it).
 """
@@ -98,7 +101,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         prog="python -m flows.pipeline",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run the whole Cobalt pipeline: problem sets, reference trajectories, "
-        "evaluation, bandit dataset, GRPO training, evaluation of the trained policy.",
+        "evaluation, bandit dataset, GRPO training (or offline training on the logged turns), "
+        "evaluation of the trained policy.",
         epilog=EPILOG,
     )
     arg = parser.add_argument
@@ -112,8 +116,9 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--turns", type=int, help="feedback turns of the training trajectories (2)")
     arg("--eval-turns", type=int, help="feedback turns when evaluating (2)")
     arg("--max-new-tokens", type=int, help="tokens per turn (128)")
-    arg("--mode", choices=["cobalt", "single_turn"], help="training mode (cobalt)")
-    arg("--max-steps", type=int, help="GRPO optimizer steps (8)")
+    arg("--mode", choices=["cobalt", "single_turn", "offline"], help="training mode (cobalt)")
+    arg("--objective", choices=["reinforce_loo", "awr", "clipped_ratio"], help="offline objective")
+    arg("--max-steps", type=int, help="optimizer steps (GRPO: 8; offline: one epoch)")
     arg("--perturbed-ratio", type=float, help="share of repair contexts from perturbed feedback")
     arg(
         "--reward-hacking",
@@ -155,9 +160,11 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         collect["sampling"]["max_new_tokens"] = args.max_new_tokens
     if args.turns is not None:
         collect["turns"] = args.turns
-    training = values.setdefault("training", defaults["training"].default_factory().model_dump())
+    training = values.setdefault("training", tiny_training(args.mode or "cobalt").model_dump())
     if args.mode:
         training["mode"] = args.mode
+    if args.objective:
+        training.setdefault("offline", {})["objective"] = args.objective
     if args.max_steps is not None:
         training["max_steps"] = args.max_steps
     if args.perturbed_ratio is not None:

@@ -1,15 +1,19 @@
 """Training flow: a finished trajectories run -> Cobalt bandit dataset -> GRPO with the sandbox
 reward (TRL's GRPOTrainer) -> a trained policy in storage (issue 5, SPEC §1.4-§1.6;
-docs/TRAINING.md).
+docs/TRAINING.md); or, with `--mode offline` (issue 11, SPEC §2), the logged turns and their
+rewards -> an offline objective (transformers' Trainer), no generation and no sandbox.
 
     python -m flows.training                            # latest trajectories, their model
     python -m flows.training --mode single_turn --max-steps 20
+    python -m flows.training --mode offline --objective awr --offline awr_beta=0.5
     python -m flows.training --trajectories runs/trajectories/evaluation/<key> \\
         --model /models/Qwen3-8B --preset paper --num-processes 8
 
 Stages, each a cached task with a content-addressed result in storage (MANIFEST.json last):
 `bandit` (<storage>/bandit/<key>/data.parquet) -> `training` (<storage>/training/<key>/: the
-model, log_history.json, rewards.png; checkpoints while it runs, resumed after a crash).
+model, log_history.json, rewards.png; checkpoints while it runs, resumed after a crash); offline:
+`offline-dataset` (<storage>/offline/<key>/data.parquet) -> `offline-training` (the same
+directory layout, curves.png: loss and weighted advantage per step).
 Evaluate the trained model with `python -m flows.trajectories --model <its directory>`; the
 pipeline flow (`flows/pipeline.py`) does that and writes the before/after table.
 """
@@ -31,10 +35,11 @@ from tasks.training import Stages, report
 
 @flow(name="training", log_prints=True)
 def training_flow(params: TrainingParams) -> TrainingSummary:
-    """Trajectories -> bandit dataset -> GRPO training -> trained policy, reward curve, stats."""
+    """Trajectories -> bandit dataset -> GRPO training (offline mode: offline dataset -> offline
+    training) -> trained policy, curves, stats, cost."""
     ready = preflight(params)  # storage, trajectories, policy model: before any work
     stages = Stages(params, ready)
-    dataset = stages.bandit()
+    dataset = stages.dataset()
     policy = stages.training(dataset)
     return report(params, dataset, policy)
 
@@ -47,6 +52,12 @@ model (--model): the policy's local weights; default: the model that collected t
 presets: tiny (a few CPU steps on a tiny model) and paper (SPEC §1.6 mapped to TRL's GRPOConfig:
 16 samples per prompt, lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs). Any other
 GRPOConfig field via --set KEY=JSON, e.g. --set max_completion_length=256 --set use_vllm=true.
+
+offline mode: every logged turn of the trajectories with its Cobalt reward and leave-one-out
+advantage; objectives reinforce_loo (default), awr, clipped_ratio (--objective). Any field of
+training.offline via --offline KEY=JSON (awr_beta, awr_max_weight, ratio_clip, ratio_clip_high,
+learning_rate, epochs, batch_size, gradient_accumulation_steps, max_length,
+drop_zero_advantage); --set KEY=JSON then sets TrainingArguments fields.
 """
 
 
@@ -55,14 +66,21 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         prog="python -m flows.training",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Build the Cobalt contextual-bandit dataset from a trajectories run and train "
-        "the policy on it with GRPO (TRL) against the sandbox reward.",
+        "the policy on it with GRPO (TRL) against the sandbox reward, or (--mode offline) train "
+        "it on the logged turns and their rewards without generating.",
         epilog=EPILOG,
     )
     arg = parser.add_argument
     arg("--config", type=Path, help="JSON file with TrainingParams fields (flags override it)")
     arg("--trajectories", metavar="WHERE", help="'latest' (default) or an evaluation stage dir")
     arg("--model", metavar="DIR", help="policy model directory (default: the reference model)")
-    arg("--mode", choices=["cobalt", "single_turn"], help="bandit contexts or turn-0 prompts only")
+    arg(
+        "--mode",
+        choices=["cobalt", "single_turn", "offline"],
+        help="GRPO on the bandit contexts or the turn-0 prompts only; offline: the logged turns",
+    )
+    arg("--objective", choices=["reinforce_loo", "awr", "clipped_ratio"], help="offline objective")
+    arg("--offline", action="append", default=[], metavar="KEY=JSON", help="offline setting")
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
     arg("--max-steps", type=int, help="optimizer steps (overrides the preset)")
     arg("--save-steps", type=int, help="checkpoint every N steps (resume after a crash)")
@@ -100,6 +118,17 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
             training[name] = getattr(args, flag)
     if args.format_reward:
         training["use_format_reward"] = True
+    offline = training.setdefault("offline", {})
+    if args.objective is not None:
+        offline["objective"] = args.objective
+    for item in args.offline:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--offline {item!r}: use KEY=JSON, e.g. --offline awr_beta=0.5")
+        try:
+            offline[key] = json.loads(text)
+        except json.JSONDecodeError:
+            offline[key] = text
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep or not key:
@@ -128,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: parse_params(argv),
         preflight,
         training_flow,
-        lambda s: f"\n{s.line}\n\nmodel: {s.model}\nreward curve: {s.policy.plot}",
+        lambda s: f"\n{s.line}\n\nmodel: {s.model}\ncurves: {s.policy.plot}",
     )
 
 

@@ -27,6 +27,25 @@ Output rows (JSONL, input order):
 A malformed row gives an output row with status "invalid_request" and an "error" that names the
 field; it never stops the run. Results are written to OUTPUT.partial as they complete and moved
 to OUTPUT at the end; --resume continues from OUTPUT.partial after a crash.
+
+When a sandbox server runs (`python -m sandbox serve`), programs go to its warm workers and
+--concurrency is the server's; otherwise this process starts workers of its own, while it reads
+the input.
+"""
+
+SERVE_DESCRIPTION = """\
+Keep sandbox workers warm for every judge of this user on this machine: `python -m sandbox judge`,
+the pipeline's stages and scripts (anything that builds a SyncJudge) send their programs here
+instead of starting workers of their own, whenever this server answers on its socket.
+
+The socket: --socket, else env COBALT_SANDBOX_SOCKET, else /tmp/cobalt-sandbox-<uid>/sandbox.sock
+(mode 0600 in a 0700 directory; only this user, or root, may connect). Clients that set
+COBALT_SANDBOX_SOCKET=off, --no-server or SandboxConfig(use_server=False) never use it. Stop it
+with Ctrl-C, SIGTERM or --stop.
+
+Workers are started at once for the default limits below; a client asking for other memory,
+scratch or process limits (or another backend or image) gets a pool of its own on first use,
+closed after --idle-close seconds unused. At most --concurrency programs run at once in all.
 """
 
 
@@ -89,6 +108,55 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the rows of OUTPUT.partial from an interrupted run",
     )
     judge.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    server = judge.add_mutually_exclusive_group()
+    server.add_argument(
+        "--server",
+        metavar="ADDRESS",
+        help="judge through the sandbox server at ADDRESS (unix:/path) when it answers "
+        "(default: env COBALT_SANDBOX_SOCKET, else the per-user socket)",
+    )
+    server.add_argument(
+        "--no-server",
+        action="store_true",
+        help="always judge with workers of this process, even if a sandbox server runs",
+    )
+
+    serve = sub.add_parser(
+        "serve",
+        help="keep sandbox workers warm for every judge of this user (a local server)",
+        description=SERVE_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--socket", metavar="ADDRESS", help="where to listen (unix:/path)")
+    serve.add_argument(
+        "--backend",
+        choices=["auto", "docker", "namespace"],
+        default="auto",
+        help="isolation of the default pool (clients may ask for the other one)",
+    )
+    serve.add_argument(
+        "--concurrency",
+        "-j",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="workers per pool, and programs judged at once in all (default: CPU count)",
+    )
+    serve.add_argument(
+        "--memory-mb",
+        type=int,
+        default=d.memory_mb,
+        help=f"memory per test process of the default pool (default {d.memory_mb})",
+    )
+    serve.add_argument(
+        "--idle-close",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="close a pool other than the default one after S seconds unused (default 600)",
+    )
+    control = serve.add_mutually_exclusive_group()
+    control.add_argument("--status", action="store_true", help="print a running server's status")
+    control.add_argument("--stop", action="store_true", help="stop a running server")
     return parser
 
 
@@ -149,10 +217,24 @@ def judge_command(args: argparse.Namespace) -> int:
         limits = Limits(
             timeout_s=args.timeout, suite_timeout_s=args.suite_timeout, memory_mb=args.memory_mb
         )
-        config = SandboxConfig(backend=args.backend, concurrency=args.concurrency, limits=limits)
+        config = SandboxConfig(
+            backend=args.backend,
+            concurrency=args.concurrency,
+            limits=limits,
+            use_server=not args.no_server,
+            server=args.server,
+        )
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    judge = SyncJudge(config).start()  # workers come up while the input is read
+    try:
+        return _judge_rows(args, judge)
+    finally:
+        judge.close()
+
+
+def _judge_rows(args: argparse.Namespace, judge: SyncJudge) -> int:
     rows = [parse_row(n, line) for n, line in read_rows(args.input)]
     to_stdout = args.output == "-"
     partial = Path(args.output + ".partial") if not to_stdout else None
@@ -175,8 +257,9 @@ def judge_command(args: argparse.Namespace) -> int:
             writer.put(i, verdict)
             bar.update(1)
         if requests:
-            with SyncJudge(config) as judge:
-                bar.set_description(f"judging ({judge.backend_name})")
+            with judge:
+                where = f", server {judge.server}" if judge.server else ""
+                bar.set_description(f"judging ({judge.backend_name}{where})")
 
                 def on_done(k: int, verdict: Verdict) -> None:
                     writer.put(requests[k][0], verdict)
@@ -227,8 +310,57 @@ def _progress(total: int, quiet: bool):
     return tqdm(total=total, unit="prog", disable=quiet, file=sys.stderr, desc="judging")
 
 
+def serve_command(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+
+    from sandbox import client, server, transport
+
+    address = args.socket or transport.default_address()
+    if address is None:
+        print(
+            "error: no socket: COBALT_SANDBOX_SOCKET is 'off' and --socket is not given",
+            file=sys.stderr,
+        )
+        return 2
+    if args.status or args.stop:
+        message = {"op": "status"} if args.status else {"op": "shutdown"}
+        try:
+            reply = asyncio.run(client.request(address, message))
+        except (OSError, TimeoutError, ValueError) as e:
+            print(f"error: no sandbox server answers on {address}: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps(reply.get("status", reply), indent=1))
+        return 0
+    try:
+        config = SandboxConfig(
+            backend=args.backend,
+            concurrency=args.concurrency,
+            limits=Limits(memory_mb=args.memory_mb),
+        )
+    except ValidationError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    try:
+        asyncio.run(
+            server.serve(
+                address,
+                config,
+                idle_s=args.idle_close,
+                announce=lambda text: print(text, file=sys.stderr, flush=True),
+            )
+        )
+    except (SandboxUnavailable, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "judge":
         return judge_command(args)
+    if args.command == "serve":
+        return serve_command(args)
     return 2  # pragma: no cover - argparse requires a command

@@ -68,10 +68,42 @@ class SandboxConfig(BaseModel):
         description="Docker image with python3 (env COBALT_SANDBOX_IMAGE).",
     )
     cpus_per_worker: float = Field(1.0, gt=0, le=64, description="CPU quota of a Docker worker.")
+    pin_cpus: bool = Field(
+        True,
+        description="Keep each worker, and its tests, on one CPU (see sandbox/backends/cpus.py); "
+        "not with cpus_per_worker > 1.",
+    )
     recycle_after: int = Field(
         500, ge=1, description="Replace a worker after this many programs, even if healthy."
     )
     limits: Limits = Field(default_factory=Limits)
+    use_server: bool = Field(
+        True,
+        description="Judge through a running `python -m sandbox serve` when one answers (its warm "
+        "workers, its concurrency); else, or when it goes away, with workers of our own.",
+    )
+    server: str | None = Field(
+        None,
+        description="The server's address (unix:/path); default: env COBALT_SANDBOX_SOCKET "
+        "('off': none), else a per-user socket (sandbox.transport.default_address).",
+    )
+
+    def pool_key(self, backend: str) -> tuple:
+        """What the workers of a pool are made with (a server keeps one pool per key); the other
+        limits (time, output, processes under namespaces) are set per program."""
+        lim = self.limits
+        if backend == "docker":
+            return (
+                backend,
+                self.image,
+                self.cpus_per_worker,
+                self.pin_cpus,
+                lim.memory_mb,
+                lim.scratch_mb,
+                lim.max_processes,
+                self.recycle_after,
+            )
+        return (backend, self.pin_cpus, lim.scratch_mb, self.recycle_after)
 
 
 class TestSuite(BaseModel):

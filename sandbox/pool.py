@@ -1,7 +1,7 @@
 """A warm pool of sandbox workers, whatever isolates them.
 
-A worker is one runner process (see `runner.py`) inside one sandbox, spoken to with one JSON line
-per request. The pool hands out idle workers, and replaces a worker in the background when it is
+A worker is one runner process (see `runner.py`) inside one sandbox, spoken to in JSON lines: one
+request per program, one reply per test. The pool hands out idle workers, and replaces a worker in the background when it is
 tainted (a timeout, a crash, leftover processes, a dirty scratch dir) or has judged
 `recycle_after` programs, so a hostile program never hurts the next one.
 """
@@ -50,21 +50,37 @@ class Worker:
         self.programs = 0
         self.tainted = False
 
-    async def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send one request and wait for its reply; on any failure the worker is tainted."""
+    async def send(self, message: dict[str, Any], timeout: float) -> None:
+        """Send one request; on any failure the worker is tainted."""
         try:
-            await asyncio.wait_for(self._write(json.dumps(message).encode() + b"\n"), timeout)
-            line = await asyncio.wait_for(self._read_line(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._write(json.dumps(message).encode() + b"\n")
+        except TimeoutError as e:
+            self.tainted = True
+            raise WorkerDied(f"{self.name}: could not send within {timeout:.1f}s") from e
+        except (OSError, EOFError) as e:
+            self.tainted = True
+            raise WorkerDied(f"{self.name}: channel closed ({e})") from e
+
+    async def receive(self, timeout: float) -> dict[str, Any]:
+        """The runner's next message; on any failure the worker is tainted."""
+        try:
+            async with asyncio.timeout(timeout):
+                line = await self._read_line()
         except TimeoutError as e:
             self.tainted = True
             raise WorkerDied(f"{self.name}: no reply within {timeout:.1f}s") from e
-        except (OSError, asyncio.IncompleteReadError, EOFError) as e:
+        except (OSError, asyncio.IncompleteReadError, EOFError, ValueError) as e:
             self.tainted = True
             raise WorkerDied(f"{self.name}: channel closed ({e})") from e
         if not line:
             self.tainted = True
             raise WorkerDied(f"{self.name}: runner exited")
-        reply = json.loads(line)
+        try:
+            reply = json.loads(line)
+        except ValueError as e:
+            self.tainted = True
+            raise WorkerDied(f"{self.name}: unreadable reply ({e})") from e
         if "error" in reply and len(reply) == 1:
             self.tainted = True
             raise WorkerDied(f"{self.name}: {reply['error']}")
@@ -98,6 +114,9 @@ class Backend(ABC):
 
 
 class WorkerPool:
+    """Workers of one backend. They start in the background: `start()` returns as soon as one is
+    ready, and the others join as they come up."""
+
     def __init__(self, backend: Backend, size: int, recycle_after: int):
         self.backend = backend
         self.size = size
@@ -105,34 +124,46 @@ class WorkerPool:
         self._idle: asyncio.Queue[Worker] = asyncio.Queue()
         self._all: set[Worker] = set()
         self._tasks: set[asyncio.Task] = set()
-        self._started = False
+        self._starts: list[asyncio.Task] | None = None
+        self._spawning = 0
         self._failure: BaseException | None = None
         self.replaced = 0
 
     async def start(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        workers = await asyncio.gather(
-            *(self.backend.spawn(i) for i in range(self.size)), return_exceptions=True
-        )
-        errors = [w for w in workers if isinstance(w, BaseException)]
-        for w in workers:
-            if isinstance(w, Worker):
-                self._all.add(w)
-                self._idle.put_nowait(w)
-        if not self._all:
+        if self._starts is None:
+            self._starts = [self._background(self._start_one(i)) for i in range(self.size)]
+        pending = [t for t in self._starts if not t.done()]
+        while not self._all and pending:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        if not self._all and not self._spawning:  # (workers being replaced will come back)
             raise SandboxUnavailable(
-                f"{self.backend.name} backend: no worker could start: {errors[0]}"
-            ) from errors[0]
-        for e in errors:
+                f"{self.backend.name} backend: no worker could start: {self._failure}"
+            ) from self._failure
+
+    def _background(self, coro) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _start_one(self, index: int) -> None:
+        self._spawning += 1
+        try:
+            worker = await self.backend.spawn(index)
+        except Exception as e:  # noqa: BLE001 - reported by start() when no worker is left
+            self._failure = e
             log.warning("%s worker failed to start: %s", self.backend.name, e)
+            return
+        finally:
+            self._spawning -= 1
+        self._all.add(worker)
+        self._idle.put_nowait(worker)
 
     @contextlib.asynccontextmanager
     async def worker(self) -> AsyncIterator[Worker]:
         await self.start()
         while True:
-            if self._failure is not None and not self._all:
+            if not self._all and not self._spawning:
                 raise SandboxUnavailable(f"every sandbox worker died: {self._failure}")
             try:
                 worker = await asyncio.wait_for(self._idle.get(), 5)
@@ -146,27 +177,29 @@ class WorkerPool:
 
     def _release(self, worker: Worker) -> None:
         if worker.tainted or worker.programs >= self.recycle_after:
-            task = asyncio.get_running_loop().create_task(self._replace(worker))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._background(self._replace(worker))
         else:
             self._idle.put_nowait(worker)
 
     async def _replace(self, worker: Worker) -> None:
         self._all.discard(worker)
         self.replaced += 1
-        await worker.close()
-        for attempt in range(5):
-            try:
-                fresh = await self.backend.spawn(worker.index)
-            except Exception as e:  # noqa: BLE001 - retried, then reported by worker()
-                self._failure = e
-                log.warning("replacing %s failed (attempt %d): %s", worker.name, attempt + 1, e)
-                await asyncio.sleep(0.2 * 2**attempt)
-                continue
-            self._all.add(fresh)
-            self._idle.put_nowait(fresh)
-            return
+        self._spawning += 1
+        try:
+            await worker.close()
+            for attempt in range(5):
+                try:
+                    fresh = await self.backend.spawn(worker.index)
+                except Exception as e:  # noqa: BLE001 - retried, then reported by worker()
+                    self._failure = e
+                    log.warning("replacing %s failed (attempt %d): %s", worker.name, attempt + 1, e)
+                    await asyncio.sleep(0.2 * 2**attempt)
+                    continue
+                self._all.add(fresh)
+                self._idle.put_nowait(fresh)
+                return
+        finally:
+            self._spawning -= 1
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -5,21 +5,30 @@ Standard library only, Python 3.11+: it runs on the sandbox image's bare interpr
 decides no verdicts; it executes and reports. The trusted parent compares outputs.
 Long module: it is sent into the sandbox as one `-c` source, so it stays one file.
 
-Protocol: one JSON object per line on stdin, one JSON reply per line on stdout.
+Protocol: one JSON object per line on stdin, JSON lines back on stdout.
 
-* ``{"op": "program", "code", "fn_name", "limits"}`` compiles a program once (reply: ``ok`` or a
-  syntax error report);
-* ``{"op": "test", "input"}`` forks a fresh process from this warm interpreter, runs the program on
-  one input under rlimits, and replies with what the process did (exit code or signal, time,
-  stdout, stderr, call-based return value as JSON text);
+* ``{"op": "run", "seq", "code", "fn_name", "limits", "inputs", "suite_s", "fail_fast"}`` runs one
+  program on every input, in order. It compiles the program once (a syntax error ends the run:
+  ``{"seq", "compile_error", "done": true}``), then for each input forks a fresh process from this
+  warm interpreter, runs the program on it under rlimits and streams one reply per test:
+  ``{"seq", "test": i, "timeout_s", "exit", "signal", "timeout", "wall", "cpu", "stdout",
+  "stderr", "result", "leftover", "clean", ...}``. The run ends with
+  ``{"seq", "done": true, "ran": k, "reason"}``: ``reason`` is null (every test ran), ``"time"``
+  (the ``suite_s`` seconds, counted from receipt, ran out: the remaining tests were not started;
+  a test's timeout is cut to what is left), ``"failed"`` (``fail_fast``: a test exited non-zero,
+  was killed or timed out, which fails it whatever it printed) or ``"stopped"``;
+* ``{"op": "stop", "seq"}`` stops run ``seq`` (the host found a wrong answer under fail_fast):
+  the test running is killed and not reported; a stop for a run that has ended is ignored;
 * ``{"op": "ping"}`` replies ``{"ok": true}``.
 
 As PID 1 of its own PID namespace the runner cannot be killed from inside, and after each test it
 kills every other process in the namespace (leftover daemons included) and wipes the scratch dir,
-so no state survives from one test to the next.
+so no state survives from one test to the next. The next test's process is forked only after that.
 """
 
+import _signal
 import builtins
+import collections
 import ctypes
 import gc
 import io
@@ -60,7 +69,10 @@ PROGRAM_FILE = "solution.py"
 RECURSION_LIMIT = 50_000
 INT_DIGITS_LIMIT = 50_000
 STDERR_KEEP = 64 * 1024
-GO_FD = 9  # where a prepared test process waits for its go
+ARGV = [PROGRAM_FILE]
+CHILD_SIGNALS = (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ)
+BATCH_S = 0.005  # replies of quick tests are sent together, at most this late
+OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
 
 
 def prelude_globals():
@@ -88,14 +100,7 @@ CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_KEEP = 8 | 1024 | 2048 | 4096  # noexec, noatime, nodiratime, relatime: locked, must be kept
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NAME, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = (
-    1,
-    4,
-    15,
-    24,
-    38,
-)
-READY_NAME = b"cobalt-ready"  # the name of a prepared test process until its go
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -197,7 +202,96 @@ def harden():
 
 
 # --------------------------------------------------------------------------------------------
-# Running one test.
+# The channel to the host.
+
+
+class Channel:
+    """JSON lines from the host on `rfd`, replies on `wfd`. While a test runs the runner watches
+    for a `stop`, so messages are read ahead and queue here until taken."""
+
+    def __init__(self, rfd, wfd):
+        self.rfd, self.wfd = rfd, wfd
+        self.buffer = bytearray()
+        self.messages = collections.deque()
+        self.eof = False
+        self.held = b""  # replies not written yet (see `hold`)
+        self.held_since = 0.0
+
+    def fill(self):
+        """Read what the host sent (blocks until something arrives)."""
+        chunk = os.read(self.rfd, 1 << 20)
+        if not chunk:
+            self.eof = True
+            return
+        start = len(self.buffer)  # the buffer held no newline before this chunk
+        self.buffer += chunk
+        end = self.buffer.find(b"\n", start)
+        while end >= 0:
+            line = bytes(self.buffer[:end])
+            del self.buffer[: end + 1]
+            if line.strip():
+                self.messages.append(_parse(line))
+            end = self.buffer.find(b"\n")
+
+    def drain(self):
+        """Read what has arrived, without blocking."""
+        while not self.eof and select.select([self.rfd], [], [], 0)[0]:
+            self.fill()
+
+    def next(self):
+        """The next message (blocking), or None at the end of input."""
+        while not self.messages and not self.eof:
+            self.fill()
+        return self.messages.popleft() if self.messages else None
+
+    def stop_requested(self, seq):
+        """Whether the host asked to stop run `seq` or went away. Stale stops are dropped."""
+        stop = self.eof
+        if any(m.get("op") == "stop" for m in self.messages):
+            kept = collections.deque()
+            for m in self.messages:
+                if m.get("op") == "stop":
+                    stop = stop or m.get("seq") == seq
+                else:
+                    kept.append(m)
+            self.messages = kept
+        return stop
+
+    def send(self, *replies):
+        self.write(b"".join(json.dumps(r).encode() + b"\n" for r in replies))
+
+    def hold(self, reply):
+        """Keep a reply to write later, with others: `flush` writes them in one go."""
+        if not self.held:
+            self.held_since = time.monotonic()
+        self.held += json.dumps(reply).encode() + b"\n"
+
+    def flush(self, *replies):
+        data = self.held + b"".join(json.dumps(r).encode() + b"\n" for r in replies)
+        self.held = b""
+        if data:
+            self.write(data)
+
+    def flush_due(self):
+        """When the held replies must go out: BATCH_S after the first of them (or None)."""
+        return self.held_since + BATCH_S if self.held else None
+
+    def write(self, data):
+        data = memoryview(data)
+        while data:
+            data = data[os.write(self.wfd, data) :]
+
+
+def _parse(line):
+    try:
+        msg = json.loads(line)
+    except ValueError as e:
+        return {"op": "invalid", "error": f"not JSON: {e}"}
+    return msg if isinstance(msg, dict) else {"op": "invalid", "error": "not an object"}
+
+
+# --------------------------------------------------------------------------------------------
+# Running a program's tests.
 
 
 class Runner:
@@ -211,17 +305,26 @@ class Runner:
             k: os.path.join(self.iodir, k) for k in ("stdin", "stdout", "stderr", "result")
         }
         self.globals = prelude_globals()
+        # Made once here rather than in each test's process (see `_standard_streams`).
+        self.streams = _standard_streams(workdir)
+        # The interpreter's own streams stay referenced: a test's process that replaces them
+        # must not pay for finalizing them.
+        self._interpreter_streams = (sys.stdin, sys.stdout, sys.stderr)
+        self.globals.update(
+            zip(("stdin", "stdout", "stderr"), self.streams, strict=True), argv=ARGV
+        )
+        sys.setrecursionlimit(RECURSION_LIMIT)
+        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
         self.code = None
         self.fn_name = None
         self.limits = {}
-        self.next_child = None  # (pid, go pipe) of the process prepared for the next test
+        self.batch = False  # gather replies (see `run`)
         self.is_init = os.getpid() == 1
 
     # -- program ------------------------------------------------------------------------------
-    def load(self, msg):
-        self.discard()
-        self.code, self.fn_name, self.limits = None, msg.get("fn_name"), msg["limits"]
-        source = msg["code"]
+    def load(self, source, fn_name):
+        """Compile a program; None, or the syntax error's report."""
+        self.code, self.fn_name = None, fn_name
         try:
             try:
                 self.code = compile(source, PROGRAM_FILE, "exec", dont_inherit=True)
@@ -232,71 +335,105 @@ class Runner:
                     _returns_to_exits(source), PROGRAM_FILE, "exec", dont_inherit=True
                 )
         except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as e:
-            text = "".join(traceback.format_exception_only(type(e), e))
-            return {"ok": False, "error": text}
+            return "".join(traceback.format_exception_only(type(e), e))
         linecache.cache[PROGRAM_FILE] = (len(source), None, source.splitlines(True), PROGRAM_FILE)
-        return {"ok": True}
+        return None
+
+    def run(self, msg, channel):
+        """Run one program on each of its inputs, one fresh process per test, and stream a reply
+        per test and then `done` (see the module docstring)."""
+        seq = msg.get("seq")
+        deadline = time.monotonic() + float(msg["suite_s"])
+        self.limits = msg["limits"]
+        error = self.load(msg["code"], msg.get("fn_name"))
+        if error is not None:
+            channel.send({"seq": seq, "compile_error": error, "done": True})
+            return
+        inputs, fail_fast = msg["inputs"], bool(msg.get("fail_fast"))
+        done = {"seq": seq, "done": True, "ran": 0, "reason": None}
+        # Replies are written while the next test runs (off its critical path) and, unless the
+        # host may have to stop us (fail_fast), gathered for up to BATCH_S into one write.
+        self.batch = not fail_fast
+        for i, test_input in enumerate(inputs):
+            timeout = min(float(self.limits["timeout_s"]), deadline - time.monotonic())
+            if timeout <= 0:
+                done["reason"] = "time"
+                break
+            channel.drain()
+            if channel.stop_requested(seq):
+                done["reason"] = "stopped"
+                break
+            reply = self.run_test(test_input, timeout, channel, seq)
+            if reply is None:  # stopped while it ran: killed, not reported
+                done.update(reason="stopped", clean=self._wipe_scratch())
+                break
+            done["ran"] += 1
+            reply.update(seq=seq, test=i, timeout_s=timeout, clean=self._wipe_scratch())
+            channel.hold(reply)
+            if fail_fast and _certain_failure(reply):
+                done["reason"] = "failed"
+                break
+        channel.flush(done)
 
     # -- test ---------------------------------------------------------------------------------
-    def prepare(self):
-        """Fork the next test's process ahead of time, while the parent talks to the host: it
-        opens its files, sets its limits and waits for the go (its timeout) on a pipe. The input
-        is written into the stdin file, which the child opened at offset 0, just before the go."""
-        if self.code is None or self.next_child is not None:
-            return
-        for k in ("stdin", "stdout", "stderr", "result"):
-            open(self.files[k], "wb").close()
-        sys.stdout.flush()
-        gc.collect()
-        go_read, go_write = os.pipe()
+    def fork_test(self, rlimits):
+        """Fork the test's process: it sets itself up (signals, session, rlimits, OOM score,
+        io files) and runs the program at once: nothing to wait for, no extra wake-up."""
         pid = os.fork()
         if pid == 0:
             try:
-                os.close(go_write)
-                self._child(go_read)
+                self._child(rlimits)
             finally:
                 os._exit(70)
-        os.close(go_read)
-        self.next_child = (pid, go_write)
+        return pid
 
-    def discard(self):
-        """Drop a prepared process (a new program is coming): end of pipe, it exits."""
-        if self.next_child is not None:
-            pid, go_write = self.next_child
-            self.next_child = None
-            os.close(go_write)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+    def _rlimits(self, timeout):
+        lim = self.limits
+        memory = int(lim["memory_mb"]) << 20
+        stack = min(memory, 256 << 20)
+        output = int(lim["output_bytes"]) + 1
+        cpu = int(timeout) + 1
+        rlimits = [
+            (resource.RLIMIT_AS, (memory, memory)),
+            (resource.RLIMIT_FSIZE, (output, output)),
+            (resource.RLIMIT_CORE, (0, 0)),
+            (resource.RLIMIT_NOFILE, (256, 256)),
+            (resource.RLIMIT_STACK, (stack, stack)),
+            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
+        ]
+        if lim.get("nproc"):
+            rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
+        return rlimits
 
-    def test(self, msg):
-        if self.code is None:
-            return {"error": "no program loaded"}
-        self.prepare()  # normally done already, right after the previous reply
-        pid, go_write = self.next_child
-        self.next_child = None
-        with open(self.files["stdin"], "wb") as f:  # same inode: the child's fd 0 sees it
-            f.write((msg["input"] if not self.fn_name else "").encode("utf-8"))
-        timeout = float(msg.get("timeout_s") or self.limits["timeout_s"])
-        fd = os.pidfd_open(pid)
-        start = time.perf_counter()
-        go = memoryview(json.dumps([timeout, msg["input"] if self.fn_name else ""]).encode())
+    def run_test(self, test_input, timeout, channel, seq):
+        """Run one test in a fresh process: what it did, or None if the host stopped the run
+        meanwhile (the process is killed, and its leftovers too). Replies held by the channel
+        are written while it runs."""
+        self.call_input = test_input if self.fn_name else ""
+        fd = os.open(self.files["stdin"], OUTPUT_FLAGS, 0o600)
         try:
-            while go:
-                go = go[os.write(go_write, go) :]
-        except BrokenPipeError:
-            pass  # it died before the go: reported below from its exit status
-        os.close(go_write)
-        try:
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            timed_out = not poller.poll(timeout * 1000)
+            data = memoryview(b"" if self.fn_name else test_input.encode("utf-8"))
+            while data:
+                data = data[os.write(fd, data) :]
         finally:
             os.close(fd)
-        if timed_out:
+        rlimits = self._rlimits(timeout)
+        start = time.perf_counter()  # the test's time includes its process's set-up (< 1 ms)
+        pid = self.fork_test(rlimits)
+        fd = os.pidfd_open(pid)
+        if not self.batch or (channel.held and time.monotonic() >= channel.flush_due()):
+            channel.flush()
+        try:
+            timed_out, stopped = self._wait(fd, start + timeout, channel, seq)
+        finally:
+            os.close(fd)
+        if timed_out or stopped:
             os.kill(pid, signal.SIGKILL)
         _, status, usage = os.wait4(pid, 0)
         wall = time.perf_counter() - start
         leftover = self._kill_leftovers(pid)
+        if stopped:
+            return None
         reply = {
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
@@ -315,72 +452,66 @@ class Runner:
         )
         result = self._read(self.files["result"], cap + 1)
         reply["result"] = result.decode("utf-8", "replace") if result else None
-        reply["clean"] = self._wipe_scratch()
         return reply
 
-    def _child(self, go_read):
-        for sig in (signal.SIGPIPE, signal.SIGINT, signal.SIGTERM, signal.SIGXFSZ):
-            signal.signal(sig, signal.SIG_DFL)
+    @staticmethod
+    def _wait(pidfd, end, channel, seq):
+        """Wait for the test process to exit until `end` (perf_counter), watching the host for a
+        stop and writing held replies when they are due: (timed out, stopped)."""
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not channel.eof:
+            poller.register(channel.rfd, select.POLLIN)
+        while True:
+            left = end - time.perf_counter()
+            if left <= 0:
+                return True, False
+            if channel.held:  # a slow test: its predecessors' replies go out meanwhile
+                left = min(left, max(0.0, channel.flush_due() - time.monotonic()))
+            events = poller.poll(left * 1000)
+            if not events:
+                channel.flush()
+                continue
+            for fd, _ in events:
+                if fd == pidfd:
+                    return False, False
+            channel.fill()
+            if channel.eof:
+                poller.unregister(channel.rfd)
+            if channel.stop_requested(seq):
+                return False, True
+
+    def _child(self, rlimits):
+        # Runs in the test's fresh copy of the runner. Every page it writes costs a copy, so it
+        # keeps to plain os calls: what can be made once is made in the runner (see __init__).
+        for sig in CHILD_SIGNALS:
+            _signal.signal(sig, _signal.SIG_DFL)
         os.setsid()
-        fds = [os.open(self.files["stdin"], os.O_RDONLY)]
-        for k in ("stdout", "stderr", "result"):
-            fds.append(os.open(self.files[k], os.O_WRONLY | os.O_TRUNC))
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-        os.dup2(go_read, GO_FD)
-        os.closerange(4, GO_FD)
-        os.closerange(GO_FD + 1, 1 << 16)
-        lim = self.limits
-        memory = int(lim["memory_mb"]) << 20
-        rlimits = [
-            (resource.RLIMIT_AS, (memory, memory)),
-            (resource.RLIMIT_FSIZE, (int(lim["output_bytes"]) + 1, int(lim["output_bytes"]) + 1)),
-            (resource.RLIMIT_CORE, (0, 0)),
-            (resource.RLIMIT_NOFILE, (256, 256)),
-            (resource.RLIMIT_STACK, (min(memory, 256 << 20), min(memory, 256 << 20))),
-        ]
-        if lim.get("nproc"):
-            rlimits.append((resource.RLIMIT_NPROC, (int(lim["nproc"]), int(lim["nproc"]))))
+        os.closerange(0, 1 << 16)  # the host's channel above all: nothing of the runner's stays
         for which, value in rlimits:
             _setrlimit(which, value)
         _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries, not the runner's
-        try:
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")  # the kernel's OOM killer takes the test, not the runner
+        try:  # the kernel's OOM killer takes the test, not the runner
+            fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+            os.write(fd, b"1000")
+            os.close(fd)
         except OSError:
             pass
+        fds = [os.open(self.files["stdin"], os.O_RDONLY | os.O_NOFOLLOW)]
+        for k in ("stdout", "stderr", "result"):  # new files in the freshly made io dir
+            fds.append(os.open(self.files[k], OUTPUT_FLAGS, 0o600))
+        for target, fd in enumerate(fds):  # the lowest free fds: normally 0-3 already
+            if fd != target:
+                os.dup2(fd, target)
+                os.close(fd)
         os.chdir(self.scratch)
-        sys.stdin = io.TextIOWrapper(
-            io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
-        )
-        sys.stdout = io.TextIOWrapper(
-            io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
-            encoding="utf-8",
-            errors="backslashreplace",
-        )
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False),
-            encoding="utf-8",
-            errors="backslashreplace",
-            write_through=True,
-        )
-        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-        sys.argv = [PROGRAM_FILE]
-        sys.setrecursionlimit(RECURSION_LIMIT)
-        sys.set_int_max_str_digits(INT_DIGITS_LIMIT)
-        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(READY_NAME), 0, 0, 0)
-        go = _read_all(GO_FD)  # blocks until the test starts; empty: discarded
-        os.close(GO_FD)
-        _libc.prctl(PR_SET_NAME, ctypes.c_char_p(b"solution"), 0, 0, 0)
-        if not go:
-            os._exit(0)
-        timeout, call_input = json.loads(go)
-        cpu = int(timeout) + 1
-        _setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        os._exit(self._execute(call_input))
+        sys.stdin, sys.stdout, sys.stderr = self.streams
+        sys.__stdin__, sys.__stdout__, sys.__stderr__ = self.streams
+        sys.argv = ARGV
+        os._exit(self._execute(self.call_input))
 
     def _execute(self, test_input):
-        g = dict(self.globals, stdin=sys.stdin, stdout=sys.stdout, stderr=sys.stderr, argv=sys.argv)
+        g = self.globals  # this process is a copy: the runner's globals are the program's own
         code = 0
         try:
             exec(self.code, g)
@@ -445,38 +576,46 @@ class Runner:
         return count
 
     def _wipe_scratch(self):
-        def force(func, path, _exc):
-            os.chmod(os.path.dirname(path), 0o700)
-            os.chmod(path, 0o700) if os.path.isdir(path) else None
-            func(path)
-
-        try:  # the whole writable tmpfs: the test may have written (or replaced) anything in it
+        """Empty the whole writable tmpfs and make the scratch and io dirs anew: the test may
+        have written, replaced or chmod-ed anything in it. False if that failed."""
+        try:
             for name in os.listdir(self.workdir):
                 path = os.path.join(self.workdir, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    os.chmod(path, 0o700)
-                    shutil.rmtree(path, onerror=force)
-                else:
-                    os.unlink(path)
-            for d in (self.scratch, self.iodir):
-                os.makedirs(d)
+                try:
+                    os.unlink(path)  # a file, a link, a FIFO...
+                except IsADirectoryError:
+                    _remove_dir(path)
+            os.mkdir(self.scratch)
+            os.mkdir(self.iodir)
             return True
         except OSError:
             return False
 
     @staticmethod
     def _read(path, limit, tail=False):
-        try:  # not a FIFO (it would block the runner) nor a link: the test may swap either in
+        """Up to `limit` bytes of an output file (`limit` + 1 to tell it was longer), or its last
+        `limit` bytes; b"" unless it is a plain file: the test may have swapped in a FIFO (which
+        would block the runner) or a link."""
+        try:
             fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-            with open(fd, "rb") as f:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return b""
-                if tail:
-                    size = os.fstat(f.fileno()).st_size
-                    f.seek(max(0, size - limit))
-                return f.read(limit + 1 if not tail else limit)
         except OSError:
             return b""
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return b""
+            want = limit if tail else limit + 1
+            if tail and st.st_size > limit:
+                os.lseek(fd, st.st_size - limit, os.SEEK_SET)
+            chunks = []
+            while want > 0 and (chunk := os.read(fd, min(want, 1 << 20))):
+                chunks.append(chunk)
+                want -= len(chunk)
+            return b"".join(chunks)
+        except OSError:
+            return b""
+        finally:
+            os.close(fd)
 
 
 def _returns_to_exits(source):
@@ -498,6 +637,66 @@ def _returns_to_exits(source):
             return ast.copy_location(exit_call, node)
 
     return ast.fix_missing_locations(TopLevelReturns().visit(tree))
+
+
+def _standard_streams(directory):
+    """sys.stdin, sys.stdout and sys.stderr of the programs: text streams on fds 0, 1 and 2,
+    which in a test's process are its io files. Made once, in the runner, while fds 0-2 are
+    regular files at offset 0 as a test's are (so they behave exactly as streams made there);
+    the runner never uses them, and each test's process gets them untouched."""
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    path = os.path.join(directory, ".streams")
+    try:
+        for target in (0, 1, 2):
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.dup2(fd, target)
+            os.close(fd)
+        stdin = io.TextIOWrapper(
+            io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8"
+        )
+        stdout = io.TextIOWrapper(
+            io.BufferedWriter(io.FileIO(1, "w", closefd=False), 1 << 16),
+            encoding="utf-8",
+            errors="backslashreplace",
+        )
+        stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False),
+            encoding="utf-8",
+            errors="backslashreplace",
+            write_through=True,
+        )
+    finally:
+        for target, fd in zip((0, 1, 2), saved, strict=True):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.unlink(path)
+    return stdin, stdout, stderr
+
+
+def _remove_dir(path):
+    try:
+        os.rmdir(path)  # the scratch dir, usually: empty
+    except OSError:
+        try:  # the io dir, usually: a few plain files
+            for name in os.listdir(path):
+                os.unlink(os.path.join(path, name))
+            os.rmdir(path)
+        except OSError:  # more than that, or permissions the test took away
+
+            def force(func, p, _exc):
+                os.chmod(os.path.dirname(p), 0o700)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    os.chmod(p, 0o700)
+                func(p)
+
+            os.chmod(path, 0o700)
+            shutil.rmtree(path, onerror=force)
+
+
+def _certain_failure(reply):
+    """Whether a test failed whatever it printed (the host's rule: a pass needs exit 0, no
+    timeout, no signal and no output past the cap), so fail_fast can stop without asking."""
+    return reply["timeout"] or reply["exit"] != 0 or reply["stdout_truncated"]
 
 
 def _setrlimit(which, value):
@@ -558,36 +757,34 @@ def _chain(te):
         te = te.__cause__ or te.__context__
 
 
-def serve(runner, rfile, wfile):
-    handlers = {"program": runner.load, "test": runner.test, "ping": lambda msg: {"ok": True}}
-    for line in rfile:
+def serve(runner, channel):
+    handlers = {
+        "run": lambda msg: runner.run(msg, channel),
+        "ping": lambda msg: channel.send({"ok": True}),
+        "stop": lambda msg: None,  # for a run that has already ended
+    }
+    while (msg := channel.next()) is not None:
         try:
-            msg = json.loads(line)
-            reply = handlers[msg["op"]](msg)
-        except Exception as e:  # noqa: BLE001 - report and stay alive for the next request
-            reply = {"error": f"runner: {type(e).__name__}: {e}"}
-        wfile.write(json.dumps(reply).encode() + b"\n")
-        wfile.flush()
-        try:
-            runner.prepare()  # the next test's process, while the host reads this reply
-        except Exception:  # noqa: BLE001 - retried (and then reported) by the next test
-            runner.discard()
+            handler = handlers.get(msg.get("op"))
+            if handler is None:
+                raise ValueError(msg.get("error") or f"unknown op {msg.get('op')!r}")
+            handler(msg)
+        except Exception as e:  # noqa: BLE001 - report; the host replaces this worker
+            channel.send({"error": f"runner: {type(e).__name__}: {e}"})
 
 
 def main():
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
-    rfile = os.fdopen(os.dup(0), "rb")
-    wfile = os.fdopen(os.dup(1), "wb")
+    channel = Channel(os.dup(0), os.dup(1))
+    if cfg.get("cpu") is not None:  # the namespace backend's pinning (Docker's: a cpuset)
+        os.sched_setaffinity(0, {cfg["cpu"]})
     if cfg.get("namespace"):
         enter_namespace(cfg)
     harden()
     runner = Runner(cfg.get("workdir", "/tmp"))
     gc.freeze()
-    wfile.write(
-        json.dumps({"ready": True, "pid": os.getpid(), "uid": os.getuid()}).encode() + b"\n"
-    )
-    wfile.flush()
-    serve(runner, rfile, wfile)
+    channel.send({"ready": True, "pid": os.getpid(), "uid": os.getuid()})
+    serve(runner, channel)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from cobalt.evaluation import EvalRecord
 from cobalt.storage import (
     MANIFEST,
     Logger,
+    Storage,
     StorageConfig,
     StorageError,
     code_version,
@@ -269,20 +270,7 @@ def bandit_stage(
     rows, stats = build_bandit_rows(spec, storage, tokenizer)
     if not rows:
         raise EmptyStageError(empty_reason(stats))
-    from datasets import Dataset
-
-    buffer = io.BytesIO()
-    Dataset.from_list(rows).to_parquet(buffer)
-    data = buffer.getvalue()
-    st.write_atomic(f"{directory}/{DATA}", data)
-    ref = BanditRef(
-        key=spec.key,
-        uri=st.protocol + directory,
-        rows=len(rows),
-        fingerprint="sha256:" + hashlib.sha256(data).hexdigest(),
-        stats=stats,
-    )
-    st.commit(manifest_path, ref, spec)
+    ref = commit_rows(st, directory, spec.key, rows, stats, spec)
     logger.info(
         "bandit: %d rows (%s by depth) from %d problems at %s",
         ref.rows,
@@ -290,6 +278,33 @@ def bandit_stage(
         stats["problems"],
         ref.uri,
     )
+    return ref
+
+
+def commit_rows(
+    st: Storage,
+    directory: str,
+    key: str,
+    rows: list[dict[str, Any]],
+    stats: dict[str, Any],
+    spec: BaseModel,
+) -> BanditRef:
+    """Rows written as `directory/data.parquet` (with `datasets`), then the manifest: a training
+    dataset (bandit or offline) committed."""
+    from datasets import Dataset
+
+    buffer = io.BytesIO()
+    Dataset.from_list(rows).to_parquet(buffer)
+    data = buffer.getvalue()
+    st.write_atomic(f"{directory}/{DATA}", data)
+    ref = BanditRef(
+        key=key,
+        uri=st.protocol + directory,
+        rows=len(rows),
+        fingerprint="sha256:" + hashlib.sha256(data).hexdigest(),
+        stats=stats,
+    )
+    st.commit(f"{directory}/{MANIFEST}", ref, spec)
     return ref
 
 

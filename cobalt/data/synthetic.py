@@ -1,8 +1,14 @@
 """A generated family of small stdin/stdout problems: list operations x input formats.
 
-Each *kind* is `"<operation>/<format>"` (10 operations x 3 formats = 30 kinds). `HELD_OUT` names
-combinations kept out of fitting, so a model fitted on the others can be checked on unseen pairs
-of known pieces. Everything is plain Python and deterministic given the seed.
+Each *kind* is `"<operation>/<format>"` (10 operations x 3 formats = 30 kinds, `KINDS`: the
+embedded default's family). `HELD_OUT` names combinations kept out of fitting, so a model fitted on
+the others can be checked on unseen pairs of known pieces. Everything is plain Python and
+deterministic given the seed.
+
+`ALL_KINDS` extends the family with 3 more operations and a 4th input format (13 x 4 = 52 kinds,
+`KINDS` first and unchanged, so the bundled samples and the default's fitted model do not move);
+`LEARNING_RL_KINDS` and `LEARNING_UNSEEN_KINDS` are the 12 + 12 kinds the GPU learning check holds
+out of SFT (`learning_sft_kinds()`: the other 28).
 
     from cobalt.data.synthetic import HELD_OUT, make_problems, seen_kinds
     problems = make_problems(seen_kinds(), count=100, seed=0)
@@ -63,6 +69,25 @@ _OPS: dict[str, tuple[str, str, str, Callable[[list[int]], str]]] = {
         "s = 0\nout = []\nfor x in a:\n    s += x\n    out.append(s)\nprint(*out)",
         lambda a: " ".join(str(sum(a[: i + 1])) for i in range(len(a))),
     ),
+    # the extension (ALL_KINDS only)
+    "odds": (
+        "how many of the integers are odd",
+        "count the odd values",
+        "print(sum(1 for x in a if x % 2 == 1))",
+        lambda a: str(sum(1 for x in a if x % 2 == 1)),
+    ),
+    "range": (
+        "the largest integer minus the smallest integer",
+        "subtract the minimum from the maximum",
+        "print(max(a) - min(a))",
+        lambda a: str(max(a) - min(a)),
+    ),
+    "desc": (
+        "the integers in decreasing order, separated by spaces",
+        "sort the values in reverse",
+        "print(*sorted(a, reverse=True))",
+        lambda a: " ".join(map(str, sorted(a, reverse=True))),
+    ),
 }
 
 # format -> (input description, reader lines, input text from the list)
@@ -82,11 +107,26 @@ _FORMATS: dict[str, tuple[str, str, Callable[[list[int]], str]]] = {
         'a = [int(x) for x in input().split(",")]',
         lambda a: ",".join(map(str, a)) + "\n",
     ),
+    # the extension (ALL_KINDS only)
+    "space": (
+        "The input is one line of integers separated by spaces.",
+        "a = list(map(int, input().split()))",
+        lambda a: " ".join(map(str, a)) + "\n",
+    ),
 }
 
-OPERATIONS: tuple[str, ...] = tuple(_OPS)
-FORMATS: tuple[str, ...] = tuple(_FORMATS)
+EXTRA_OPERATIONS: tuple[str, ...] = ("odds", "range", "desc")
+EXTRA_FORMATS: tuple[str, ...] = ("space",)
+OPERATIONS: tuple[str, ...] = tuple(op for op in _OPS if op not in EXTRA_OPERATIONS)
+FORMATS: tuple[str, ...] = tuple(f for f in _FORMATS if f not in EXTRA_FORMATS)
 KINDS: tuple[str, ...] = tuple(f"{op}/{fmt}" for op in OPERATIONS for fmt in FORMATS)
+# the 30 kinds first, then every kind with a new operation or format (52 in all)
+ALL_KINDS: tuple[str, ...] = KINDS + tuple(
+    f"{op}/{fmt}"
+    for op in _OPS
+    for fmt in _FORMATS
+    if op in EXTRA_OPERATIONS or fmt in EXTRA_FORMATS
+)
 # each format twice, each held-out operation once, every piece still seen in other kinds
 HELD_OUT: tuple[str, ...] = (
     "sum/comma",
@@ -95,6 +135,34 @@ HELD_OUT: tuple[str, ...] = (
     "evens/comma",
     "unique/lines",
     "prefix/count",
+)
+# The learning check's split of ALL_KINDS (scripts/learning_check.py, docs/LEARNING.md): 12 RL
+# kinds (GRPO prompts come only from them) and 12 never-seen kinds (held out of SFT and RL), each
+# format 3 times in each group, no operation twice in a group; the first 6 of each are the
+# 30-kind split the check used before (HELD_OUT and its never-seen six). Every operation and every
+# format is still seen by SFT in at least two other kinds.
+LEARNING_RL_KINDS: tuple[str, ...] = (
+    *HELD_OUT,
+    "odds/comma",
+    "range/lines",
+    "desc/count",
+    "min/space",
+    "product/space",
+    "second/space",
+)
+LEARNING_UNSEEN_KINDS: tuple[str, ...] = (
+    "sum/count",
+    "min/count",
+    "max/comma",
+    "reversed/comma",
+    "product/lines",
+    "second/lines",
+    "odds/lines",
+    "range/count",
+    "desc/comma",
+    "sorted/space",
+    "unique/space",
+    "evens/space",
 )
 N_PUBLIC = 2
 N_HIDDEN = 6
@@ -107,14 +175,20 @@ def _product_mod(a: list[int]) -> int:
     return p
 
 
-def seen_kinds(held_out: Sequence[str] = HELD_OUT) -> list[str]:
-    return [k for k in KINDS if k not in set(held_out)]
+def seen_kinds(held_out: Sequence[str] = HELD_OUT, kinds: Sequence[str] = KINDS) -> list[str]:
+    """`kinds` (default: the 30) without `held_out`, in order."""
+    return [k for k in kinds if k not in set(held_out)]
+
+
+def learning_sft_kinds() -> list[str]:
+    """The 28 kinds the learning check fits SFT on: ALL_KINDS without its RL and never-seen ones."""
+    return seen_kinds(LEARNING_RL_KINDS + LEARNING_UNSEEN_KINDS, ALL_KINDS)
 
 
 def _split(kind: str) -> tuple[str, str]:
     op, _, fmt = kind.partition("/")
     if op not in _OPS or fmt not in _FORMATS:
-        raise ValueError(f"unknown synthetic kind {kind!r}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown synthetic kind {kind!r}; known: {', '.join(ALL_KINDS)}")
     return op, fmt
 
 

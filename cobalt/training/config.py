@@ -1,6 +1,9 @@
 """The training configuration (SPEC §1.6 mapped to TRL 1.16's `GRPOConfig`): presets, modes,
 generation backend, LoRA. `TrainingConfig.grpo_kwargs` is the one place where the paper's settings
-become TRL's; `cobalt/training/grpo.py` runs the trainer with them.
+become TRL's; `cobalt/training/grpo.py` runs the trainer with them. The `offline` mode (SPEC §2)
+trains on the logged turns of the trajectories with a `transformers.Trainer` instead: its settings
+are `OfflineSettings` (`TrainingConfig.offline`), mapped to `TrainingArguments` by
+`TrainingConfig.offline_kwargs`; `cobalt/training/offline.py` runs it.
 
 Mapping notes (TRL 1.16):
 
@@ -21,12 +24,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sandbox import SandboxConfig
 
 Preset = Literal["paper", "tiny"]
-Mode = Literal["single_turn", "cobalt"]
+Mode = Literal["single_turn", "cobalt", "offline"]
+Objective = Literal["reinforce_loo", "awr", "clipped_ratio"]
 Generation = Literal["auto", "transformers", "paged", "vllm_colocate", "vllm_server"]
 
 
@@ -52,6 +56,52 @@ class LoraSettings(BaseModel):
         )
 
 
+class OfflineSettings(BaseModel):
+    """The offline mode (SPEC §2): a policy update from the logged turns and their rewards, no
+    generation and no sandbox while training (`cobalt/training/offline.py`, docs/TRAINING.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    objective: Objective = Field(
+        "reinforce_loo",
+        description="reinforce_loo: -A * log-prob, A = reward - leave-one-out baseline; awr: "
+        "advantage-weighted regression, weight min(exp(A / awr_beta), awr_max_weight); "
+        "clipped_ratio: PPO's clipped surrogate min(r A, clip(r, 1 - eps, 1 + eps_high) A) "
+        "per token, r = policy / reference probability (reference: the starting policy).",
+    )
+    awr_beta: float = Field(0.5, gt=0, description="AWR temperature: weight exp(A / beta).")
+    awr_max_weight: float = Field(20.0, gt=0, description="AWR: weights clipped to this.")
+    ratio_clip: float = Field(0.2, gt=0, lt=1, description="clipped_ratio: eps (low side).")
+    ratio_clip_high: float | None = Field(
+        None, gt=0, description="clipped_ratio: eps on the high side (default: ratio_clip)."
+    )
+    learning_rate: float | None = Field(
+        None, gt=0, description="Default: the preset's (paper 1e-6, tiny 1e-5)."
+    )
+    epochs: float = Field(1.0, gt=0, description="Passes over the rows (unless max_steps).")
+    batch_size: int = Field(8, ge=1, description="Rows per device and micro-batch.")
+    gradient_accumulation_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Micro-batches per optimizer step (default: tiny 1; paper 1024 rows per "
+        "step, SPEC §1.6's mini-batch of 64 prompts x 16 samples: 1024 // batch_size).",
+    )
+    max_length: int | None = Field(
+        None,
+        ge=2,
+        description="Drop rows whose prompt + completion is longer (tokens; default: paper "
+        "16384, tiny 1024). Rows are dropped, never cut.",
+    )
+    drop_zero_advantage: bool = Field(
+        True,
+        description="reinforce_loo and clipped_ratio: leave out rows whose advantage is 0 "
+        "(no gradient; they would only dilute the token mean). AWR keeps every row.",
+    )
+
+    def clip_high(self) -> float:
+        return self.ratio_clip if self.ratio_clip_high is None else self.ratio_clip_high
+
+
 def vllm_available() -> bool:
     import importlib.util
 
@@ -62,7 +112,14 @@ class TrainingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     preset: Preset = "tiny"
-    mode: Mode = "cobalt"
+    mode: Mode = Field(
+        "cobalt",
+        description="cobalt: GRPO on every bandit context; single_turn: GRPO on the turn-0 "
+        "prompts; offline: no generation, the logged turns and rewards (`offline`).",
+    )
+    offline: OfflineSettings = Field(
+        default_factory=OfflineSettings, description="The offline mode's objective and loop."
+    )
     use_format_reward: bool = Field(False, description="Add the thinking-model format term.")
     max_prompt_length: int | None = Field(
         None, description="Drop rows whose templated prompt has more tokens (preset default)."
@@ -89,6 +146,16 @@ class TrainingConfig(BaseModel):
     )
     vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
     lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
+    attn_implementation: str | None = Field(
+        None,
+        description="The policy's attention kernel (transformers' attn_implementation: sdpa, "
+        "eager, flash_attention_2); default: the model's own.",
+    )
+    cudnn_attention: bool = Field(
+        True,
+        description="Let PyTorch's SDPA pick its cuDNN kernel (GPU, half precision). Off: the "
+        "flash / memory-efficient kernels only (docs/LEARNING.md, bf16).",
+    )
     save_steps: int | None = Field(
         None,
         ge=1,
@@ -97,7 +164,19 @@ class TrainingConfig(BaseModel):
     )
     seed: int = 0
     sandbox: SandboxConfig = Field(default_factory=lambda: SandboxConfig(backend="namespace"))
-    overrides: dict[str, Any] = Field(default_factory=dict, description="Extra GRPOConfig kwargs.")
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra GRPOConfig kwargs (offline mode: extra TrainingArguments kwargs).",
+    )
+
+    @model_validator(mode="after")
+    def _offline_combinations(self) -> TrainingConfig:
+        if self.mode == "offline" and self.use_format_reward:
+            raise ValueError(
+                "use_format_reward: the offline mode's reward is the logged correctness reward "
+                "only; train with mode cobalt or single_turn for the format term"
+            )
+        return self
 
     def prompt_limit(self) -> int:
         if self.max_prompt_length is not None:
@@ -105,14 +184,76 @@ class TrainingConfig(BaseModel):
         return 10_240 if self.preset == "paper" else 512
 
     def check(self) -> None:
-        """Build the GRPOConfig once (no training) so that an inconsistent setting fails before
-        any work, e.g. a batch that does not divide into groups of num_generations."""
+        """Build the GRPOConfig (offline: the TrainingArguments) once, no training, so that an
+        inconsistent setting fails before any work, e.g. a batch that does not divide into
+        groups of num_generations."""
+        if self.mode == "offline":
+            self.training_arguments("unused-output-dir")
+            return
         from trl import GRPOConfig
 
         try:
             GRPOConfig(**self.grpo_kwargs("unused-output-dir"))
         except (ValueError, TypeError) as exc:
             raise ValueError(f"training config ({self.preset} preset): {exc}") from None
+
+    def offline_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
+        """Keyword arguments of `transformers.TrainingArguments` for the offline mode."""
+        import torch
+
+        gpu = torch.cuda.is_available()
+        o = self.offline
+        paper = self.preset == "paper"
+        kwargs: dict[str, Any] = {
+            "output_dir": str(output_dir),
+            "learning_rate": o.learning_rate or (1e-6 if paper else 1e-5),
+            "max_grad_norm": 1.0,
+            "num_train_epochs": o.epochs,
+            "per_device_train_batch_size": o.batch_size,
+            "gradient_accumulation_steps": o.gradient_accumulation_steps
+            or (max(1, 1024 // o.batch_size) if paper else 1),
+            "seed": self.seed,
+            "data_seed": self.seed,
+            "bf16": gpu,
+            "report_to": "none",
+            "logging_steps": 1,
+            "remove_unused_columns": False,  # the collator needs the row's own columns
+            "gradient_checkpointing": paper,
+            "save_strategy": "steps" if paper else "no",
+            "save_steps": 50,
+            "save_total_limit": 2,
+            "use_cpu": not gpu,
+            "dataloader_num_workers": 0,
+        }
+        if self.max_steps is not None:
+            kwargs["max_steps"] = self.max_steps
+        if self.save_steps is not None:
+            kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
+        return kwargs | self.overrides
+
+    def training_arguments(self, output_dir: str | Path) -> Any:
+        """The offline mode's `TrainingArguments`; an override that is a GRPO setting (or no
+        setting at all) is refused with its name."""
+        from transformers import TrainingArguments
+
+        fields = TrainingArguments.__dataclass_fields__
+        unknown = sorted(k for k in self.overrides if k not in fields)
+        if unknown:
+            raise ValueError(
+                f"training.overrides {unknown}: not TrainingArguments fields, so not used by the "
+                "offline mode (GRPO settings such as num_generations are not): remove them, or "
+                "set training.offline (objective, batch_size, learning_rate, ...)"
+            )
+        try:
+            return TrainingArguments(**self.offline_kwargs(output_dir))
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"training config (offline, {self.preset} preset): {exc}") from None
+
+    def max_length(self) -> int:
+        """Longest prompt + completion the offline mode trains on (tokens)."""
+        if self.offline.max_length is not None:
+            return self.offline.max_length
+        return 16_384 if self.preset == "paper" else 1024
 
     def grpo_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
         """Keyword arguments of TRL's `GRPOConfig` for this preset."""

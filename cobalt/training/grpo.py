@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.training.config import Mode, TrainingConfig
+from cobalt.training.guards import NonFiniteGuard
 from cobalt.training.reward import correctness_reward, format_reward
 from cobalt.trajectories.prompts import extract_code
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge, TestSuite
@@ -192,11 +193,19 @@ def train(
         )
     dataset = Dataset.from_list(rows)
     args = GRPOConfig(**config.grpo_kwargs(output_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_path))
+    if not config.cudnn_attention:
+        import torch
+
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    attention = (
+        {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
+    )
+    model = AutoModelForCausalLM.from_pretrained(str(model_path), **attention)
 
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    guard = NonFiniteGuard()
     with CobaltRewards(config.sandbox, count_tokens) as rewards:
         trainer = GRPOTrainer(
             model=model,
@@ -204,10 +213,11 @@ def train(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=list(callbacks),
+            callbacks=[*callbacks, guard],
             peft_config=config.lora.peft_config() if config.lora else None,
         )
         trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
+    guard.check("Mixed precision was " + ("bf16" if args.bf16 else "off") + ".")
     if config.lora:  # a plain model for the engines: adapters merged into the weights
         if trainer.is_world_process_zero():
             trainer.model.merge_and_unload().save_pretrained(str(output_dir))

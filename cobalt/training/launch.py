@@ -1,6 +1,7 @@
 """Running a training job in this process or on several, through `accelerate launch`.
 
-`run_job(job)` trains in this process when `job.config.num_processes` is 1. Otherwise it writes
+`run_job(job)` trains (GRPO, or the offline objective in offline mode) in this process when
+`job.config.num_processes` is 1. Otherwise it writes
 the job to a JSON file and starts
 
     accelerate launch --multi_gpu --num_processes N [--config_file F] -m cobalt.training.launch JOB
@@ -54,17 +55,30 @@ class LaunchError(RuntimeError):
     """The launched training processes failed; the message holds the end of their output."""
 
 
-def run_job(job: Job, logger: Logger = log) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Train; return the trainer's log history and the step timing (StepTimer.summary)."""
-    if job.config.num_processes == 1:
+Result = tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]
+
+
+def run_job(job: Job, logger: Logger = log) -> Result:
+    """Train (GRPO, or the offline objective in offline mode); return the trainer's log history,
+    the step timing (StepTimer.summary) and what the offline trainer reports of its rows. One
+    process on a machine with several GPUs is launched too: the Trainer would otherwise wrap the
+    model in nn.DataParallel, which GRPO does not support."""
+    if job.config.num_processes == 1 and not _several_gpus():
         return train_here(job)
     return launch(job, logger)
 
 
-def train_here(job: Job, processes: int = 1) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _several_gpus() -> bool:
+    import torch
+
+    return "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 1
+
+
+def train_here(job: Job, processes: int = 1) -> Result:
     """This process's part of the job (all of it when it runs alone)."""
     from cobalt.training.checkpoints import uploader
     from cobalt.training.grpo import train
+    from cobalt.training.offline import train_offline
     from cobalt.training.step_timing import StepTimer
 
     share = max(1, job.sandbox.concurrency // processes)
@@ -76,9 +90,20 @@ def train_here(job: Job, processes: int = 1) -> tuple[list[dict[str, Any]], dict
     callbacks: list[Any] = [StepTimer()]
     if job.upload_dir:
         callbacks.append(uploader(open_storage(job.storage), output, job.upload_dir))
+    extra: dict[str, Any] = {}
     with callbacks[0] as timer:
-        history = train(config, rows, job.model, output, callbacks=callbacks)
-    return history, timer.summary()
+        if config.mode == "offline":
+            run = train_offline(config, rows, job.model, output, callbacks=callbacks)
+            history = run.history
+            extra = {
+                "rows_trained": run.rows,
+                "dropped_zero_advantage": run.dropped_zero_advantage,
+                "dropped_too_long": run.dropped_too_long,
+                "reference_logprobs_s": run.reference_logprobs_s,
+            }
+        else:
+            history = train(config, rows, job.model, output, callbacks=callbacks)
+    return history, timer.summary(), extra
 
 
 def launch_command(job_file: Path, config: TrainingConfig) -> list[str]:
@@ -86,14 +111,15 @@ def launch_command(job_file: Path, config: TrainingConfig) -> list[str]:
     if config.accelerate_config:
         command += ["--config_file", config.accelerate_config]
     else:
-        command += ["--multi_gpu", "--num_machines", "1", "--dynamo_backend", "no"]
+        many = ["--multi_gpu"] if config.num_processes > 1 else ["--gpu_ids", "0"]
+        command += [*many, "--num_machines", "1", "--dynamo_backend", "no"]
         command += ["--mixed_precision", "no"]  # the trainer's own bf16 setting decides
     command += ["--num_processes", str(config.num_processes)]
     command += ["--main_process_port", str(_free_port())]
     return [*command, "-m", "cobalt.training.launch", str(job_file)]
 
 
-def launch(job: Job, logger: Logger = log) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def launch(job: Job, logger: Logger = log) -> Result:
     """Run the job on `num_processes` processes and wait; LaunchError if any of them fails."""
     work = Path(job.output_dir, LAUNCH_DIR)
     shutil.rmtree(work, ignore_errors=True)
@@ -113,7 +139,7 @@ def launch(job: Job, logger: Logger = log) -> tuple[list[dict[str, Any]], dict[s
             f"training on {job.config.num_processes} processes failed ({code}):\n{tail}"
         )
     found = json.loads(result.read_text())
-    return found["history"], found["timing"]
+    return found["history"], found["timing"], found["extra"]
 
 
 def _root() -> str:
@@ -137,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     job = Job.model_validate_json(job_file.read_text())
     processes, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     print(f"cobalt.training.launch: process {rank} of {processes} starts", flush=True)
-    history, timing = train_here(job, processes)
+    history, timing, extra = train_here(job, processes)
     if rank == 0:
-        result = {"history": history, "timing": {**timing, "processes": processes}}
+        result = {"history": history, "timing": {**timing, "processes": processes}, "extra": extra}
         (job_file.parent / "result.json").write_text(json.dumps(result, indent=1))
     return 0
 

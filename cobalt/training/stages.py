@@ -1,8 +1,11 @@
 """The training stage in storage (docs/TRAINING.md): its parameters, finding the trajectories run
-and the policy it starts from, and GRPO training into `<storage>/training/<key>/` (the model,
-log_history.json, rewards.png; checkpoints while it runs, resumed after a crash; MANIFEST.json
-last). The bandit dataset it trains on is `cobalt/bandit/dataset.py`; the trainer is
-`cobalt/training/grpo.py`. `tasks/training.py` wraps both steps in cached Prefect tasks.
+and the policy it starts from, and training into `<storage>/training/<key>/` (the model,
+log_history.json, the curves' PNG; checkpoints while it runs, resumed after a crash;
+MANIFEST.json last). By mode: `cobalt` / `single_turn` train with GRPO
+(`cobalt/training/grpo.py`) on the bandit dataset (`cobalt/bandit/dataset.py`); `offline` trains
+with `cobalt/training/offline.py` on the offline dataset (`cobalt/training/offline_data.py`).
+Every mode records its cost (wall and GPU seconds, `cobalt/training/cost.py`) in the stats.
+`tasks/training.py` wraps both steps in cached Prefect tasks.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.bandit.dataset import (
     BanditConfig,
@@ -37,9 +40,14 @@ from cobalt.storage import (
     recipe_key,
 )
 from cobalt.training.checkpoints import download_last_checkpoint
-from cobalt.training.config import TrainingConfig
+from cobalt.training.config import Mode, TrainingConfig
 from cobalt.training.grpo import last_checkpoint
 from cobalt.training.launch import Job, run_job
+from cobalt.training.offline_data import (
+    OfflineDataSpec,
+    nothing_to_learn_reason,
+    offline_data_spec,
+)
 from cobalt.trajectories.problemsets import ProblemSetError
 from cobalt.trajectories.runs import Trajectories, find_trajectories
 from sandbox import SandboxConfig
@@ -51,6 +59,19 @@ TRAINING_CODE = (
     "cobalt.training.reward",
     "cobalt.trajectories.prompts.extract_code",
 )
+OFFLINE_TRAINING_CODE = ("cobalt.training.config", "cobalt.training.offline")
+
+
+# settings of the other kind of mode, left out of a training key (changing them changes nothing)
+_OTHER_MODES = (
+    {"offline"},
+    {"generation", "vllm_server_base_url", "num_processes", "max_prompt_length"},
+)
+
+
+def training_code(mode: Mode) -> tuple[str, ...]:
+    """The modules whose source is part of a training stage's key, by mode."""
+    return OFFLINE_TRAINING_CODE if mode == "offline" else TRAINING_CODE
 
 
 class TrainingParams(BaseModel):
@@ -82,6 +103,20 @@ class TrainingParams(BaseModel):
         description="Local directory for checkpoints and models when storage is S3.",
     )
     refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
+
+    @model_validator(mode="after")
+    def _offline_has_no_perturbed_mixing(self) -> TrainingParams:
+        check_offline_params(self.training, self.bandit)
+        return self
+
+
+def check_offline_params(training: TrainingConfig, bandit: BanditConfig) -> None:
+    if training.mode == "offline" and bandit.perturbed_ratio > 0:
+        raise ValueError(
+            "bandit.perturbed_ratio: the offline mode trains on the logged turns of the "
+            "true-feedback trajectories, perturbed contexts are mixed into the bandit dataset "
+            "only: set it to 0, or train with mode cobalt"
+        )
 
 
 class Ready(BaseModel):
@@ -167,7 +202,7 @@ class TrainingSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     key: str
-    dataset: BanditRef
+    dataset: BanditRef = Field(description="The bandit dataset; offline mode: the offline one.")
     model: str = Field(description="Identity (content hash) of the starting policy.")
     config: TrainingConfig
 
@@ -190,8 +225,8 @@ def training_spec(params: TrainingParams, ready: Ready, dataset: BanditRef) -> T
         "stage": "training",
         "dataset": dataset.fingerprint,
         "model": ready.model_identity,
-        "config": config.model_dump(mode="json"),
-        "code": code_version(*TRAINING_CODE),
+        "config": config.model_dump(mode="json", exclude=_OTHER_MODES[config.mode == "offline"]),
+        "code": code_version(*training_code(config.mode)),
     }
     return TrainingSpec(
         key=recipe_key(**recipe), dataset=dataset, model=ready.model_identity, config=config
@@ -201,7 +236,9 @@ def training_spec(params: TrainingParams, ready: Ready, dataset: BanditRef) -> T
 def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log) -> PolicyRef:
     """Train in a local output directory (the storage itself when local; work_dir for S3, with
     each checkpoint uploaded as it is saved and downloaded again by a resumed run elsewhere),
-    then commit the model, its log history and the reward-curve plot to storage."""
+    then commit the model, its log history and the curves' plot to storage."""
+    from cobalt.training.cost import CostMeter
+
     st = open_storage(runtime.storage)
     directory = st.path("training", spec.key)
     manifest_path = f"{directory}/{MANIFEST}"
@@ -231,19 +268,31 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         output_dir=str(local),
         upload_dir=None if runtime.storage.is_local else directory,
     )
-    history, timing = run_job(job, logger)
+    with CostMeter() as cost:
+        history, timing, extra = run_job(job, logger)
     config = spec.config
-    plot = plot_rewards(history, f"GRPO ({config.mode}, {config.preset}): reward per step")
-    (local / "rewards.png").write_bytes(plot)
+    if config.mode == "offline":
+        from cobalt.training.offline import offline_curve_stats, plot_offline
+
+        name = "curves.png"
+        title = f"Offline ({config.offline.objective}, {config.preset}): loss, weighted advantage"
+        plot = plot_offline(history, title)
+        stats = {**offline_curve_stats(history), "objective": config.offline.objective, **extra}
+    else:
+        name = "rewards.png"
+        plot = plot_rewards(history, f"GRPO ({config.mode}, {config.preset}): reward per step")
+        stats = reward_stats(history)
+    (local / name).write_bytes(plot)
     (local / "log_history.json").write_text(json.dumps(history, indent=1))
     if not runtime.storage.is_local:
         for path in sorted(local.iterdir()):
             if path.is_file():
                 st.fs.put_file(str(path), f"{directory}/{path.name}")
     steps = max((int(h.get("step", 0)) for h in history), default=0)
-    stats = {
-        **reward_stats(history),
+    stats |= {
+        "mode": config.mode,
         "timing": timing,
+        "cost": cost.summary(),
         "processes": config.num_processes,
         "resumed_from": resumed,
     }
@@ -252,9 +301,9 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         uri=st.protocol + directory,
         steps=steps,
         stats=stats,
-        plot=(local / "rewards.png").as_uri()
+        plot=(local / name).as_uri()
         if runtime.storage.is_local
-        else st.protocol + f"{directory}/rewards.png",
+        else st.protocol + f"{directory}/{name}",
     )
     st.commit(manifest_path, ref, spec)
     logger.info("training: %d steps, %s, model at %s", steps, stats, ref.uri)
@@ -333,10 +382,17 @@ def runtime_of(params: TrainingParams, ready: Ready) -> Runtime:
     )
 
 
-def check_repairs(params: TrainingParams, dataset: BanditRef) -> None:
-    """Cobalt training needs repair contexts (else it is single-turn training in disguise)."""
+def offline_spec_of(ready: Ready) -> OfflineDataSpec:
+    return offline_data_spec(ready.trajectories)
+
+
+def check_dataset(params: TrainingParams, dataset: BanditRef) -> None:
+    """Cobalt training needs repair contexts (else it is single-turn training in disguise);
+    offline training needs a row whose advantage is not 0 (else there is nothing to learn)."""
     if params.training.mode == "cobalt" and not dataset.stats.get("problems_with_repairs"):
         raise EmptyStageError(no_repairs_reason(dataset.stats))
+    if params.training.mode == "offline" and not dataset.stats.get("nonzero_advantage_rows"):
+        raise EmptyStageError(nothing_to_learn_reason(dataset.stats))
 
 
 class TrainingSummary(BaseModel):
@@ -348,16 +404,30 @@ class TrainingSummary(BaseModel):
 
 def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:
     """One line for the log, the trained model as a local directory."""
-    stats = dataset.stats
-    timing = policy.stats.get("timing", {})
-    line = (
-        f"training: {dataset.rows} bandit rows from {stats.get('problems')} problems "
-        f"({stats.get('problems_with_repairs')} with repair contexts); "
-        f"{params.training.mode} GRPO, {policy.steps} steps, reward "
-        f"{policy.stats.get('reward_first')} -> {policy.stats.get('reward_last')}; "
-        f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; "
-        f"model at {policy.uri}"
+    stats, ps = dataset.stats, policy.stats
+    cost = ps.get("cost") or {}
+    spent = f"{cost.get('wall_s')} s" + (
+        f", {cost['gpu_s']} GPU s" if cost.get("gpu_s") is not None else ""
     )
+    if params.training.mode == "offline":
+        line = (
+            f"training: {dataset.rows} offline rows (logged turns) from {stats.get('problems')} "
+            f"problems, {stats.get('nonzero_advantage_rows')} with a nonzero advantage; offline "
+            f"{ps.get('objective')}, {policy.steps} steps on {ps.get('rows_trained')} rows, loss "
+            f"{ps.get('loss_first')} -> {ps.get('loss_last')}, weighted advantage "
+            f"{ps.get('weighted_advantage_first')} -> {ps.get('weighted_advantage_last')}; "
+            f"{spent}; model at {policy.uri}"
+        )
+    else:
+        timing = ps.get("timing", {})
+        line = (
+            f"training: {dataset.rows} bandit rows from {stats.get('problems')} problems "
+            f"({stats.get('problems_with_repairs')} with repair contexts); "
+            f"{params.training.mode} GRPO, {policy.steps} steps, reward "
+            f"{ps.get('reward_first')} -> {ps.get('reward_last')}; "
+            f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; {spent}; "
+            f"model at {policy.uri}"
+        )
     return TrainingSummary(
         dataset=dataset,
         policy=policy,

@@ -76,6 +76,7 @@ class StepTimer(TrainerCallback):
         """Seconds per bucket over all steps, their share of step time, and the step count."""
         total = sum(s["total"] for s in self.steps)
         out: dict[str, Any] = {"steps": len(self.steps), "total_s": round(total, 3)}
+        out["step_s"] = [round(s["total"], 3) for s in self.steps]
         for bucket in (GENERATION, REWARD, OPTIMISATION):
             seconds = sum(s[bucket] for s in self.steps)
             out[f"{bucket}_s"] = round(seconds, 3)

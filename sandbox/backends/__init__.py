@@ -17,13 +17,14 @@ def make_backend(config: SandboxConfig) -> Backend:
     from sandbox.backends.docker import DockerBackend
     from sandbox.backends.namespace import NamespaceBackend
 
+    pin = config.pin_cpus and config.cpus_per_worker <= 1
     if config.backend == "docker":
-        return DockerBackend(config.limits, config.image, config.cpus_per_worker)
+        return DockerBackend(config.limits, config.image, config.cpus_per_worker, pin=pin)
     if config.backend == "namespace":
         _require_linux()
-        return NamespaceBackend(config.limits)
+        return NamespaceBackend(config.limits, pin=pin)
     try:
-        return DockerBackend(config.limits, config.image, config.cpus_per_worker)
+        return DockerBackend(config.limits, config.image, config.cpus_per_worker, pin=pin)
     except SandboxUnavailable as docker_error:
         try:
             _require_linux()
@@ -32,7 +33,7 @@ def make_backend(config: SandboxConfig) -> Backend:
                 f"no sandbox backend can run here. docker: {docker_error} namespace: {ns_error}"
             ) from ns_error
         log.info("docker backend unavailable (%s); using namespaces", docker_error)
-        return NamespaceBackend(config.limits)
+        return NamespaceBackend(config.limits, pin=pin)
 
 
 def _require_linux() -> None:

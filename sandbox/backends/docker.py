@@ -14,6 +14,7 @@ import os
 import socket
 import struct
 
+from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.models import Limits
 from sandbox.pool import Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
@@ -76,11 +77,15 @@ class _Demux:
 class DockerBackend(Backend):
     name = "docker"
 
-    def __init__(self, limits: Limits, image: str, cpus: float = 1.0, client=None):
+    def __init__(
+        self, limits: Limits, image: str, cpus: float = 1.0, client=None, pin: bool = False
+    ):
         self.limits = limits
         self.image = image
         self.cpus = cpus
         self.client = client or docker_client()
+        # CPU numbers are this host's: no pinning on an engine elsewhere (DOCKER_HOST=tcp://...)
+        self.pin = pin and self.client.api.base_url.startswith("http+docker://")
         check_image(self.client, image)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.remove_stale()
@@ -97,7 +102,8 @@ class DockerBackend(Backend):
                 with contextlib.suppress(Exception):
                     c.remove(force=True)
 
-    def _create(self, index: int):
+    def _create(self, index: int, cpu: int | None):
+        import docker
         from docker.types import Ulimit
 
         lim = self.limits
@@ -106,7 +112,11 @@ class DockerBackend(Backend):
         container = self.client.containers.create(
             self.image,
             command=["python3", "-I", "-S", "-c", RUNNER_SOURCE, json.dumps(cfg)],
+            # StdinOnce (the SDK's default with stdin_open): when our connection closes, even
+            # because this process died, the runner reads EOF and exits; the engine then
+            # removes the container (auto_remove).
             stdin_open=True,
+            auto_remove=True,
             network_mode="none",
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,noexec,size={lim.scratch_mb + 16}m,mode=1777"},
@@ -114,6 +124,7 @@ class DockerBackend(Backend):
             memswap_limit=f"{memory}m",
             pids_limit=lim.max_processes + 4,
             nano_cpus=int(self.cpus * 1e9),
+            cpuset_cpus=None if cpu is None else str(cpu),
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             user="65534:65534",
@@ -122,16 +133,28 @@ class DockerBackend(Backend):
             labels={LABEL: self.owner},
             environment={"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"},
         )
-        sock = container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+        # The attach connection is hijacked from HTTP: it gets a client of its own, which no
+        # other request (another worker's start, in another thread) can ever be given.
+        api = docker.APIClient(
+            version=self.client.api.api_version, **docker.utils.kwargs_from_env()
+        )
+        sock = api.attach_socket(
+            container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
         container.start()
-        return container, sock
+        return container, (api, sock)
 
     async def spawn(self, index: int) -> Worker:
+        cpu = take_cpu() if self.pin else None
         try:
-            container, sock = await asyncio.to_thread(self._create, index)
+            container, (api, sock) = await asyncio.to_thread(self._create, index, cpu)
         except Exception as e:
+            release_cpu(cpu)
             raise SandboxUnavailable(f"could not start a sandbox container: {e}") from e
-        raw = sock._sock  # the hijacked HTTP connection: stdin out, multiplexed stdout in
+        # The hijacked HTTP connection: stdin out, multiplexed stdout in. `sock` (the SDK's
+        # socket file, which holds the HTTP response) and `api` live as long as the worker:
+        # dropped, they may close the connection under us.
+        raw = sock._sock
         raw.setblocking(False)
         reader, writer = await asyncio.open_connection(sock=raw, limit=1 << 20)
         demux = _Demux(reader)
@@ -142,7 +165,11 @@ class DockerBackend(Backend):
 
         async def close() -> None:
             writer.close()
-            await asyncio.to_thread(_remove, container)
+            with contextlib.suppress(Exception):
+                sock.close()
+                api.close()
+            await asyncio.to_thread(_kill, container)  # quicker than a removal, which follows
+            release_cpu(cpu)
 
         worker = Worker(
             index,
@@ -155,7 +182,9 @@ class DockerBackend(Backend):
         try:
             await worker.handshake(timeout=60)
         except Exception as e:
-            logs = await asyncio.to_thread(container.logs, tail=20)
+            logs = b"(gone)"
+            with contextlib.suppress(Exception):
+                logs = await asyncio.to_thread(container.logs, tail=20)
             await worker.close()
             raise SandboxUnavailable(
                 f"sandbox container failed to start: {e}; output: {logs.decode(errors='replace')}"
@@ -163,9 +192,9 @@ class DockerBackend(Backend):
         return worker
 
 
-def _remove(container) -> None:
-    with contextlib.suppress(Exception):
-        container.remove(force=True)
+def _kill(container) -> None:
+    with contextlib.suppress(Exception):  # already gone: it exited when its input closed
+        container.kill()
 
 
 def _alive(pid: int) -> bool:

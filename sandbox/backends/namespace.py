@@ -16,19 +16,34 @@ import os
 import sys
 import sysconfig
 import tempfile
+import threading
 from pathlib import Path
 
+from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.models import Limits
 from sandbox.pool import MAX_REPLY_BYTES, Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
 
-BASE_UID = 61000  # as root, workers run as BASE_UID + slot * 256 + index (slot: per process)
+BASE_UID = 61000  # as root, a worker runs as BASE_UID + (pid % 65536) * 256 + its slot
+_slots: set[int] = set()  # slots of this process's live workers, whatever pool they are in
+_slots_lock = threading.Lock()
 
 
-def _worker_uid(index: int) -> int:
-    """An unprivileged uid of this pool's own, so RLIMIT_NPROC (counted per uid) is not shared
-    with other pools on the host (each process gets its own block of 256 uids)."""
-    return BASE_UID + (os.getpid() % 65536) * 256 + index % 256
+def _take_uid() -> tuple[int, int]:
+    """An unprivileged uid of the worker's own (slot, uid), so RLIMIT_NPROC (counted per uid) is
+    shared with no other worker: not of another process (each has its own block of 256 uids),
+    nor of another pool of this one (a server holds several)."""
+    with _slots_lock:
+        slot = next((k for k in range(256) if k not in _slots), None)
+        if slot is None:
+            raise SandboxUnavailable("more than 256 namespace workers in one process")
+        _slots.add(slot)
+    return slot, BASE_UID + (os.getpid() % 65536) * 256 + slot
+
+
+def _release_uid(slot: int) -> None:
+    with _slots_lock:
+        _slots.discard(slot)
 
 
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
@@ -62,36 +77,45 @@ def site_packages() -> list[str]:
 class NamespaceBackend(Backend):
     name = "namespace"
 
-    def __init__(self, limits: Limits, python: str | None = None):
+    def __init__(self, limits: Limits, python: str | None = None, pin: bool = False):
         self.limits = limits
+        self.pin = pin
         self.python = python or str(Path(sys._base_executable).resolve())
         self._roots: list[str] = []
 
     async def spawn(self, index: int) -> Worker:
         root = tempfile.mkdtemp(prefix="cobalt-jail-")
         self._roots.append(root)
+        slot, uid = _take_uid()
+        cpu = take_cpu() if self.pin else None
         cfg = {
             "namespace": True,
             "root": root,
             "binds": list(SYSTEM_DIRS) + interpreter_dirs(),
             "hide": site_packages(),
             "tmp_mb": self.limits.scratch_mb,
-            "uid": _worker_uid(index),
+            "uid": uid,
+            "cpu": cpu,
             "workdir": "/tmp",
         }
-        proc = await asyncio.create_subprocess_exec(
-            self.python,
-            "-I",
-            "-S",
-            "-c",
-            RUNNER_SOURCE,
-            json.dumps(cfg),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            limit=MAX_REPLY_BYTES,
-            env=SANDBOX_ENV,  # never the host's: it may hold credentials
-        )
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.python,
+                "-I",
+                "-S",
+                "-c",
+                RUNNER_SOURCE,
+                json.dumps(cfg),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                limit=MAX_REPLY_BYTES,
+                env=SANDBOX_ENV,  # never the host's: it may hold credentials
+            )
+        except BaseException:
+            _release_uid(slot)
+            release_cpu(cpu)
+            raise
         assert proc.stdin and proc.stdout and proc.stderr
 
         async def write(data: bytes) -> None:
@@ -106,6 +130,8 @@ class NamespaceBackend(Backend):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()  # ...or dies with its parent (PR_SET_PDEATHSIG)
                 await proc.wait()
+            _release_uid(slot)  # its PID namespace, and every process of that uid, are gone
+            release_cpu(cpu)
             with contextlib.suppress(OSError):
                 os.rmdir(root)
             with contextlib.suppress(ValueError):

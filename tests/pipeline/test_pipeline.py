@@ -191,7 +191,8 @@ def test_cli_help(capsys):
         main(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert "--mode {cobalt,single_turn}" in out and "synthetic" in out
+    assert "--mode {cobalt,single_turn,offline}" in out and "synthetic" in out
+    assert "--objective {reinforce_loo,awr,clipped_ratio}" in out
 
 
 @pytest.mark.usefixtures("prefect_harness")
@@ -235,3 +236,50 @@ def test_training_flow_on_its_own(tmp_path, fitted_model, capsys):
     assert "single_turn GRPO, 1 steps" in out
     model = out.split("model: ")[1].split()[0]
     assert Path(model, "config.json").exists()
+
+
+@pytest.mark.usefixtures("prefect_harness")
+@pytest.mark.timeout(900)
+def test_offline_mode_end_to_end(tmp_path, fitted_model, capsys):
+    """`python -m flows.pipeline --mode offline` on the embedded default (fewer problems, the
+    session's fitted model): the offline dataset replaces the bandit dataset, training generates
+    nothing, and the run ends with the before/after table, curves, checkpoints and its cost."""
+    storage = tmp_path / "runs"
+    argv = ["--mode", "offline", "--reference", str(fitted_model["path"]), "--storage"]
+    argv += [str(storage), "--train-limit", "16", "--eval-limit", "12", "--max-steps", "3"]
+    assert main([*argv, "--backend", "namespace", "--sandbox-concurrency", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "after 3 offline (reinforce_loo) steps on" in out
+    assert "| offline dataset |" in out and "| 3 offline steps (reinforce_loo) |" in out
+    assert "| all | 2 |" in out  # the before/after table, to the last evaluation turn
+
+    # the offline dataset: every logged turn of the 16 training problems (4 samples, 3 turns)
+    manifest = json.loads(next(storage.glob("offline/*/MANIFEST.json")).read_text())
+    stats = manifest["stats"]
+    assert stats["problems"] == 16 and 0 < stats["rows"] <= 16 * 4 * 3
+    assert set(stats["rows_by_turn"]) == {"0", "1", "2"}
+    assert stats["nonzero_advantage_rows"] > 0
+    assert not list(storage.glob("bandit/*"))  # no bandit dataset in this mode
+
+    training = next(storage.glob("training/*/MANIFEST.json")).parent
+    policy = json.loads((training / "MANIFEST.json").read_text())
+    assert policy["steps"] == 3 and policy["stats"]["mode"] == "offline"
+    assert (
+        policy["stats"]["rows_trained"]
+        + policy["stats"]["dropped_zero_advantage"]
+        + (policy["stats"]["dropped_too_long"])
+        == stats["rows"]
+    )
+    cost = policy["stats"]["cost"]
+    assert cost["wall_s"] > 0 and (cost["gpus"] == 0) == (cost["gpu_s"] is None)
+    assert policy["stats"]["timing"]["generation_s"] == 0  # nothing generated in training
+    assert (training / "config.json").exists() and (training / "checkpoint-3").is_dir()
+    assert (training / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    history = json.loads((training / "log_history.json").read_text())
+    steps = [h for h in history if "loss" in h]
+    assert [h["step"] for h in steps] == [1, 2, 3]
+    assert all("weighted_advantage" in h and "advantage" in h for h in steps)
+    summary = json.loads(next(storage.glob("pipeline/*/summary.json")).read_text())
+    rows = summary["before_after"]
+    assert {(r["difficulty"], r["turn"]) for r in rows} >= {("all", 0), ("all", 2)}
+    assert summary["stages"][3]["stage"] == "offline dataset"

@@ -1,5 +1,8 @@
 """Fixtures of the sandbox tests: session-scoped `SyncJudge`s, one per backend and set of limits.
 
+They judge with workers of their own even when a sandbox server runs on this machine
+(`use_server=False`); test_server.py starts servers of its own.
+
 `backend` is parametrized over docker and namespace. Docker tests are skipped with the reason when
 no engine or image is there, unless COBALT_REQUIRE_DOCKER=1 (CI), where that is a failure.
 """
@@ -54,7 +57,10 @@ def judges() -> Iterator[JudgeFactory]:
         key = (backend, concurrency, tuple(sorted(limits.items())))
         if key not in started:
             config = SandboxConfig(
-                backend=backend, concurrency=concurrency, limits=Limits(**limits)
+                backend=backend,
+                concurrency=concurrency,
+                limits=Limits(**limits),
+                use_server=False,  # these tests look at their own workers (test_server.py: not)
             )
             judge = SyncJudge(config)
             judge.__enter__()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -39,7 +40,10 @@ ROWS = [
 IDS = ["double", "line-2", "no-code", "mismatch", "int-input", "wrong", "call", "line-9"]
 
 
-def sandbox_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def sandbox_cli(
+    *args: str, stdin: str | None = None, server: str = "off"
+) -> subprocess.CompletedProcess:
+    """Run `python -m sandbox`; with no sandbox server unless `server` names one."""
     return subprocess.run(
         [sys.executable, "-m", "sandbox", *args],
         cwd=PROJECT,
@@ -47,6 +51,7 @@ def sandbox_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedPro
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "COBALT_SANDBOX_SOCKET": server},
     )
 
 

@@ -21,7 +21,6 @@ import pytest
 from sandbox import Judge, JudgeRequest, Limits, SandboxConfig, SyncJudge, Verdict
 from sandbox.backends.namespace import BASE_UID
 from sandbox.models import TestSuite as Suite
-from sandbox.runner import READY_NAME
 
 PROJECT = Path(__file__).resolve().parents[2]
 LIMITS = {"timeout_s": 2.0, "suite_timeout_s": 8.0, "memory_mb": 256}
@@ -386,14 +385,12 @@ def our_runners(table: dict[int, tuple[int, int, str]]) -> set[int]:
 
 
 def sandboxed_processes() -> list[str]:
-    """Processes still running that programs of this session started: descendants of a runner,
-    except the one process each runner prepares for its next test (named READY_NAME)."""
+    """Processes still running that programs of this session started: descendants of a runner
+    (an idle runner has none: a test's process is forked when the test starts)."""
     table = process_table()
     runners = our_runners(table)
     left = []
     for pid, (_, ppid, name) in table.items():
-        if ppid in runners and name == READY_NAME.decode():
-            continue
         parent = ppid
         while parent in table and parent > 1 and parent not in runners:
             parent = table[parent][1]
@@ -676,7 +673,9 @@ def test_leftover_daemon_is_killed_and_its_worker_replaced(backend, judges):
     judges(backend)  # skips here when the backend is unavailable
 
     async def scenario():
-        config = SandboxConfig(backend=backend, concurrency=1, limits=Limits(timeout_s=2))
+        config = SandboxConfig(
+            backend=backend, concurrency=1, limits=Limits(timeout_s=2), use_server=False
+        )
         async with Judge(config) as judge:
             suite = Suite(inputs=[""], outputs=["done"])
             daemon = await judge.judge(JudgeRequest(id="daemon", code=DAEMON, tests=suite))
@@ -701,7 +700,8 @@ def test_host_environment_is_not_passed_into_the_sandbox(backend, judges, monkey
     code = "import os\nprint(os.environ.get('COBALT_TEST_SECRET', 'unset'))"
 
     async def scenario():
-        async with Judge(SandboxConfig(backend=backend, concurrency=1)) as judge:
+        config = SandboxConfig(backend=backend, concurrency=1, use_server=False)
+        async with Judge(config) as judge:
             return await judge.judge(
                 JudgeRequest(id="env", code=code, tests=Suite(inputs=[""], outputs=[secret]))
             )
@@ -709,3 +709,21 @@ def test_host_environment_is_not_passed_into_the_sandbox(backend, judges, monkey
     verdict = asyncio.run(scenario())
     assert verdict.outcomes == ["wrong_answer"]
     assert output_of(verdict) == "unset"
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="as root, namespace workers get uids of their own")
+def test_namespace_pools_of_one_process_share_no_uid(judges):
+    """RLIMIT_NPROC counts per uid: a fork bomb in one pool must not starve another (a server
+    holds several pools)."""
+    code = "import os, time\ntime.sleep(0.2)\nprint(os.getuid())"
+    seen = []
+    for limits in ({}, {"scratch_mb": 32}):
+        judge = judges("namespace", **limits)
+        requests = [
+            JudgeRequest(id=str(i), code=code, tests=Suite(inputs=[""], outputs=["x"]))
+            for i in range(6)
+        ]
+        seen.append({output_of(v) for v in judge.judge_many(requests)})
+    assert len(seen[0]) == len(seen[1]) == 2  # both workers of each pool ran
+    assert not seen[0] & seen[1]
+    assert all(BASE_UID <= int(uid) < BASE_UID + (1 << 24) for uid in seen[0] | seen[1])

@@ -89,3 +89,58 @@ def test_output_of_matches_every_kinds_tests():
             for given, expected in zip(tests.inputs, tests.outputs, strict=True):
                 assert synthetic.output_of(kind, given) == expected, (kind, given)
     assert synthetic.output_of("second/count", "2\n4 4\n") == ""  # the program would fail
+
+
+def test_extended_family_keeps_the_thirty_kinds_first() -> None:
+    assert synthetic.ALL_KINDS[:30] == synthetic.KINDS
+    assert len(synthetic.ALL_KINDS) == len(set(synthetic.ALL_KINDS)) == 13 * 4
+    assert set(synthetic.OPERATIONS) | set(synthetic.EXTRA_OPERATIONS) == {
+        k.split("/")[0] for k in synthetic.ALL_KINDS
+    }
+    # the default family and its helpers do not see the extension
+    assert len(synthetic.KINDS) == 30 and synthetic.seen_kinds() == [
+        k for k in synthetic.KINDS if k not in synthetic.HELD_OUT
+    ]
+
+
+def test_learning_split_balances_formats_and_operations() -> None:
+    rl, unseen = synthetic.LEARNING_RL_KINDS, synthetic.LEARNING_UNSEEN_KINDS
+    sft = synthetic.learning_sft_kinds()
+    assert len(rl) == len(unseen) == 12 and len(sft) == 28
+    assert not set(rl) & set(unseen) and not (set(rl) | set(unseen)) & set(sft)
+    assert set(rl) | set(unseen) | set(sft) == set(synthetic.ALL_KINDS)
+    assert rl[:6] == synthetic.HELD_OUT  # the check's earlier split comes first
+    for group in (rl, unseen):
+        formats = [k.split("/")[1] for k in group]
+        assert all(formats.count(f) == 3 for f in set(formats))
+        assert len(set(formats)) == 4
+        assert len({k.split("/")[0] for k in group}) == 12  # no operation twice
+    # every piece is still seen by SFT, in at least two kinds
+    for piece, index in [(op, 0) for op in {k.split("/")[0] for k in synthetic.ALL_KINDS}] + [
+        (fmt, 1) for fmt in {k.split("/")[1] for k in synthetic.ALL_KINDS}
+    ]:
+        assert sum(k.split("/")[index] == piece for k in sft) >= 2, piece
+
+
+def test_extended_kinds_reference_programs_pass(judge) -> None:
+    new = [k for k in synthetic.ALL_KINDS if k not in synthetic.KINDS]
+    problems = synthetic.make_problems(new, len(new), seed=4)
+    for p in problems:
+        kind = synthetic.kind_of(p)
+        for given, expected in zip(p.tests.inputs, p.tests.outputs, strict=True):
+            assert synthetic.output_of(kind, given) == expected, (kind, given)
+    verdicts = judge.judge_many(
+        [
+            JudgeRequest(
+                id=p.id, code=synthetic.reference_solution(synthetic.kind_of(p)), tests=p.tests
+            )
+            for p in problems
+        ]
+    )
+    assert all(v.accepted for v in verdicts), [
+        (v.id, v.feedback) for v in verdicts if not v.accepted
+    ]
+    # a space-separated input is not a count-format input: the count program fails on it
+    space = next(p for p in problems if synthetic.kind_of(p) == "sum/space")
+    wrong = JudgeRequest(id="w", code=synthetic.reference_solution("sum/count"), tests=space.tests)
+    assert not judge.judge_many([wrong])[0].accepted

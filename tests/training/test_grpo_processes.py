@@ -4,14 +4,13 @@ step timing read back; a failing launch says why."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from test_grpo_tiny import rows
+from pydantic import BaseModel
+from test_grpo_tiny import rows as rows_of_test
 
-from cobalt.bandit.dataset import DATA, BanditRef
+from cobalt.bandit.dataset import BanditRef, commit_rows
 from cobalt.judging import SandboxRuntime
-from cobalt.storage import MANIFEST, StorageConfig, open_storage
+from cobalt.storage import StorageConfig, open_storage
 from cobalt.training.config import TrainingConfig
 from cobalt.training.grpo import prepare_rows
 from cobalt.training.launch import Job, LaunchError, launch_command, run_job
@@ -21,16 +20,15 @@ SANDBOX = SandboxRuntime(backend="namespace", concurrency=2)
 
 def bandit_dataset(storage: StorageConfig) -> BanditRef:
     """The test rows as a committed bandit dataset (what the training stage reads)."""
-    from datasets import Dataset
-
     st = open_storage(storage)
-    directory = st.path("bandit", "k")
-    buffer = io.BytesIO()
-    Dataset.from_list(prepare_rows(rows(), "cobalt")).to_parquet(buffer)
-    st.write_atomic(f"{directory}/{DATA}", buffer.getvalue())
-    ref = BanditRef(key="k", uri=directory, rows=4, fingerprint="sha256:test")
-    st.commit(f"{directory}/{MANIFEST}", ref, ref)
-    return ref
+    rows = prepare_rows(rows_of_test(), "cobalt")
+    return commit_rows(st, st.path("bandit", "k"), "k", rows, {}, BanditSpecStub())
+
+
+class BanditSpecStub(BaseModel):
+    """What the manifest records as the dataset's spec (hand-made rows have none)."""
+
+    source: str = "tests/training/test_grpo_tiny.py rows()"
 
 
 def job(tmp_path, model: str, **config) -> Job:
@@ -64,7 +62,7 @@ def test_grpo_on_two_processes(tmp_path) -> None:
     from engines.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)
-    history, timing = run_job(job(tmp_path, str(model), num_processes=2, max_steps=2))
+    history, timing, _ = run_job(job(tmp_path, str(model), num_processes=2, max_steps=2))
     assert [h["step"] for h in history if "loss" in h] == [1, 2]
     assert all(-1.0 <= h["reward"] <= 1.0 for h in history if "reward" in h)
     assert timing["processes"] == 2 and timing["steps"] == 2

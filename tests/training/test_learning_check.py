@@ -1,5 +1,8 @@
-"""The GPU learning check's code path on CPU: `scripts/learning_check.py --smoke` (SFT, reference
-trajectories, bandit rows, both GRPO modes, before/after evaluation, report and plots)."""
+"""The GPU learning check's code path on CPU, as the GPU plan runs it: two calls of
+`scripts/learning_check.py --smoke` (two seeds in parallel, then seed 0 again), then `--aggregate`
+of both. Per seed: SFT, reference trajectories, bandit and offline rows, the four modes, the
+evaluation before and after each under both protocols, repair transitions, cost. The aggregate:
+intervals, differences, report, plots, and the same seed giving the same results twice."""
 
 from __future__ import annotations
 
@@ -11,84 +14,150 @@ from pathlib import Path
 
 import pytest
 
+from cobalt.data import synthetic
+
 ROOT = Path(__file__).resolve().parents[2]
+MODELS = ["sft", "single_turn", "cobalt", "offline", "cobalt_bf16"]
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(600)
-def test_learning_check_smoke(tmp_path: Path) -> None:
-    out = tmp_path / "out"
+def check(tmp_path: Path, *argv: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "learning_check.py"), "--smoke", "--out", str(out)],
+        [sys.executable, str(ROOT / "scripts" / "learning_check.py"), *argv],
         cwd=tmp_path,
         env=env,
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=400,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    logs = "".join(p.read_text()[-3000:] for p in tmp_path.glob("*/logs/*.log"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + logs
+    return proc.stdout
 
-    report = json.loads((out / "learning_check.json").read_text())
-    settings = report["settings"]
+
+@pytest.mark.timeout(900)
+def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
+    first, second, merged = tmp_path / "call1", tmp_path / "call2", tmp_path / "merged"
+    out = check(tmp_path, "--smoke", "--out", str(first), "--seeds", "0,1", "--parallel", "2")
+    assert "# Learning check" in out and "learning check: 2 runs" in out
+    check(tmp_path, "--smoke", "--out", str(second), "--seeds", "0", "--parallel", "2")
+
+    runs = {p.stem: json.loads(p.read_text()) for p in (first / "runs").glob("*.json")}
+    assert set(runs) == {"seed0", "seed1"}
+    for label, run in runs.items():
+        check_seed_result(label, run)
+
+    text = check(tmp_path, "--aggregate", str(first), str(second), "--out", str(merged))
+    summary = json.loads((merged / "learning_check.json").read_text())
+    assert summary["seeds"] == [0, 1] and summary["models"] == MODELS
+    assert [r["primary"] for r in summary["runs"]] == [True, True, False]
+    groups, turns = summary["groups"], summary["turns"]
+    assert len(summary["cells"]) == 2 * len(groups) * (turns + 1) * len(MODELS)
+    for c in summary["cells"]:
+        assert c["seeds"] == 2 and 0.0 <= c["low"] <= c["mean"] <= c["high"] <= 100.0, c
+    pairs = {(d["a"], d["b"]) for d in summary["differences"]}
+    assert {
+        ("cobalt", "single_turn"),
+        ("offline", "single_turn"),
+        ("cobalt_bf16", "cobalt"),
+    } <= pairs
+    assert all(d["verdict"] for d in summary["differences"])
+
+    # the same seed twice (another call, another process): identical to the last bit
+    (spread,) = summary["spread"]
+    assert spread["seed"] == 0 and spread["cells_identical"] == spread["cells"] > 0
+    assert spread["problems_identical_pct"] == 100.0
+    prints = spread["fingerprints_equal"]
+    assert {"sft_weights", "reference_texts", "eval_sft_texts", "eval_cobalt_texts"} <= set(prints)
+    assert all(prints.values()), prints
+
+    for heading in (
+        "## Pass@1 (%), SPEC §1.2 protocol",
+        "## Pass@1 (%), stop on public pass",
+        "## Differences (percentage points, paired by seed and problem)",
+        "## Per kind",
+        "## What feedback turns do to programs",
+        "## Training and cost per mode",
+        "## Same seed, twice",
+    ):
+        assert heading in text, heading
+    assert (
+        "| cobalt − single_turn | RL kinds | 2 |" in text
+        and "| cobalt_bf16 | completed 2 |" in text
+    )
+    assert (merged / "REPORT.md").read_text() in text
+    for png in ("pass_at_1.png", "differences.png", "reward_curves.png"):
+        data = (merged / png).read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000, png
+
+
+def check_seed_result(label: str, run: dict) -> None:
+    settings = run["settings"]
+    assert run["status"] == "done" and run["label"] == label
     assert settings["smoke"] is True and settings["device"] == "cpu"
-    assert report["sandbox_backend"] in ("namespace", "docker")
-    # the three kind groups are disjoint; SFT never saw the RL or never-seen kinds
-    kinds = report["kinds"]
-    assert not set(kinds["rl"]) & set(kinds["unseen"])
-    assert not (set(kinds["rl"]) | set(kinds["unseen"])) & set(kinds["sft"])
-    assert report["sft"]["stats"]["steps"] >= 1
-    assert report["sft"]["recipe"]["held_out"] == kinds["rl"] + kinds["unseen"]
+    assert run["sandbox_backend"] in ("namespace", "docker")
+    assert run["determinism"]["deterministic_algorithms"] is True
+    # the kind groups are disjoint; SFT saw none of the held-out kinds
+    kinds = run["kinds"]
+    assert len(kinds["rl_kinds"]) == len(kinds["unseen_kinds"]) == 12
+    assert not set(kinds["rl_kinds"]) & set(kinds["unseen_kinds"])
+    assert not (set(kinds["rl_kinds"]) | set(kinds["unseen_kinds"])) & set(kinds["sft_kinds"])
+    recipe = run["sft"]["recipe"]
+    assert recipe["held_out"] == kinds["rl_kinds"] + kinds["unseen_kinds"]
+    assert recipe["kinds"] == list(synthetic.ALL_KINDS)
+    assert run["sft"]["stats"]["steps"] == settings["sft_steps"]  # steps decide, not the clock
 
-    # the reference trajectories made a bandit dataset with a turn-0 row per kept problem
-    bandit = report["bandit"]
+    bandit = run["bandit"]
     assert bandit["rows"] >= bandit["turn0_rows"] == bandit["problems_kept"] >= 1
 
-    # before and after each mode: per-turn Pass@1 for every group, on the same problems
-    turns = settings["turns"]
+    # every model evaluated on the same problems: correct samples per turn, both protocols
+    turns, n = settings["turns"], settings["eval_n"]
     expected = {
         "rl_kinds": settings["eval_problems"],
         "unseen_kinds": settings["eval_problems"],
         "sft_kinds": settings["eval_sft_problems"],
     }
-    assert set(report["evaluation"]) == {"sft", "single_turn", "cobalt"}
-    for name, ev in report["evaluation"].items():
-        rows = ev["tables"]["by_group"]
-        assert {(r["difficulty"], r["turn"]) for r in rows} == {
-            (g, t) for g in expected for t in range(turns + 1)
-        }, name
-        for r in rows:
-            assert r["problems"] == expected[r["difficulty"]], (name, r)
-            assert r["samples"] == r["problems"] * settings["eval_n"], (name, r)
-            assert 0.0 <= r["pass@1"] <= 100.0, (name, r)
-        assert ev["stats"]["completions"] == sum(expected.values()) * settings["eval_n"] * (
-            turns + 1
-        ) - sum(ev["stats"]["outcomes"].get(k, 0) for k in ("engine_error", "context_overflow"))
+    assert list(run["evaluation"]) == MODELS
+    ids = None
+    for name, ev in run["evaluation"].items():
+        problems = ev["problems"]
+        ids = ids or set(problems)
+        assert set(problems) == ids, name
+        for group, count in expected.items():
+            assert sum(p["group"] == group for p in problems.values()) == count, (name, group)
+        for p in problems.values():
+            assert p["n"] == n and len(p["c"]) == len(p["c_stop"]) == turns + 1
+            assert all(0 <= c <= n for c in p["c"] + p["c_stop"])
+            assert p["kind"] in kinds[p["group"]]
+        assert ev["stats"]["completions"] == sum(expected.values()) * n * (turns + 1) - sum(
+            ev["stats"]["outcomes"].get(k, 0) for k in ("engine_error", "context_overflow")
+        )
+        # the smoke model writes no program: every step is wrong -> wrong after 'no code'
+        steps = ev["transitions"]
+        assert steps and {(s["feedback"], s["step"]) for s in steps} == {("no_code", "still_wrong")}
+        assert sum(s["count"] for s in steps) == sum(expected.values()) * n * turns
 
-    # both modes trained the same number of steps on the same generation budget
-    training = report["training"]
-    assert report["budget_equal"] is True
-    for mode in ("single_turn", "cobalt"):
-        run = training[mode]
-        assert run["steps"] == settings["rl_steps"] == 2
-        assert run["completions_sampled"] == 2 * settings["rl_prompts"] * settings["rl_generations"]
-        assert [c["step"] for c in run["curve"]] == [1, 2]
-        for c in run["curve"]:
-            assert -1.0 <= c["rewards/correctness/mean"] <= 1.0
-        timing = run["step_time"]
-        assert timing["steps"] == 2 and timing["generation_s"] > 0
+    # equal budgets: the GRPO modes sample as many completions as the offline mode trains on
+    training = run["training"]
+    batch = settings["rl_prompts"] * settings["rl_generations"]
+    for mode in ("single_turn", "cobalt", "cobalt_bf16"):
+        t = training[mode]
+        assert t["outcome"] == "completed" and t["steps"] == settings["rl_steps"] == 2
+        assert t["completions_sampled"] == 2 * batch and [c["step"] for c in t["curve"]] == [1, 2]
+        assert t["bf16"] is (mode == "cobalt_bf16")
+        timing = t["step_time"]
         shares = [timing[f"{b}_share"] for b in ("generation", "reward", "optimisation")]
         assert sum(shares) == pytest.approx(1.0, abs=1e-3)
-        assert run["reward_wait_goal_met"] == (timing["reward_share"] < 0.10)
-    single, cobalt = training["single_turn"], training["cobalt"]
+    single, cobalt, offline = training["single_turn"], training["cobalt"], training["offline"]
     assert single["rows"] == single["turn0_rows"] == cobalt["turn0_rows"] >= 1
     assert cobalt["rows_before_length_filter"] == bandit["rows"] >= cobalt["rows"] >= single["rows"]
-
-    text = (out / "REPORT.md").read_text()
-    assert "| RL kinds | 0 |" in text and "| never-seen kinds | 2 |" in text
-    assert "after single_turn" in text and "after cobalt" in text
-    for png in ("reward_curves.png", "pass_at_1.png"):
-        data = (out / png).read_bytes()
-        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000, png
+    assert offline["outcome"] == "completed" and offline["completions_sampled"] == 0
+    assert offline["completions_trained"] == single["completions_sampled"]
+    assert run["offline"]["rows"] == offline["rows_total"]
+    for mode in ("single_turn", "cobalt", "offline", "cobalt_bf16"):
+        cost = training[mode]["cost"]
+        assert cost["wall_s"] > 0 and cost["gpus"] == 0 and cost["gpu_s"] is None, mode
+        assert f"{mode}_weights" in run["fingerprints"] and f"train_{mode}" in run["phases_s"]

@@ -1,0 +1,347 @@
+"""The learning check's verdict: seed results (one JSON per run, `scripts/learning/seed_run.py`)
+merged into cells with 95% intervals over seeds and problems, paired differences between models
+with a verdict, per-seed and per-kind tables, the cost per mode, the repair transitions, and the
+same-seed spread of repeated seeds. Plain Python and numpy (`cobalt.analysis.intervals`).
+
+A seed result holds, per evaluated model ("sft" and each trained mode), every evaluation problem
+as `{"group", "kind", "n", "c": [correct samples per turn], "c_stop": [...]}` (`c`: SPEC §1.2,
+`c_stop`: each sample stopped at its first program that passed every public test), so Pass@1 of
+a problem at turn t is c[t] / n. Runs of one seed: the first one given is the seed's primary
+run, the others are repeats (they measure the same-seed spread and enter no interval).
+
+    runs = load_runs([Path("out1"), Path("out2")])
+    summary = aggregate(runs)       # JSON-ready; cobalt.analysis.learning_report renders it
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from cobalt.analysis.intervals import bootstrap_difference, bootstrap_mean, verdict
+from cobalt.analysis.transitions import merge, summarize
+
+MODEL_ORDER = ("sft", "single_turn", "cobalt", "offline", "cobalt_bf16")
+PROTOCOLS = {"spec": "c", "stop": "c_stop"}  # SPEC §1.2 / stop on public pass
+COMPARISONS = (("cobalt", "single_turn"), ("offline", "single_turn"), ("cobalt_bf16", "cobalt"))
+
+
+def load_runs(dirs: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every seed result under `<dir>/runs/*.json`, directories in the order given, each run
+    tagged with its `source` directory."""
+    runs = []
+    for d in dirs:
+        for path in sorted(Path(d, "runs").glob("*.json"), key=_run_order):
+            try:
+                doc = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if doc.get("check") == "learning_check_seed":
+                runs.append(doc | {"source": str(d)})
+    return runs
+
+
+def _run_order(path: Path) -> tuple[int, int, str]:
+    """seed0 before seed0-r1 before seed1; other names after, by name."""
+    stem = path.stem.removeprefix("seed")
+    head, _, repeat = stem.partition("-r")
+    if head.isdigit() and (not repeat or repeat.isdigit()):
+        return int(head), int(repeat or 0), ""
+    return 1 << 30, 0, path.stem
+
+
+def split_runs(runs: Sequence[dict[str, Any]]) -> tuple[dict[int, dict], list[dict]]:
+    """The primary run per seed (the first given with an evaluation, else the first) and the
+    repeats."""
+    primary: dict[int, dict] = {}
+    for run in runs:
+        seed = run["seed"]
+        if seed not in primary or (not primary[seed]["evaluation"] and run["evaluation"]):
+            primary[seed] = run
+    repeats = [r for r in runs if primary[r["seed"]] is not r]
+    return dict(sorted(primary.items())), repeats
+
+
+def models_of(runs: Iterable[dict[str, Any]]) -> list[str]:
+    seen = {m for r in runs for m in r["evaluation"]}
+    return [m for m in MODEL_ORDER if m in seen] + sorted(seen - set(MODEL_ORDER))
+
+
+def scores(
+    run: dict[str, Any], model: str, protocol: str, group: str, turn: int
+) -> dict[str, float]:
+    """Pass@1 of every problem of `group` at `turn` for one run's `model` (empty if absent)."""
+    key = PROTOCOLS[protocol]
+    problems = run["evaluation"].get(model, {}).get("problems", {})
+    return {
+        pid: p[key][turn] / p["n"]
+        for pid, p in problems.items()
+        if p["group"] == group and turn < len(p[key]) and p["n"]
+    }
+
+
+def aggregate(runs: Sequence[dict[str, Any]], iterations: int = 2000) -> dict[str, Any]:
+    if not runs:
+        raise ValueError("no seed results to aggregate")
+    primary, repeats = split_runs(runs)
+    first = next(iter(primary.values()))
+    groups: dict[str, str] = first.get("groups", {})
+    turns = int(first["settings"]["turns"])
+    models = models_of(primary.values())
+    cells, differences = [], []
+    for protocol in PROTOCOLS:
+        for group in groups:
+            for t in range(turns + 1):
+                by_model = {
+                    m: {s: scores(r, m, protocol, group, t) for s, r in primary.items()}
+                    for m in models
+                }
+                for m in models:
+                    values = {s: list(v.values()) for s, v in by_model[m].items() if v}
+                    if values:
+                        interval = bootstrap_mean(values, iterations)
+                        cells.append(_row(protocol, group, t, interval) | {"model": m})
+                pairs = [p for p in COMPARISONS if p[0] in models and p[1] in models]
+                pairs += [(m, "sft") for m in models if m != "sft" and "sft" in models]
+                for a, b in pairs:
+                    ok = [s for s in primary if by_model[a][s] and by_model[b][s]]
+                    if not ok:
+                        continue
+                    d = bootstrap_difference(
+                        {s: by_model[a][s] for s in ok}, {s: by_model[b][s] for s in ok}, iterations
+                    )
+                    row = _row(protocol, group, t, d) | {"a": a, "b": b}
+                    differences.append(row | {"verdict": verdict(d, a, b)})
+    return {
+        "check": "learning_check",
+        "runs": [_run_info(r, primary) for r in runs],
+        "seeds": list(primary),
+        "settings": first["settings"],
+        "machine": first.get("machine", {}),
+        "groups": groups,
+        "kinds": first.get("kinds", {}),
+        "models": models,
+        "turns": turns,
+        "cells": cells,
+        "differences": differences,
+        "per_seed": per_seed(primary, models, groups, turns),
+        "per_kind": per_kind(primary, models, turns),
+        "training": training(primary),
+        "transitions": {
+            m: summarize(
+                merge(
+                    r["evaluation"][m].get("transitions", [])
+                    for r in primary.values()
+                    if m in r["evaluation"]
+                )
+            )
+            for m in models
+        },
+        "new_programs": new_programs(primary, models),
+        "spread": [spread(primary[r["seed"]], r, models, groups, turns) for r in repeats],
+        "phases": phases(runs),
+        "bandit": [{"seed": s, **r.get("bandit", {})} for s, r in primary.items()],
+    }
+
+
+def _row(protocol: str, group: str, turn: int, interval: Any) -> dict[str, Any]:
+    return {"protocol": protocol, "group": group, "turn": turn, **interval.as_dict(100.0)}
+
+
+def _run_info(run: dict[str, Any], primary: dict[int, dict]) -> dict[str, Any]:
+    return {
+        "label": run.get("label"),
+        "seed": run["seed"],
+        "source": run.get("source"),
+        "primary": primary.get(run["seed"]) is run,
+        "status": run.get("status"),
+        "wall_s": run.get("wall_s"),
+        "models": list(run["evaluation"]),
+        "training": {
+            m: t.get("outcome") for m, t in run["training"].items() if isinstance(t, dict)
+        },
+    }
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return round(statistics.fmean(xs), 2) if xs else None
+
+
+def per_seed(
+    primary: dict[int, dict], models: list[str], groups: dict[str, str], turns: int
+) -> list[dict[str, Any]]:
+    """Pass@1 (%) of every primary run's model per group and turn, both protocols."""
+    rows = []
+    for s, run in primary.items():
+        for m in models:
+            for group in groups:
+                for t in range(turns + 1):
+                    row: dict[str, Any] = {"seed": s, "model": m, "group": group, "turn": t}
+                    for protocol in PROTOCOLS:
+                        values = list(scores(run, m, protocol, group, t).values())
+                        row[protocol] = _mean([100 * v for v in values])
+                    if row["spec"] is not None:
+                        rows.append(row)
+    return rows
+
+
+def per_kind(primary: dict[int, dict], models: list[str], turns: int) -> list[dict[str, Any]]:
+    """Per kind and model: mean Pass@1 (%) over the primary seeds at every turn (SPEC §1.2), with
+    the lowest and highest seed."""
+    table: dict[tuple[str, str, str], list[list[float]]] = {}
+    for run in primary.values():
+        for m in models:
+            by_kind: dict[tuple[str, str], list[list[float]]] = {}
+            for p in run["evaluation"].get(m, {}).get("problems", {}).values():
+                by_kind.setdefault((p["kind"], p["group"]), []).append([c / p["n"] for c in p["c"]])
+            for (kind, group), rows in by_kind.items():
+                means = [100 * statistics.fmean(r[t] for r in rows) for t in range(turns + 1)]
+                table.setdefault((kind, group, m), []).append(means)
+    out = []
+    for (kind, group, m), seeds in table.items():
+        out.append(
+            {
+                "kind": kind,
+                "group": group,
+                "model": m,
+                "seeds": len(seeds),
+                "mean": [_mean([s[t] for s in seeds]) for t in range(turns + 1)],
+                "min": [round(min(s[t] for s in seeds), 2) for t in range(turns + 1)],
+                "max": [round(max(s[t] for s in seeds), 2) for t in range(turns + 1)],
+            }
+        )
+    return out
+
+
+def training(primary: dict[int, dict]) -> dict[str, Any]:
+    """Per mode over the primary seeds: outcomes, rows, steps, completions, wall / GPU seconds,
+    peak memory, step time, reward curve (mean per step), non-finite and failure messages."""
+    out: dict[str, Any] = {}
+    modes = [m for r in primary.values() for m in r.get("modes", [])]
+    for mode in dict.fromkeys(modes):
+        runs = {s: r["training"].get(mode) for s, r in primary.items()}
+        runs = {s: t for s, t in runs.items() if isinstance(t, dict)}
+        done = {s: t for s, t in runs.items() if t.get("outcome") == "completed"}
+        outcomes: dict[str, int] = {}
+        for t in runs.values():
+            outcomes[t.get("outcome", "?")] = outcomes.get(t.get("outcome", "?"), 0) + 1
+
+        def values(get, done=done) -> list[float]:
+            xs = []
+            for t in done.values():
+                try:
+                    x = get(t)
+                except (KeyError, TypeError, IndexError):
+                    continue
+                if isinstance(x, int | float):
+                    xs.append(float(x))
+            return xs
+
+        step_medians = []
+        for t in done.values():
+            steps = [s["total"] for s in t.get("step_time_per_step", [])[2:]]
+            if steps:
+                step_medians.append(statistics.median(steps))
+        curve_key = "rewards/correctness/mean" if mode != "offline" else "loss"
+        curves = [
+            [c.get(curve_key, c.get("reward")) for c in t.get("curve", [])] for t in done.values()
+        ]
+        length = min((len(c) for c in curves), default=0)
+        out[mode] = {
+            "outcomes": outcomes,
+            "seeds_completed": sorted(done),
+            "errors": {s: t.get("error") for s, t in runs.items() if t.get("error")},
+            "rows": _mean(values(lambda t: t["rows"])),
+            "steps": _mean(values(lambda t: t["steps"])),
+            "completions_sampled": _mean(values(lambda t: t["completions_sampled"])),
+            "completions_trained": _mean(values(lambda t: t["completions_trained"])),
+            "wall_s": _spread(values(lambda t: t["cost"]["wall_s"])),
+            "gpu_s": _spread(values(lambda t: t["cost"]["gpu_s"])),
+            "gpu_busy_s": _spread(values(lambda t: t["cost"]["gpu_busy_s"])),
+            "gpu_peak_memory_gib": _spread(values(lambda t: t["cost"]["gpu_peak_memory_gib"])),
+            "step_s_median": _spread(step_medians),
+            "reward_share": _mean(values(lambda t: t["step_time"]["reward_share"])),
+            "curve_key": curve_key,
+            "curve_mean": [
+                _mean([c[i] for c in curves if c[i] is not None]) for i in range(length)
+            ],
+        }
+    return out
+
+
+def _spread(xs: Sequence[float]) -> dict[str, float] | None:
+    if not xs:
+        return None
+    return {
+        "mean": round(statistics.fmean(xs), 2),
+        "min": round(min(xs), 2),
+        "max": round(max(xs), 2),
+    }
+
+
+def new_programs(primary: dict[int, dict], models: list[str]) -> dict[str, dict[str, int]]:
+    """What the rewritten programs of broken steps (right -> wrong) were, per model, all seeds."""
+    out: dict[str, dict[str, int]] = {}
+    for m in models:
+        counts: dict[str, int] = {}
+        for run in primary.values():
+            for row in run["evaluation"].get(m, {}).get("transitions", []):
+                if row["step"] == "broken":
+                    for cls, n in row.get("new_program", {}).items():
+                        counts[cls] = counts.get(cls, 0) + n
+        out[m] = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def spread(
+    a: dict[str, Any], b: dict[str, Any], models: list[str], groups: dict[str, str], turns: int
+) -> dict[str, Any]:
+    """Two runs of one seed: how far their cells are apart (percentage points), the share of
+    problems with identical counts, and which fingerprints agree (where the runs part)."""
+    diffs, same_problems, problems = [], 0, 0
+    for m in models:
+        if m not in a["evaluation"] or m not in b["evaluation"]:
+            continue
+        pa, pb = a["evaluation"][m]["problems"], b["evaluation"][m]["problems"]
+        for pid in pa.keys() & pb.keys():
+            problems += 1
+            same_problems += pa[pid]["c"] == pb[pid]["c"] and pa[pid]["c_stop"] == pb[pid]["c_stop"]
+        for protocol in PROTOCOLS:
+            for group in groups:
+                for t in range(turns + 1):
+                    xa = list(scores(a, m, protocol, group, t).values())
+                    xb = list(scores(b, m, protocol, group, t).values())
+                    if xa and xb:
+                        diffs.append(100 * abs(statistics.fmean(xa) - statistics.fmean(xb)))
+    fa, fb = a.get("fingerprints", {}), b.get("fingerprints", {})
+    return {
+        "seed": a["seed"],
+        "runs": [a.get("label"), b.get("label")],
+        "sources": [a.get("source"), b.get("source")],
+        "cells": len(diffs),
+        "cells_identical": sum(d == 0 for d in diffs),
+        "max_abs_pp": round(max(diffs), 2) if diffs else None,
+        "mean_abs_pp": _mean(diffs),
+        "problems_identical_pct": round(100 * same_problems / problems, 1) if problems else None,
+        "fingerprints_equal": {k: fa[k] == fb.get(k) for k in fa if k in fb},
+    }
+
+
+def phases(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Phase wall seconds and GPU memory (GiB, peak reserved) over every run: mean and max."""
+    names = dict.fromkeys(k for r in runs for k in r.get("phases_s", {}))
+    return {
+        "seconds": {
+            k: _spread([r["phases_s"][k] for r in runs if k in r.get("phases_s", {})])
+            for k in names
+        },
+        "gpu_memory_gib": {
+            k: _spread([r["gpu_memory_gib"][k] for r in runs if k in r.get("gpu_memory_gib", {})])
+            for k in names
+            if any(k in r.get("gpu_memory_gib", {}) for r in runs)
+        },
+        "wall_s": _spread([r["wall_s"] for r in runs if isinstance(r.get("wall_s"), int | float)]),
+    }

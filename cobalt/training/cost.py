@@ -1,0 +1,92 @@
+"""What a training run costs: wall seconds and, where CUDA is present, GPU seconds, for every mode
+(GRPO and offline alike), so modes can be compared at equal data (issue 11).
+
+`with CostMeter() as cost: train(...)`, then `cost.summary()`:
+
+- `wall_s`: wall seconds of the block (model loading, reference log-probabilities, every step,
+  saving);
+- `gpus`: the CUDA devices the block could use (a Trainer in one process uses every visible GPU);
+- `gpu_s`: wall_s x gpus, the GPU time held by the block: what it costs on a rented machine;
+- `gpu_busy_s`: the GPU time actually busy, integrated from NVML's utilization samples (every
+  0.2 s, `torch.cuda.utilization`, summed over the devices) when NVML can be read, else None;
+- `gpu_peak_memory_gib`: torch's peak allocated memory on device 0.
+
+On a machine without CUDA the GPU fields are None. Plain Python, no Prefect.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+SAMPLE_S = 0.2
+
+
+class CostMeter:
+    """Wall and GPU seconds of a block; see the module docstring."""
+
+    def __init__(self, sample_s: float = SAMPLE_S):
+        self.sample_s = sample_s
+        self.wall_s = 0.0
+        self.gpus = 0
+        self.busy_s: float | None = None
+        self.peak_bytes: int | None = None
+        self._started = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> CostMeter:
+        import torch
+
+        self.gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if self.gpus:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(0)
+            if _utilization(torch, 0) is not None:
+                self.busy_s = 0.0
+                self._thread = threading.Thread(target=self._sample, daemon=True)
+                self._thread.start()
+        self._started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        if self.gpus:
+            torch.cuda.synchronize()
+            self.peak_bytes = int(torch.cuda.max_memory_allocated(0))
+        self.wall_s = time.perf_counter() - self._started
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _sample(self) -> None:
+        import torch
+
+        last = time.perf_counter()
+        while not self._stop.wait(self.sample_s):
+            now = time.perf_counter()
+            used = [_utilization(torch, d) for d in range(self.gpus)]
+            self.busy_s = (self.busy_s or 0.0) + sum(u or 0 for u in used) / 100 * (now - last)
+            last = now
+
+    def summary(self) -> dict[str, Any]:
+        gpu = self.gpus > 0
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "gpus": self.gpus,
+            "gpu_s": round(self.wall_s * self.gpus, 3) if gpu else None,
+            "gpu_busy_s": None if self.busy_s is None else round(self.busy_s, 3),
+            "gpu_peak_memory_gib": None
+            if self.peak_bytes is None
+            else round(self.peak_bytes / 2**30, 3),
+        }
+
+
+def _utilization(torch: Any, device: int) -> int | None:
+    """NVML's GPU utilization (%) of one device, or None when NVML cannot be read."""
+    try:
+        return int(torch.cuda.utilization(device))
+    except Exception:  # no pynvml / no NVML library / not permitted
+        return None

@@ -1,0 +1,431 @@
+"""Offline policy updates (SPEC §2, arXiv 2605.28409): the policy learns from the logged turns of
+the trajectories and their rewards (`cobalt/training/offline_data.py`), with no generation and no
+sandbox while training. A `transformers.Trainer` subclass (`OfflineTrainer`) runs the loop
+(batching, optimizer, gradient accumulation, checkpoints and resume, bf16, logging); LoRA through
+peft as in the GRPO path (merged on save). Settings: `OfflineSettings` in
+`cobalt/training/config.py`.
+
+Rows: the prompt (messages) is rendered with the policy's chat template and the generation prompt,
+as the engines render it; the completion is the logged text tokenized without special tokens,
+followed by the end-of-turn token when the turn stopped by itself (not when it was cut by the
+token limit). Only completion tokens enter the loss (the prompt is masked). Rows whose prompt +
+completion exceed `max_length` tokens are dropped, never cut.
+
+Objectives, with l_t = log pi(y_t | x, y_<t) of completion token t under the policy (temperature 1)
+and A the row's leave-one-out advantage; every loss is a token-level mean over the completion
+tokens of the micro-batch (as TRL's "dapo" loss), averaged over gradient-accumulation steps:
+
+- `reinforce_loo`: -A * l_t (REINFORCE with the leave-one-out baseline, "Buy 4 REINFORCE
+  samples"); row weight w = 1.
+- `awr`: -w * l_t with w = min(exp(A / beta), max_weight) (advantage-weighted regression, AWAC):
+  a weighted SFT on the logged turns that favours the better ones; every row has w > 0.
+- `clipped_ratio`: -min(r_t A, clip(r_t, 1 - eps, 1 + eps_high) A) with r_t = exp(l_t - l_ref_t)
+  (PPO's clipped surrogate). l_ref are the starting policy's log-probabilities (the reference
+  model that collected the trajectories, unless another --model is given), computed once before
+  the first step, under the same precision as training, and carried in the dataset's
+  `ref_logprobs` column; a resumed run computes them again from the same starting weights. At the
+  first step r = 1 and the gradient is REINFORCE's; the clip bounds how far later steps and epochs
+  move each token's probability from the reference. The logged turns were sampled at temperature
+  0.6 / top-p 0.95, so l_ref is not the behaviour policy's probability: the ratio is a trust
+  region around the starting policy, not an importance correction for the sampling.
+
+Logged per step (beside the Trainer's `loss`, `grad_norm`, `learning_rate`): `advantage` (mean
+A), `weight` (mean row weight), `weighted_advantage` (mean w * A: 1 for reinforce_loo, the AWR
+weight, the row's mean ratio for clipped_ratio), `logprob` (mean completion token log-prob),
+`logprob_positive` / `logprob_negative` (the same over the rows whose advantage is > 0 / < 0,
+when the batch has some: the two should part as the policy learns), `reward` (mean logged
+reward) and, for clipped_ratio, `ratio` and `clip_fraction`.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer
+
+from cobalt.training.config import OfflineSettings, TrainingConfig
+from cobalt.training.grpo import last_checkpoint
+
+# --- objectives ----------------------------------------------------------------------------------
+
+
+def awr_weights(advantages: Any, beta: float, max_weight: float) -> Any:
+    """min(exp(A / beta), max_weight), elementwise (a tensor in, a tensor out)."""
+    import torch
+
+    return torch.clamp(torch.exp(advantages / beta), max=max_weight)
+
+
+def offline_loss(
+    logprobs: Any,
+    mask: Any,
+    advantages: Any,
+    settings: OfflineSettings,
+    ref_logprobs: Any | None = None,
+) -> tuple[Any, dict[str, float]]:
+    """The objective's loss and its metrics. `logprobs` [B, T]: the policy's log-probability of
+    each target token; `mask` [B, T]: 1 on completion tokens; `advantages` [B]; `ref_logprobs`
+    [B, T] (clipped_ratio only)."""
+    import torch
+
+    mask = mask.to(logprobs.dtype)
+    tokens = mask.sum().clamp(min=1.0)
+    row_tokens = mask.sum(dim=1).clamp(min=1.0)
+    adv = advantages.to(logprobs.dtype)
+    metrics: dict[str, float] = {}
+    objective = settings.objective
+    if objective == "reinforce_loo":
+        weights = torch.ones_like(adv)
+        per_token = -adv[:, None] * logprobs
+    elif objective == "awr":
+        weights = awr_weights(adv, settings.awr_beta, settings.awr_max_weight).detach()
+        per_token = -weights[:, None] * logprobs
+    elif objective == "clipped_ratio":
+        if ref_logprobs is None:
+            raise ValueError("clipped_ratio needs the reference log-probabilities (ref_logprobs)")
+        ratio = torch.exp(logprobs - ref_logprobs.to(logprobs.dtype))
+        low, high = 1.0 - settings.ratio_clip, 1.0 + settings.clip_high()
+        a = adv[:, None]
+        unclipped, clipped = ratio * a, torch.clamp(ratio, low, high) * a
+        per_token = -torch.min(unclipped, clipped)
+        weights = ((ratio * mask).sum(dim=1) / row_tokens).detach()
+        active = ((ratio < low) & (a < 0)) | ((ratio > high) & (a > 0))
+        metrics["ratio"] = float(weights.mean())
+        metrics["clip_fraction"] = float((active.to(mask.dtype) * mask).sum() / tokens)
+    else:
+        raise ValueError(
+            f"offline objective {objective!r}: use reinforce_loo, awr or clipped_ratio"
+        )
+    loss = (per_token * mask).sum() / tokens
+    row_logprob = (logprobs.detach() * mask).sum(dim=1) / row_tokens
+    for name, rows in (("logprob_positive", adv > 0), ("logprob_negative", adv < 0)):
+        if bool(rows.any()):
+            metrics[name] = float(row_logprob[rows].mean())
+    metrics |= {
+        "advantage": float(adv.mean()),
+        "weight": float(weights.mean()),
+        "weighted_advantage": float((weights * adv).mean()),
+        "logprob": float((logprobs.detach() * mask).sum() / tokens),
+    }
+    return loss, metrics
+
+
+# --- rows and batches ----------------------------------------------------------------------------
+
+
+def end_of_turn_id(tokenizer: Any, model_path: str | Path) -> int:
+    """The token a turn stops on: the generation config's (first) eos, else the tokenizer's."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
+    except OSError:
+        eos = None
+    if isinstance(eos, list):
+        eos = eos[0] if eos else None
+    return int(eos if eos is not None else tokenizer.eos_token_id)
+
+
+def tokenize_row(row: dict[str, Any], tokenizer: Any, eos_id: int) -> dict[str, Any]:
+    """input_ids = the templated prompt (as the engines render it) + the completion's tokens (+
+    the end-of-turn token when the turn stopped by itself); prompt_length marks where the loss
+    starts."""
+    text = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+    completion = tokenizer(row["completion"], add_special_tokens=False)["input_ids"]
+    if row.get("stopped", True):
+        completion = [*completion, eos_id]
+    return {
+        "input_ids": [*prompt, *completion],
+        "prompt_length": len(prompt),
+        "advantage": float(row["advantage"]),
+        "reward": float(row["reward"]),
+    }
+
+
+@dataclass
+class Prepared:
+    rows: list[dict[str, Any]]
+    dropped_zero_advantage: int = 0
+    dropped_too_long: int = 0
+    dropped_empty: int = 0
+
+
+def prepare_offline_rows(
+    rows: Sequence[dict[str, Any]],
+    settings: OfflineSettings,
+    tokenize: Callable[[dict[str, Any]], dict[str, Any]],
+    max_length: int,
+) -> Prepared:
+    """Tokenized rows for the trainer: zero-advantage rows left out (reinforce_loo,
+    clipped_ratio, when `drop_zero_advantage`), rows longer than `max_length` dropped."""
+    out = Prepared(rows=[])
+    drop_zero = settings.drop_zero_advantage and settings.objective != "awr"
+    for row in rows:
+        if drop_zero and float(row["advantage"]) == 0.0:
+            out.dropped_zero_advantage += 1
+            continue
+        item = tokenize(row)
+        if len(item["input_ids"]) > max_length:
+            out.dropped_too_long += 1
+        elif len(item["input_ids"]) <= item["prompt_length"]:
+            out.dropped_empty += 1
+        else:
+            out.rows.append(item)
+    return out
+
+
+class OfflineCollator:
+    """Right-padded `input_ids`, `attention_mask`, `completion_mask` (1 on completion tokens),
+    `advantages`, `rewards` and, when the rows carry them, `ref_logprobs` aligned with the
+    shifted targets (position p - 1 holds the log-probability of token p)."""
+
+    def __init__(self, pad_id: int):
+        self.pad_id = pad_id
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+        n = len(features)
+        ids = torch.full((n, width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((n, width), dtype=torch.long)
+        completion = torch.zeros((n, width), dtype=torch.long)
+        with_ref = all(f.get("ref_logprobs") is not None for f in features)
+        ref = torch.zeros((n, width - 1), dtype=torch.float32)
+        for i, f in enumerate(features):
+            length, start = len(f["input_ids"]), f["prompt_length"]
+            ids[i, :length] = torch.tensor(f["input_ids"], dtype=torch.long)
+            attention[i, :length] = 1
+            completion[i, start:length] = 1
+            if with_ref:
+                ref[i, start - 1 : length - 1] = torch.tensor(f["ref_logprobs"])
+        batch = {
+            "input_ids": ids,
+            "attention_mask": attention,
+            "completion_mask": completion,
+            "advantages": torch.tensor([float(f["advantage"]) for f in features]),
+            "rewards": torch.tensor([float(f["reward"]) for f in features]),
+        }
+        if with_ref:
+            batch["ref_logprobs"] = ref
+        return batch
+
+
+def token_logprobs(model: Any, batch: dict[str, Any]) -> Any:
+    """[B, L - 1]: log pi(input_ids[:, p + 1] | input_ids[:, :p + 1]) at temperature 1."""
+    from trl.trainer.utils import selective_log_softmax
+
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    return selective_log_softmax(logits[:, :-1], batch["input_ids"][:, 1:])
+
+
+# --- the trainer ---------------------------------------------------------------------------------
+
+
+class OfflineTrainer(Trainer):
+    """`transformers.Trainer` with the offline objective as its loss (see the module docstring);
+    its metrics are averaged over the logging interval and logged beside the loss."""
+
+    def __init__(self, *args: Any, settings: OfflineSettings, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.settings = settings
+        self.model_accepts_loss_kwargs = False  # the loss is a mean: divide by accumulation
+        self._metrics: dict[str, list[float]] = defaultdict(list)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        logprobs = token_logprobs(model, inputs)
+        loss, metrics = offline_loss(
+            logprobs,
+            inputs["completion_mask"][:, 1:],
+            inputs["advantages"],
+            self.settings,
+            inputs.get("ref_logprobs"),
+        )
+        metrics["reward"] = float(inputs["rewards"].mean())
+        for key, value in metrics.items():
+            self._metrics[key].append(value)
+        return (loss, None) if return_outputs else loss
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if "loss" in logs and self._metrics:
+            logs = {**logs, **{k: sum(v) / len(v) for k, v in self._metrics.items()}}
+            self._metrics.clear()
+        super().log(logs, start_time)
+
+
+def add_reference_logprobs(trainer: OfflineTrainer, batch_size: int) -> float:
+    """Compute the starting policy's completion log-probabilities once (no gradient, eval mode,
+    the training precision) into the dataset's `ref_logprobs` column, in batches of rows of
+    similar length (less padding); returns the seconds."""
+    import torch
+
+    started = time.perf_counter()
+    model, args, dataset = trainer.model, trainer.args, trainer.train_dataset
+    collate = OfflineCollator(trainer.data_collator.pad_id)
+    device = args.device
+    autocast = (
+        torch.autocast(device.type, dtype=torch.bfloat16)
+        if args.bf16 and device.type == "cuda"
+        else nullcontext()
+    )
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    order = sorted(range(len(dataset)), key=lambda i: lengths[i])
+    values: list[list[float]] = [[] for _ in order]
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), autocast:
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            features = [dataset[i] for i in indices]
+            batch = {k: v.to(device) for k, v in collate(features).items()}
+            logprobs = token_logprobs(model, batch).float().cpu()
+            for row, (i, f) in enumerate(zip(indices, features, strict=True)):
+                values[i] = logprobs[row, f["prompt_length"] - 1 : lengths[i] - 1].tolist()
+    model.train(was_training)
+    trainer.train_dataset = dataset.add_column("ref_logprobs", values)
+    return time.perf_counter() - started
+
+
+@dataclass
+class OfflineRun:
+    """What `train_offline` did: the trainer's log history and the rows it trained on."""
+
+    history: list[dict[str, Any]]
+    rows: int
+    dropped_zero_advantage: int
+    dropped_too_long: int
+    reference_logprobs_s: float | None = None
+
+
+def train_offline(
+    config: TrainingConfig,
+    dataset_rows: Sequence[dict[str, Any]],
+    model_path: str | Path,
+    output_dir: str | Path,
+    callbacks: Sequence[Any] = (),
+) -> OfflineRun:
+    """Train the policy at `model_path` on offline rows with `config.offline`'s objective,
+    resuming from the last checkpoint in `output_dir` if there is one; save the final model and
+    tokenizer to `output_dir`."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    settings = config.offline
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    eos_id = end_of_turn_id(tokenizer, model_path)
+    prepared = prepare_offline_rows(
+        dataset_rows,
+        settings,
+        lambda row: tokenize_row(row, tokenizer, eos_id),
+        config.max_length(),
+    )
+    if not prepared.rows:
+        raise ValueError(
+            f"no offline rows to train on: of {len(dataset_rows)} rows, "
+            f"{prepared.dropped_zero_advantage} have advantage 0 ({settings.objective}, "
+            f"drop_zero_advantage) and {prepared.dropped_too_long} are longer than "
+            f"{config.max_length()} tokens (training.offline.max_length)"
+        )
+    args = config.training_arguments(output_dir)
+    model = AutoModelForCausalLM.from_pretrained(str(model_path))
+    if config.lora:
+        from peft import get_peft_model
+
+        if args.gradient_checkpointing:
+            model.enable_input_require_grads()
+        model = get_peft_model(model, config.lora.peft_config())
+    trainer = OfflineTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(prepared.rows),
+        data_collator=OfflineCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        settings=settings,
+    )
+    ref_seconds = None
+    if settings.objective == "clipped_ratio":
+        ref_seconds = round(add_reference_logprobs(trainer, settings.batch_size), 3)
+    trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
+    if config.lora:  # a plain model for the engines: adapters merged into the weights
+        trainer.model.merge_and_unload().save_pretrained(str(output_dir))
+    else:
+        trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    return OfflineRun(
+        history=list(trainer.state.log_history),
+        rows=len(prepared.rows),
+        dropped_zero_advantage=prepared.dropped_zero_advantage,
+        dropped_too_long=prepared.dropped_too_long,
+        reference_logprobs_s=ref_seconds,
+    )
+
+
+# --- report --------------------------------------------------------------------------------------
+
+
+def offline_curve_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
+    """First and last logged loss and weighted advantage (and quarter means)."""
+    steps = [h for h in history if "loss" in h and "weighted_advantage" in h]
+    out: dict[str, Any] = {}
+    for key in ("loss", "weighted_advantage", "logprob_positive", "logprob_negative"):
+        values = [h[key] for h in steps if key in h]
+        if not values:
+            out |= {f"{key}_first": None, f"{key}_last": None}
+            continue
+        k = max(1, len(values) // 4)
+        out |= {
+            f"{key}_first": round(values[0], 4),
+            f"{key}_last": round(values[-1], 4),
+            f"{key}_first_quarter": round(sum(values[:k]) / k, 4),
+            f"{key}_last_quarter": round(sum(values[-k:]) / k, 4),
+        }
+    return out
+
+
+def plot_offline(history: list[dict[str, Any]], title: str) -> bytes:
+    """A PNG of the loss, the weighted advantage, and the mean completion token log-probability
+    of the positive- and negative-advantage rows, per step."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    logged = [h for h in history if "loss" in h and "weighted_advantage" in h]
+    steps = [h.get("step", i + 1) for i, h in enumerate(logged)]
+
+    def series(key: str) -> tuple[list[Any], list[float]]:
+        pairs = [(x, h[key]) for x, h in zip(steps, logged, strict=True) if key in h]
+        return [x for x, _ in pairs], [y for _, y in pairs]
+
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14.0, 3.8), dpi=100)
+    fig.subplots_adjust(wspace=0.32)
+    try:
+        left.plot(*series("loss"), marker="o", linewidth=2, label="loss")
+        left.set_ylabel("loss")
+        middle.plot(*series("weighted_advantage"), marker="o", linewidth=2, label="mean w * A")
+        middle.plot(*series("advantage"), linewidth=1, label="mean A")
+        middle.set_ylabel("weighted advantage")
+        right.plot(*series("logprob_positive"), marker="o", linewidth=1.5, label="A > 0 rows")
+        right.plot(*series("logprob_negative"), marker="o", linewidth=1.5, label="A < 0 rows")
+        right.set_ylabel("mean token log-prob")
+        for ax in (left, middle, right):
+            ax.set_xlabel("optimizer step")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+        fig.suptitle(title)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return buffer.getvalue()

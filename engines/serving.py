@@ -1,0 +1,135 @@
+"""A local OpenAI-compatible server for a model directory: `transformers serve` (any machine) or
+`vllm serve` (GPU, the `gpu` extra), started as a subprocess and waited for, so the LiteLLM engine
+can send it many requests at once. For a model served elsewhere, point `EngineConfig.api_base`
+at it instead.
+
+    with local_server(model_dir, log_dir, device="cuda", continuous_batching=True) as server:
+        engine = make_engine(EngineConfig(kind="litellm", model=server.litellm_model,
+                                          api_base=server.api_base, concurrency=128))
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+ServerKind = Literal["transformers", "vllm"]
+
+
+class ServerError(RuntimeError):
+    """The server exited or did not answer in time; the message holds the end of its log."""
+
+
+@dataclass
+class LocalServer:
+    proc: subprocess.Popen
+    port: int
+    log: Path
+    model_dir: Path
+    kind: ServerKind
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def litellm_model(self) -> str:
+        """Both servers name the model by its path; `openai/` picks LiteLLM's protocol."""
+        return f"openai/{self.model_dir}"
+
+    def wait_until_up(self, timeout_s: float = 300) -> LocalServer:
+        deadline = time.monotonic() + timeout_s
+        health = f"http://127.0.0.1:{self.port}/health"
+        while True:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"{self.kind} serve exited with {self.proc.returncode}:\n{self.tail()}"
+                )
+            try:
+                with urllib.request.urlopen(health, timeout=1) as reply:
+                    if reply.status == 200:
+                        return self
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"{self.kind} serve not up after {timeout_s:.0f}s:\n{self.tail()}"
+                )
+            time.sleep(0.3)
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(
+    kind: ServerKind,
+    model_dir: Path,
+    port: int,
+    *,
+    device: str = "cpu",
+    dtype: str | None = None,
+    continuous_batching: bool = False,
+) -> list[str]:
+    if kind == "vllm":
+        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+        command += ["--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
+        return command + (["--dtype", dtype] if dtype else [])
+    code = "import sys; from transformers.cli.transformers import main; sys.exit(main())"
+    command = [sys.executable, "-c", code, "serve", str(model_dir), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--device", device, "--log-level", "warning"]
+    if dtype:
+        command += ["--dtype", dtype]
+    if continuous_batching:
+        command.append("--continuous-batching")
+    return command
+
+
+@contextmanager
+def local_server(
+    model_dir: str | Path,
+    log_dir: str | Path,
+    *,
+    kind: ServerKind = "transformers",
+    device: str = "cpu",
+    dtype: str | None = None,
+    continuous_batching: bool = False,
+    env: dict[str, str] | None = None,
+) -> Iterator[LocalServer]:
+    """Start the server on a free port (not yet waited for: `wait_until_up()`); stop it after."""
+    port = free_port()
+    log_path = Path(log_dir) / f"{kind}-serve-{port}.log"
+    command = server_command(
+        kind,
+        Path(model_dir),
+        port,
+        device=device,
+        dtype=dtype,
+        continuous_batching=continuous_batching,
+    )
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", **(env or {})}
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+    try:
+        yield LocalServer(proc, port, log_path, Path(model_dir), kind)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,224 @@
+"""The learning check's command line, kind groups and modes (docs/LEARNING.md has the design and
+the budget arithmetic behind the defaults)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from cobalt.data import synthetic
+
+# Kinds (cobalt.data.synthetic.ALL_KINDS: 13 operations x 4 input formats): SFT sees 28; 12 RL
+# kinds are held out of SFT (GRPO prompts and the offline rows come only from them); 12
+# never-seen kinds are held out of SFT and RL alike.
+RL_KINDS: tuple[str, ...] = synthetic.LEARNING_RL_KINDS
+UNSEEN_KINDS: tuple[str, ...] = synthetic.LEARNING_UNSEEN_KINDS
+SFT_HELD_OUT: tuple[str, ...] = RL_KINDS + UNSEEN_KINDS
+SFT_KINDS: tuple[str, ...] = tuple(synthetic.learning_sft_kinds())
+GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds", "sft_kinds": "SFT kinds"}
+KIND_GROUPS = {"rl_kinds": RL_KINDS, "unseen_kinds": UNSEEN_KINDS, "sft_kinds": SFT_KINDS}
+
+# mode -> (trainer, TRL mode, more GRPOConfig fields). Run in this order, each from the same SFT
+# model, each followed by its evaluation: the main comparison first, the bf16 variant last (a
+# CUDA error there cannot cost the float32 modes).
+MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "single_turn": ("grpo", "single_turn", {}),
+    "cobalt": ("grpo", "cobalt", {}),
+    "offline": ("offline", "offline", {}),
+    "cobalt_bf16": ("grpo", "cobalt", {"bf16": True}),  # issue 12: the bf16 regression variant
+}
+GOAL_REWARD_SHARE = 0.10
+
+SMOKE: dict[str, Any] = {
+    "vocab": 512,
+    "hidden": 64,
+    "layers": 2,
+    "heads": 4,
+    "kv_heads": 2,
+    "intermediate": 128,
+    "sft_examples": 120,
+    "sft_steps": 15,
+    "sft_seconds": 120.0,  # a cap only: the steps decide (a time-cut fit is not deterministic)
+    "sft_epochs": 1,
+    "sft_batch": 8,
+    "rl_problems": 6,
+    "n": 2,
+    "max_new_tokens": 32,
+    "rl_steps": 2,
+    "rl_prompts": 2,
+    "rl_generations": 2,
+    "rl_micro_batch": 2,  # two micro-batches per step: the accumulation path runs too
+    "max_completion": 24,
+    "eval_problems": 4,
+    "eval_sft_problems": 2,
+    "eval_n": 2,
+    "gen_batch": 16,
+    "chunk_size": 64,
+    # the smoke model writes no program: every reward is -1 and every advantage 0; train on
+    # them anyway so that the offline code path runs
+    "offline_keep_zero_advantage": True,
+}
+
+
+def build_parser(description: str = "") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python scripts/learning_check.py",
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Defaults are for one GPU (H100/H200, 16 CPU cores); --smoke is a CPU check.",
+    )
+    arg = parser.add_argument
+    arg("--out", type=Path, required=True, help="where results, report and plots go")
+    arg("--smoke", action="store_true", help="tiny CPU settings (overrides the sizes below)")
+    arg("--work", type=Path, help="keep models and records here (default: temporary, removed)")
+    # seeds and processes
+    run = parser.add_argument_group("seeds and processes")
+    run.add_argument("--seeds", default="0,1,2", help="one process per seed, e.g. 0,1,2")
+    run.add_argument("--parallel", type=int, default=3, help="seed processes at once")
+    run.add_argument(
+        "--repeat", default="", help="seeds to run once more (same-seed spread), e.g. 0"
+    )
+    run.add_argument(
+        "--deadline-s",
+        type=float,
+        default=0.0,
+        help="wall-time limit of the whole command (0: none): a seed skips a mode that would not "
+        "finish before it, and seeds still running at the deadline are stopped (their results "
+        "so far are kept)",
+    )
+    run.add_argument(
+        "--aggregate",
+        nargs="+",
+        type=Path,
+        metavar="DIR",
+        help="only merge the seed results of these output directories into --out",
+    )
+    run.add_argument("--no-deterministic", action="store_true", help="skip deterministic kernels")
+    arg("--seed", type=int, default=0, help=argparse.SUPPRESS)  # a child's seed
+    arg("--label", default="", help=argparse.SUPPRESS)  # a child's run name
+    arg("--child", type=Path, help=argparse.SUPPRESS)  # a child: the parent's settings.json
+    arg("--deadline-at", type=float, default=0.0, help=argparse.SUPPRESS)  # epoch seconds
+    arg("--rl-bf16", action="store_true", help="every GRPO mode under bf16 autocast")
+    arg("--device", default="auto", help="torch device for generation and SFT (auto: cuda if any)")
+    arg("--backend", default="namespace", choices=["auto", "docker", "namespace"])
+    arg(
+        "--sandbox-concurrency",
+        type=int,
+        default=0,
+        help="sandbox workers per seed process (0: the CPUs divided among --parallel)",
+    )
+    # SFT model and fit
+    sft = parser.add_argument_group("SFT")
+    sft.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary of the corpus")
+    sft.add_argument("--hidden", type=int, default=512)
+    sft.add_argument("--layers", type=int, default=8)
+    sft.add_argument("--heads", type=int, default=8)
+    sft.add_argument("--kv-heads", type=int, default=4)
+    sft.add_argument("--intermediate", type=int, default=1408)
+    sft.add_argument("--sft-examples", type=int, default=9600, help="conversations, SFT kinds")
+    sft.add_argument("--sft-epochs", type=int, default=8, help="at most (steps stop it first)")
+    sft.add_argument("--sft-steps", type=int, default=300, help="optimizer steps (lr decays)")
+    sft.add_argument(
+        "--sft-seconds",
+        type=float,
+        default=240.0,
+        help="wall-time cap (a fit cut by it is not deterministic; the steps should decide)",
+    )
+    sft.add_argument("--sft-batch", type=int, default=32)
+    sft.add_argument("--sft-lr", type=float, default=1e-3)
+    # trajectories (reference and evaluation)
+    traj = parser.add_argument_group("trajectories")
+    traj.add_argument("--rl-problems", type=int, default=144, help="RL-kind problems, reference")
+    traj.add_argument("--n", type=int, default=8, help="samples per problem, reference")
+    traj.add_argument("--turns", type=int, default=2, help="feedback turns (collect, evaluate)")
+    traj.add_argument("--max-new-tokens", type=int, default=128, help="tokens per turn")
+    traj.add_argument("--gen-batch", type=int, default=768, help="conversations per generate")
+    traj.add_argument("--chunk-size", type=int, default=512, help="problems collected together")
+    # GRPO (equal budget: steps x prompts x generations completions per mode)
+    grpo = parser.add_argument_group("GRPO")
+    grpo.add_argument("--rl-steps", type=int, default=30)
+    grpo.add_argument("--rl-prompts", type=int, default=16, help="prompts per step")
+    grpo.add_argument("--rl-generations", type=int, default=8, help="completions per prompt")
+    grpo.add_argument(
+        "--rl-micro-batch",
+        type=int,
+        default=32,
+        help="completions (offline: rows) per forward/backward; a step accumulates "
+        "prompts x generations of them (memory: several seeds share one GPU)",
+    )
+    grpo.add_argument("--rl-lr", type=float, default=3e-5)
+    grpo.add_argument("--rl-temperature", type=float, default=1.0)
+    grpo.add_argument("--max-completion", type=int, default=128, help="max_completion_length")
+    grpo.add_argument(
+        "--max-prompt",
+        type=int,
+        default=512,
+        help="drop contexts whose templated prompt is longer (tokens); 1536 ran out of memory "
+        "with several processes on one GPU (docs/TRAINING.md)",
+    )
+    # evaluation
+    ev = parser.add_argument_group("evaluation")
+    ev.add_argument("--eval-problems", type=int, default=144, help="per held-out group")
+    ev.add_argument("--eval-sft-problems", type=int, default=56, help="of the SFT kinds")
+    ev.add_argument("--eval-n", type=int, default=4, help="samples per evaluation problem")
+    # offline (same reference trajectories; steps x prompts x generations rows)
+    off = parser.add_argument_group("offline")
+    off.add_argument(
+        "--offline-objective",
+        default="reinforce_loo",
+        choices=["reinforce_loo", "awr", "clipped_ratio"],
+    )
+    off.add_argument("--offline-lr", type=float, help="offline learning rate (default: --rl-lr)")
+    off.add_argument(
+        "--offline-keep-zero-advantage",
+        action="store_true",
+        help="train offline on rows with advantage 0 too (no gradient for REINFORCE / PPO)",
+    )
+    arg("--modes", default=",".join(MODES), help=f"any of {', '.join(MODES)}, in this order")
+    return parser
+
+
+def resolve(args: argparse.Namespace) -> argparse.Namespace:
+    """The smoke sizes, the mode list, the per-process CPU share."""
+    if args.smoke:
+        for name, value in SMOKE.items():
+            setattr(args, name, value)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise SystemExit(f"--modes: unknown {unknown}; known: {', '.join(MODES)}")
+    args.modes = ",".join(m for m in MODES if m in modes)  # always in the table's order
+    if args.parallel < 1:
+        raise SystemExit("--parallel must be at least 1")
+    batch = args.rl_prompts * args.rl_generations
+    args.rl_micro_batch = min(args.rl_micro_batch, batch)
+    if batch % args.rl_micro_batch:
+        raise SystemExit(f"--rl-micro-batch must divide prompts x generations ({batch})")
+    if not args.sandbox_concurrency:
+        args.sandbox_concurrency = max(1, (os.cpu_count() or 1) // args.parallel)
+    return args
+
+
+def seeds_of(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(f"seeds: a comma-separated list of integers, got {text!r}") from None
+
+
+def mode_list(args: argparse.Namespace) -> list[str]:
+    return [m for m in args.modes.split(",") if m]
+
+
+def as_json(args: argparse.Namespace) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+
+
+def from_json(settings: dict[str, Any]) -> argparse.Namespace:
+    args = argparse.Namespace(**settings)
+    for name in ("out", "work", "child"):
+        value = getattr(args, name, None)
+        setattr(args, name, Path(value) if value else None)
+    return args

@@ -1,0 +1,267 @@
+"""One seed of the learning check in this process: SFT, reference trajectories, bandit and
+offline rows, evaluation of the SFT model, then every mode (training + evaluation) in turn. The
+result, `<out>/runs/<label>.json`, is rewritten after every phase, so a stopped run keeps what it
+finished. A mode whose training fails (a non-finite bf16 step: `NonFiniteError`; anything else)
+is recorded as data and the seed goes on; a mode that would not finish before `--deadline-at` is
+skipped.
+
+Determinism: every sampler is seeded from the seed (SFT data order and initialisation, the
+trajectories' sampling, bandit shuffling, GRPO and offline data order and sampling, evaluation
+sampling), and torch runs with `use_deterministic_algorithms(True, warn_only=True)` and
+`CUBLAS_WORKSPACE_CONFIG=:4096:8` (set by the parent before torch starts). Fingerprints of every
+model's weights and of every generated text show where two runs of one seed part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import json
+import logging
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import stages
+from .config import GROUPS, KIND_GROUPS, MODES, as_json, mode_list
+
+log = logging.getLogger("learning_check")
+
+VERSION = 1
+
+
+def _determinism(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from transformers import set_seed
+
+    set_seed(args.seed)
+    if not args.no_deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        # not the NaN fill of every torch.empty that comes with it: a cost on every allocation,
+        # and no part of determinism for code that writes what it allocates
+        torch.utils.deterministic.fill_uninitialized_memory = False
+        torch.backends.cudnn.benchmark = False
+        torch.backends.cudnn.deterministic = True
+    return {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "torch_threads": torch.get_num_threads(),
+        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+    }
+
+
+class SeedRun:
+    """The seed's result document and its phases (timing, GPU memory, rewrite after each)."""
+
+    def __init__(self, args: argparse.Namespace):
+        import torch
+        import transformers
+        import trl
+
+        self.args = args
+        self.torch = torch
+        self.path = args.out / "runs" / f"{args.label}.json"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.started = time.perf_counter()
+        self.cuda = args.device.startswith("cuda")
+        self.doc: dict[str, Any] = {
+            "check": "learning_check_seed",
+            "version": VERSION,
+            "seed": args.seed,
+            "label": args.label,
+            "status": "running",
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "machine": {
+                "device": torch.cuda.get_device_name(0) if self.cuda else "cpu",
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "torch": torch.__version__,
+                "transformers": transformers.__version__,
+                "trl": trl.__version__,
+            },
+            "settings": as_json(args),
+            "groups": GROUPS,
+            "kinds": {g: list(k) for g, k in KIND_GROUPS.items()},
+            "modes": mode_list(args),
+            "determinism": _determinism(args),
+            "training": {},
+            "evaluation": {},
+            "fingerprints": {},
+            "gpu_memory_gib": {},
+            "phases_s": {},
+        }
+
+    def save(self) -> None:
+        self.doc["wall_s"] = round(time.perf_counter() - self.started, 1)
+        tmp = self.path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.doc, separators=(",", ":")) + "\n")
+        os.replace(tmp, self.path)
+
+    def begin(self) -> float:
+        if self.cuda:
+            self.torch.cuda.reset_peak_memory_stats()  # raises if CUDA is broken: the seed stops
+        return time.perf_counter()
+
+    def end(self, name: str, t0: float) -> float:
+        seconds = round(time.perf_counter() - t0, 2)
+        self.doc["phases_s"][name] = seconds
+        gc.collect()
+        if self.cuda:
+            try:  # a CUDA error in the phase (a device-side assert) leaves CUDA unusable
+                peak = self.torch.cuda.max_memory_reserved() / 2**30
+                self.doc["gpu_memory_gib"][name] = round(peak, 2)
+                self.torch.cuda.empty_cache()
+            except RuntimeError as exc:
+                self.doc.setdefault("cuda_errors", {})[name] = str(exc)[:500]
+        log.info("%s: %s done in %.1f s", self.args.label, name, seconds)
+        self.save()
+        return seconds
+
+
+def run_seed(args: argparse.Namespace) -> int:
+    """The whole seed; the exit status is 0 when the SFT model and at least its evaluation
+    finished."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    for noisy in ("httpx", "sandbox", "datasets", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    import torch
+
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    run = SeedRun(args)
+    run.save()
+    work = (args.work / args.label) if args.work else Path(tempfile.mkdtemp(prefix="lc-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        phases(run, args, work)
+        run.doc["status"] = "done"
+    except BaseException as exc:
+        run.doc["status"] = "failed"
+        run.doc["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        run.doc["traceback"] = traceback.format_exc()[-4000:]
+        run.save()
+        raise
+    finally:
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    run.save()
+    return 0
+
+
+def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
+    from sandbox import SyncJudge
+
+    doc = run.doc
+    t0 = run.begin()
+    sft = work / "sft"
+    doc["sft"] = stages.fit(args, sft, args.device)
+    doc["fingerprints"]["sft_weights"] = stages.weights_fingerprint(sft)
+    run.end("sft", t0)
+
+    reference = stages.rl_problems(args)
+    evaluation = stages.eval_problems(args)
+    with SyncJudge(stages._sandbox(args)) as judge:
+        doc["sandbox_backend"] = judge.backend_name
+        t0 = run.begin()
+        records, evals, stats = stages.rollout(
+            sft, reference, args, judge, work / "reference", args.n, args.seed
+        )
+        doc["reference"] = stages.evaluation_result(reference, records, evals, stats)
+        doc["fingerprints"]["reference_texts"] = doc["reference"]["fingerprint"]
+        rows, doc["bandit"] = stages.bandit_dataset(reference, records, evals, sft, args.seed)
+        offline_rows, doc["offline"] = stages.offline_dataset(reference, records, evals)
+        run.end("reference_trajectories", t0)
+
+        def evaluate(name: str, model: Path) -> float:
+            t0 = run.begin()
+            records, evals, stats = stages.rollout(
+                model, evaluation, args, judge, work / f"eval-{name}", args.eval_n, args.seed + 7
+            )
+            doc["evaluation"][name] = stages.evaluation_result(evaluation, records, evals, stats)
+            doc["fingerprints"][f"eval_{name}_texts"] = doc["evaluation"][name]["fingerprint"]
+            return run.end(f"evaluate_{name}", t0)
+
+        eval_s = evaluate("sft", sft)
+        if not rows:
+            doc["training"]["note"] = (
+                "the bandit dataset is empty (every reference sample of every RL problem passed "
+                "at turn 0): nothing to train on"
+            )
+            return
+        spent: list[float] = []
+        for mode in mode_list(args):
+            if too_late(time.time(), spent, eval_s, args.deadline_at):
+                doc["training"][mode] = {"outcome": "skipped", "reason": "deadline"}
+                log.warning("%s: %s skipped (deadline)", args.label, mode)
+                run.save()
+                continue
+            t_mode = time.perf_counter()
+            out_dir = work / f"rl-{mode}"
+            t0 = run.begin()
+            doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir)
+            run.end(f"train_{mode}", t0)
+            if doc["training"][mode]["outcome"] != "completed":
+                continue
+            doc["fingerprints"][f"{mode}_weights"] = stages.weights_fingerprint(out_dir)
+            evaluate(mode, out_dir)
+            if not args.work:
+                shutil.rmtree(out_dir, ignore_errors=True)
+            spent.append(time.perf_counter() - t_mode)
+
+
+def too_late(now: float, spent: list[float], eval_s: float, deadline_at: float) -> bool:
+    """Would the next mode (training + evaluation) end after `deadline_at` (epoch seconds; 0:
+    none)? Its cost is guessed as the mean of the modes done so far, or 2.5 evaluations before
+    any (GRPO trains in about 1.5 evaluations' time), with a 10% margin."""
+    if not deadline_at:
+        return False
+    estimate = sum(spent) / len(spent) if spent else 2.5 * eval_s
+    return now + 1.1 * estimate > deadline_at
+
+
+def train(
+    mode: str,
+    rows: list[dict[str, Any]],
+    offline_rows: list[dict[str, Any]],
+    sft: Path,
+    args: argparse.Namespace,
+    out_dir: Path,
+) -> dict[str, Any]:
+    """One mode's training; a failure is returned as data (outcome non_finite or failed)."""
+    from cobalt.training.guards import NonFiniteError
+
+    trainer, trl_mode, extra = MODES[mode]
+    started = time.perf_counter()
+    try:
+        if trainer == "offline":
+            result = stages.train_offline_mode(offline_rows, sft, args, out_dir)
+        else:
+            result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra)
+    except NonFiniteError as exc:
+        log.warning("%s: %s stopped on a non-finite step: %s", args.label, mode, exc)
+        return {"outcome": "non_finite", "error": str(exc)[:2000], "wall_s": _since(started)}
+    except Exception as exc:
+        log.exception("%s: %s failed", args.label, mode)
+        return {
+            "outcome": "failed",
+            "error": f"{type(exc).__name__}: {exc}"[:2000],
+            "traceback": traceback.format_exc()[-3000:],
+            "wall_s": _since(started),
+        }
+    return {"outcome": "completed", **result}
+
+
+def _since(t0: float) -> float:
+    return round(time.perf_counter() - t0, 2)
+
+
+if __name__ == "__main__":  # pragma: no cover - run through scripts/learning_check.py
+    sys.exit("run it through scripts/learning_check.py")

@@ -1,0 +1,438 @@
+"""The learning check's stages, each built from the repo's own pieces: the SFT fit
+(`cobalt.reference.fit_tiny_model`), trajectories and their per-turn evaluation (`collect_initial`
++ `collect_multiturn` + `evaluate`), the bandit rows (`cobalt.bandit.selection`), the offline rows
+(`cobalt.training.offline_data`), one GRPO or offline training run (`cobalt.training.grpo.train`,
+`cobalt.training.offline.train_offline`), and what an evaluation leaves for the aggregate: every
+problem's correct samples per turn under both protocols, the repair transitions, fingerprints."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cobalt.analysis.transitions import transitions
+from cobalt.bandit.selection import bandit_rows, problem_data_from_eval
+from cobalt.data import synthetic
+from cobalt.evaluation import EvalRecord, evaluate, stop_on_public_pass
+from cobalt.problems import Problem
+from cobalt.trajectories.collect import (
+    BatchConfig,
+    CollectConfig,
+    collect_initial,
+    collect_multiturn,
+)
+from cobalt.trajectories.records import Record
+from engines import EngineConfig, SamplingConfig, make_engine
+from sandbox import SandboxConfig, SyncJudge
+
+from .config import GOAL_REWARD_SHARE, GROUPS, KIND_GROUPS, SFT_HELD_OUT
+
+
+def labelled(problems: Sequence[Problem], label: str) -> list[Problem]:
+    return [p.model_copy(update={"difficulty": label}) for p in problems]
+
+
+def rl_problems(args: argparse.Namespace) -> list[Problem]:
+    """The RL-kind problems of the reference trajectories (every RL kind in turn)."""
+    problems = synthetic.make_problems(KIND_GROUPS["rl_kinds"], args.rl_problems, args.seed + 1000)
+    return labelled(problems, "rl_kinds")
+
+
+def eval_problems(args: argparse.Namespace) -> list[Problem]:
+    """Fresh problems (a seed no other stage uses) of the three groups, every kind in turn."""
+    seed = args.seed + 2000
+    out: list[Problem] = []
+    for group in GROUPS:
+        count = args.eval_sft_problems if group == "sft_kinds" else args.eval_problems
+        out += labelled(synthetic.make_problems(KIND_GROUPS[group], count, seed=seed), group)
+    return out
+
+
+def fit(args: argparse.Namespace, path: Path, device: str) -> dict[str, Any]:
+    from cobalt.reference import RECIPE_FILE, fit_tiny_model
+
+    fit_tiny_model(
+        path,
+        seed=args.seed,
+        seconds_budget=args.sft_seconds,
+        max_steps=args.sft_steps or None,
+        n_examples=args.sft_examples,
+        held_out=SFT_HELD_OUT,
+        kinds=synthetic.ALL_KINDS,
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
+        intermediate_size=args.intermediate,
+        learning_rate=args.sft_lr,
+        batch_size=args.sft_batch,
+        max_epochs=args.sft_epochs,
+        device="cpu" if device == "cpu" else "cuda",
+    )
+    recipe = json.loads((path / RECIPE_FILE).read_text())
+    stats = dict(recipe.get("stats", {}))
+    steps_per_epoch = -(-args.sft_examples // args.sft_batch)
+    stats["epochs"] = round(stats.get("steps", 0) / steps_per_epoch, 2)
+    return {"recipe": {k: v for k, v in recipe.items() if k != "stats"}, "stats": stats}
+
+
+def rollout(
+    model: Path,
+    problems: Sequence[Problem],
+    args: argparse.Namespace,
+    judge: SyncJudge,
+    work: Path,
+    n: int,
+    seed: int,
+) -> tuple[dict[str, Record], dict[str, EvalRecord], dict[str, Any]]:
+    """Trajectories (turn 0 + feedback turns, SPEC §1.2 with no system prompt) and their
+    per-turn evaluation on all tests; same problems and seed, same sampled stream."""
+    work.mkdir(parents=True, exist_ok=True)
+    config = CollectConfig(
+        sampling=SamplingConfig(
+            n=n, temperature=0.6, top_p=0.95, max_new_tokens=args.max_new_tokens, seed=seed
+        ),
+        turns=args.turns,
+        system_prompt="",  # the SFT conversations have none
+    )
+    batch = BatchConfig(chunk_size=args.chunk_size, lanes=2)
+    engine_config = EngineConfig(
+        kind="transformers", model=str(model), device=args.device, batch_size=args.gen_batch
+    )
+    started = time.perf_counter()
+    with make_engine(engine_config) as engine:
+        initial, first = collect_initial(problems, engine, config, work / "initial.jsonl", batch)
+        records, rest = collect_multiturn(
+            problems, initial, engine, judge, config, work / "multiturn.jsonl", batch
+        )
+    evals, scored = evaluate(problems, records, judge, args.turns, work / "eval.jsonl", batch)
+    stats = first.merge(rest)
+    return (
+        records,
+        evals,
+        {
+            "wall_s": round(time.perf_counter() - started, 2),
+            "collect_s": round(stats.wall_s, 2),
+            "generate_s": round(stats.generate_s, 2),
+            "sandbox_wait_s": round(stats.sandbox_s, 2),
+            "evaluate_s": round(scored.wall_s, 2),
+            "completions": stats.completions,
+            "completion_tokens": stats.completion_tokens,
+            "outcomes": stats.outcomes,
+        },
+    )
+
+
+# --- what an evaluation leaves -------------------------------------------------------------------
+
+
+def _normal(code: str | None) -> str:
+    return "\n".join(line.strip() for line in (code or "").splitlines() if line.strip())
+
+
+_REFERENCE = {_normal(synthetic.reference_solution(k)): k for k in synthetic.ALL_KINDS}
+
+
+def program_class(kind: str, code: str | None) -> str:
+    """What a program written for a problem of `kind` is, by its text: the kind's own reference
+    program, another kind's (same format / same operation / neither), or none of them."""
+    other = _REFERENCE.get(_normal(code))
+    if other is None:
+        return "not a reference program"
+    if other == kind:
+        return "its own reference"
+    op, fmt = kind.split("/")
+    if other.endswith("/" + fmt):
+        return "another operation's reference, same format"
+    if other.startswith(op + "/"):
+        return "same operation, another format"
+    return "another kind's reference"
+
+
+def evaluation_result(
+    problems: Sequence[Problem],
+    records: dict[str, Record],
+    evals: dict[str, EvalRecord],
+    stats: dict[str, Any],
+) -> dict[str, Any]:
+    """Per problem: group, kind, samples n and correct samples per turn under SPEC §1.2 (`c`) and
+    stop-on-public-pass (`c_stop`); the repair transitions; a fingerprint of every generated
+    text (equal fingerprints: the same trajectories)."""
+    stopped = stop_on_public_pass(evals, records)
+    kinds = {p.id: synthetic.kind_of(p) for p in problems}
+    out: dict[str, Any] = {}
+    for p in problems:
+        e = evals.get(p.id)
+        if e is None or not e.results:
+            continue
+        turns = len(e.results[0])
+        out[p.id] = {
+            "group": p.difficulty,
+            "kind": kinds[p.id],
+            "n": len(e.results),
+            "c": [sum(row[t].correct for row in e.results) for t in range(turns)],
+            "c_stop": [sum(row[t].correct for row in stopped[p.id].results) for t in range(turns)],
+        }
+    return {
+        "stats": stats,
+        "problems": out,
+        "transitions": transitions(
+            evals, records, classify=lambda pid, code: program_class(kinds[pid], code)
+        ),
+        "fingerprint": texts_fingerprint(records),
+    }
+
+
+def texts_fingerprint(records: dict[str, Record]) -> str:
+    digest = hashlib.sha256()
+    for pid in sorted(records):
+        for sample in records[pid].samples:
+            for turn in sample.turns:
+                digest.update(f"{pid}|{sample.index}|{turn.turn}|{turn.response}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def weights_fingerprint(model_dir: Path) -> str | None:
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for path in files:
+        with path.open("rb") as f:
+            for block in iter(lambda f=f: f.read(1 << 24), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+# --- training data and runs ----------------------------------------------------------------------
+
+
+def _prompt_counter(model: Path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+
+    def prompt_tokens(messages: list[dict[str, str]]) -> int:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    return prompt_tokens
+
+
+def bandit_dataset(
+    problems: Sequence[Problem],
+    records: dict[str, Record],
+    evals: dict[str, EvalRecord],
+    model: Path,
+    seed: int,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    prompt_tokens = _prompt_counter(model)
+    data = [problem_data_from_eval(records[p.id], evals[p.id], p.tests) for p in problems]
+    rows = bandit_rows(data, mode="train", prompt_tokens=prompt_tokens, seed=seed)
+    depth: dict[str, int] = {}
+    for row in rows:
+        d = sum(m["role"] == "assistant" for m in row["prompt"])
+        depth[str(d)] = depth.get(str(d), 0) + 1
+    lengths = [prompt_tokens(r["prompt"]) for r in rows]
+    later = [r for r in rows if any(m["role"] == "assistant" for m in r["prompt"])]
+    return rows, {
+        "problems": len(problems),
+        "problems_kept": len({r["example_id"] for r in rows}),
+        "rows": len(rows),
+        "rows_by_turn_depth": dict(sorted(depth.items())),
+        "turn0_rows": depth.get("0", 0),
+        "max_prompt_tokens": max(lengths, default=0),
+        "mean_prev_best_pass_rate_later_turns": round(
+            sum(r["prev_best_pass_rate"] for r in later) / len(later), 4
+        )
+        if later
+        else None,
+    }
+
+
+def offline_dataset(
+    problems: Sequence[Problem], records: dict[str, Record], evals: dict[str, EvalRecord]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every logged turn of the reference trajectories with its reward and LOO advantage."""
+    from cobalt.training.offline_data import offline_rows, offline_stats
+
+    data = [problem_data_from_eval(records[p.id], evals[p.id], p.tests) for p in problems]
+    rows = offline_rows(data)
+    return rows, offline_stats(data, rows)
+
+
+def micro_batch(args: argparse.Namespace) -> int:
+    """Completions per forward/backward (a divisor of prompts x generations; bf16_probe's
+    arguments may predate it: one micro-batch then)."""
+    batch = args.rl_prompts * args.rl_generations
+    micro = min(getattr(args, "rl_micro_batch", batch) or batch, batch)
+    return micro if batch % micro == 0 else batch
+
+
+def _sandbox(args: argparse.Namespace) -> SandboxConfig:
+    return SandboxConfig(backend=args.backend, concurrency=args.sandbox_concurrency)
+
+
+def train_mode(
+    mode: str,
+    rows: list[dict[str, Any]],
+    model: Path,
+    args: argparse.Namespace,
+    out_dir: Path,
+    extra: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """GRPO in `mode` (single_turn or cobalt) on the bandit rows; `extra`: more GRPOConfig fields
+    (e.g. bf16), `fields`: more TrainingConfig fields (scripts/bf16_probe.py)."""
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.cost import CostMeter
+    from cobalt.training.grpo import prepare_rows, train
+    from cobalt.training.step_timing import StepTimer
+
+    batch = args.rl_prompts * args.rl_generations
+    config = TrainingConfig(
+        preset="tiny",
+        mode=mode,
+        max_steps=args.rl_steps,
+        max_prompt_length=args.max_prompt,
+        seed=args.seed,
+        sandbox=_sandbox(args),
+        overrides={
+            "learning_rate": args.rl_lr,
+            "num_generations": args.rl_generations,
+            # one optimizer step = prompts x generations completions, in micro-batches
+            "per_device_train_batch_size": micro_batch(args),
+            "gradient_accumulation_steps": batch // micro_batch(args),
+            "max_completion_length": args.max_completion,
+            "temperature": args.rl_temperature,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            # float32 unless asked: bf16 autocast crashed runs (docs/TRAINING.md, bf16)
+            **({} if args.rl_bf16 else {"bf16": False}),
+            **(extra or {}),
+        },
+        **(fields or {}),
+    )
+    used = prepare_rows(rows, mode, _prompt_counter(model), config.prompt_limit())
+    started = time.perf_counter()
+    with StepTimer() as timer, CostMeter() as cost:
+        history = train(config, rows, model, out_dir, callbacks=[timer])
+    wall = time.perf_counter() - started
+    steps = [h for h in history if "loss" in h]
+    summary = timer.summary()
+    keep = (
+        "step",
+        "reward",
+        "reward_std",
+        "rewards/correctness/mean",
+        "rewards/correctness/std",
+        "loss",
+        "kl",
+        "entropy",
+        "completions/mean_length",
+        "completions/clipped_ratio",
+        "frac_reward_zero_std",
+        "num_tokens",
+    )
+    return {
+        "mode": mode,
+        "bf16": bool(config.grpo_kwargs(out_dir).get("bf16")),
+        "rows": len(used),  # after the mode and prompt-length filters (what GRPO samples)
+        "rows_before_length_filter": len(prepare_rows(rows, mode)),
+        "turn0_rows": sum(
+            1 for r in used if not any(m["role"] == "assistant" for m in r["prompt"])
+        ),
+        "steps": len(steps),
+        "completions_sampled": len(steps) * batch,
+        "completions_trained": len(steps) * batch,
+        "prompts_per_step": args.rl_prompts,
+        "micro_batch": micro_batch(args),
+        "generations_per_prompt": args.rl_generations,
+        "learning_rate": args.rl_lr,
+        "temperature": args.rl_temperature,
+        "wall_s": round(wall, 2),
+        "cost": cost.summary(),
+        "step_time": summary,
+        "step_time_per_step": [{k: round(v, 4) for k, v in s.items()} for s in timer.steps],
+        "reward_wait_goal_met": summary["reward_share"] < GOAL_REWARD_SHARE,
+        "curve": [{k: h[k] for k in keep if k in h} for h in steps],
+        "grpo_config": config.grpo_kwargs(out_dir) | {"output_dir": "<work>"},
+    }
+
+
+def train_offline_mode(
+    rows: list[dict[str, Any]], model: Path, args: argparse.Namespace, out_dir: Path
+) -> dict[str, Any]:
+    """The offline mode from the same SFT model: rl_steps steps of rl_prompts x rl_generations
+    logged rows (as many completions per step as GRPO samples)."""
+    from cobalt.training.config import OfflineSettings, TrainingConfig
+    from cobalt.training.cost import CostMeter
+    from cobalt.training.offline import train_offline
+    from cobalt.training.step_timing import StepTimer
+
+    batch = args.rl_prompts * args.rl_generations
+    config = TrainingConfig(
+        preset="tiny",
+        mode="offline",
+        max_steps=args.rl_steps,
+        seed=args.seed,
+        offline=OfflineSettings(
+            objective=args.offline_objective,
+            batch_size=micro_batch(args),
+            gradient_accumulation_steps=batch // micro_batch(args),
+            learning_rate=args.offline_lr or args.rl_lr,
+            # the GRPO modes' prompt limit plus the longest logged completion (and its end token)
+            max_length=args.max_prompt + args.max_new_tokens + 1,
+            drop_zero_advantage=not args.offline_keep_zero_advantage,
+        ),
+        overrides={
+            "logging_steps": 1,
+            "save_strategy": "no",
+            **({} if args.rl_bf16 else {"bf16": False}),  # float32 as the GRPO runs
+        },
+    )
+    started = time.perf_counter()
+    with StepTimer() as timer, CostMeter() as cost:
+        run = train_offline(config, rows, model, out_dir, callbacks=[timer])
+    wall = time.perf_counter() - started
+    steps = [h for h in run.history if "loss" in h]
+    keep = (
+        "step",
+        "loss",
+        "grad_norm",
+        "advantage",
+        "weight",
+        "weighted_advantage",
+        "logprob",
+        "logprob_positive",
+        "logprob_negative",
+        "reward",
+        "ratio",
+        "clip_fraction",
+    )
+    return {
+        "mode": "offline",
+        "objective": args.offline_objective,
+        "rows": run.rows,  # after the zero-advantage and length filters (what it trains on)
+        "rows_total": len(rows),
+        "dropped_zero_advantage": run.dropped_zero_advantage,
+        "dropped_too_long": run.dropped_too_long,
+        "reference_logprobs_s": run.reference_logprobs_s,
+        "steps": len(steps),
+        "completions_sampled": 0,
+        "completions_trained": len(steps) * batch,
+        "rows_per_step": batch,
+        "micro_batch": micro_batch(args),
+        "learning_rate": config.offline_kwargs(out_dir)["learning_rate"],
+        "wall_s": round(wall, 2),
+        "cost": cost.summary(),
+        "step_time": timer.summary(),
+        "curve": [{k: h[k] for k in keep if k in h} for h in steps],
+        "training_arguments": config.offline_kwargs(out_dir) | {"output_dir": "<work>"},
+    }

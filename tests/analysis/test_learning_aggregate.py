@@ -1,0 +1,183 @@
+"""The learning check's aggregate and report on hand-made seed results: cells, paired differences
+and verdicts, both protocols, a failed bf16 mode, repeats of a seed, the written report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cobalt.analysis.learning import aggregate, load_runs, split_runs
+from cobalt.analysis.learning_report import aggregate_dirs, render
+
+GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds"}
+N = 4  # samples per problem
+
+
+def problems(correct: dict[str, list[int]], stop: dict[str, list[int]] | None = None) -> dict:
+    """Evaluation problems: p0..p3 are RL kinds (two kinds), q0..q3 never-seen kinds;
+    `correct[group]` = correct samples per turn of every problem of the group."""
+    out = {}
+    for group, prefix, kinds in (
+        ("rl_kinds", "p", ("a/x", "b/y")),
+        ("unseen_kinds", "q", ("c/z",)),
+    ):
+        for i in range(4):
+            c = correct[group]
+            out[f"{prefix}{i}"] = {
+                "group": group,
+                "kind": kinds[i % len(kinds)],
+                "n": N,
+                "c": list(c),
+                "c_stop": list((stop or correct)[group]),
+            }
+    return out
+
+
+def run(seed: int, label: str, evaluation: dict, training: dict | None = None, **extra) -> dict:
+    return {
+        "check": "learning_check_seed",
+        "seed": seed,
+        "label": label,
+        "status": "done",
+        "settings": {
+            "turns": 2,
+            "sft_steps": 3,
+            "sft_batch": 2,
+            "sft_examples": 8,
+            "rl_problems": 2,
+        },
+        "machine": {"device": "cpu", "cpus": 2},
+        "groups": GROUPS,
+        "kinds": {"rl_kinds": ["a/x", "b/y"], "unseen_kinds": ["c/z"], "sft_kinds": ["d/w"]},
+        "modes": ["single_turn", "cobalt", "cobalt_bf16"],
+        "training": training or {},
+        "evaluation": {m: {"problems": p, "transitions": []} for m, p in evaluation.items()},
+        "fingerprints": {"sft_weights": f"w{seed}", "eval_sft_texts": f"t{seed}"},
+        "phases_s": {"sft": 10.0 + seed},
+        "gpu_memory_gib": {},
+        "wall_s": 100.0,
+        **extra,
+    }
+
+
+def seed_result(seed: int, label: str | None = None, bf16_ok: bool = True) -> dict:
+    evaluation = {
+        "sft": problems({"rl_kinds": [2, 1, 0], "unseen_kinds": [0, 0, 0]}),
+        "single_turn": problems({"rl_kinds": [4, 2, 2], "unseen_kinds": [0, 0, 0]}),
+        # cobalt: better at the later turns of the RL kinds only under SPEC §1.2
+        "cobalt": problems(
+            {"rl_kinds": [4, 4, 4], "unseen_kinds": [0, 0, 0]},
+            stop={"rl_kinds": [4, 2, 2], "unseen_kinds": [0, 0, 0]},
+        ),
+    }
+    completed = {"outcome": "completed", "rows": 10, "steps": 3, "completions_sampled": 24,
+                 "completions_trained": 24, "cost": {"wall_s": 5.0 + seed, "gpu_s": None,
+                 "gpu_busy_s": None, "gpu_peak_memory_gib": None},
+                 "step_time": {"reward_share": 0.05},
+                 "step_time_per_step": [{"total": 1.0}] * 2 + [{"total": 2.0 + seed}] * 3,
+                 "curve": [{"rewards/correctness/mean": 0.1 * i} for i in range(3)]}  # fmt: skip
+    training = {"single_turn": completed, "cobalt": completed}
+    if bf16_ok:
+        evaluation["cobalt_bf16"] = evaluation["cobalt"]
+        training["cobalt_bf16"] = completed
+    else:
+        training["cobalt_bf16"] = {"outcome": "non_finite", "error": "step 7: grads not finite"}
+    return run(seed, label or f"seed{seed}", evaluation, training)
+
+
+def cells(summary: dict) -> dict:
+    return {(c["protocol"], c["group"], c["turn"], c["model"]): c for c in summary["cells"]}
+
+
+def diffs(summary: dict) -> dict:
+    return {
+        (d["a"], d["b"], d["protocol"], d["group"], d["turn"]): d for d in summary["differences"]
+    }
+
+
+def test_cells_differences_and_verdicts() -> None:
+    summary = aggregate([seed_result(0), seed_result(1), seed_result(2, bf16_ok=False)], 400)
+    assert summary["seeds"] == [0, 1, 2]
+    assert summary["models"] == ["sft", "single_turn", "cobalt", "cobalt_bf16"]
+    c = cells(summary)
+    assert [c[("spec", "rl_kinds", t, "sft")]["mean"] for t in range(3)] == [50.0, 25.0, 0.0]
+    top = c[("spec", "rl_kinds", 2, "cobalt")]
+    assert (top["mean"], top["low"], top["high"], top["seeds"], top["values"]) == (
+        100.0, 100.0, 100.0, 3, 12,
+    )  # fmt: skip
+    assert c[("stop", "rl_kinds", 2, "cobalt")]["mean"] == 50.0  # the stop protocol's counts
+    assert c[("spec", "rl_kinds", 0, "cobalt_bf16")]["seeds"] == 2  # seed 2's bf16 run broke
+
+    d = diffs(summary)
+    assert d[("cobalt", "single_turn", "spec", "rl_kinds", 2)]["mean"] == 50.0
+    assert d[("cobalt", "single_turn", "spec", "rl_kinds", 2)]["verdict"] == "cobalt ahead"
+    assert d[("cobalt", "single_turn", "stop", "rl_kinds", 2)]["verdict"] == "no difference"
+    assert d[("cobalt", "single_turn", "spec", "rl_kinds", 0)]["verdict"] == "no difference"
+    assert d[("cobalt_bf16", "cobalt", "spec", "rl_kinds", 2)]["seeds"] == 2
+    assert d[("single_turn", "sft", "spec", "rl_kinds", 0)]["verdict"] == "single_turn ahead"
+    assert d[("single_turn", "sft", "spec", "unseen_kinds", 0)]["verdict"] == "no difference"
+    assert ("offline", "single_turn", "spec", "rl_kinds", 0) not in d  # not run
+
+    training = summary["training"]
+    assert training["cobalt_bf16"]["outcomes"] == {"completed": 2, "non_finite": 1}
+    assert training["cobalt_bf16"]["errors"] == {2: "step 7: grads not finite"}
+    assert training["cobalt"]["step_s_median"] == {"mean": 3.0, "min": 2.0, "max": 4.0}
+    assert training["cobalt"]["curve_mean"] == [0.0, 0.1, 0.2]
+    kinds = {(k["kind"], k["model"]): k for k in summary["per_kind"]}
+    assert (
+        kinds[("a/x", "sft")]["mean"] == [50.0, 25.0, 0.0] and kinds[("a/x", "sft")]["seeds"] == 3
+    )
+
+    text = render(summary)
+    assert "| RL kinds | 2 | 0.0 [0.0, 0.0] | 50.0 [50.0, 50.0] | 100.0 [100.0, 100.0] |" in text
+    assert "| cobalt − single_turn | RL kinds | 2 | +50.0 [+50.0, +50.0] | cobalt ahead |" in text
+    assert "non_finite 1" in text and "step 7: grads not finite" in text
+
+
+def test_repeats_measure_the_same_seed_spread(tmp_path: Path) -> None:
+    first, second = tmp_path / "call1", tmp_path / "call2"
+    again = seed_result(0, "seed0")
+    changed = seed_result(0, "seed0-r1")
+    changed["evaluation"]["cobalt"]["problems"]["p0"]["c"] = [3, 4, 4]  # one sample differs
+    changed["fingerprints"]["eval_sft_texts"] = "other"
+    for directory, docs in ((first, [seed_result(0), seed_result(1)]), (second, [again, changed])):
+        (directory / "runs").mkdir(parents=True)
+        for doc in docs:
+            (directory / "runs" / f"{doc['label']}.json").write_text(json.dumps(doc))
+    (second / "runs" / "notes.json").write_text("{}")  # not a seed result: ignored
+
+    runs = load_runs([first, second])
+    assert [(r["label"], Path(r["source"]).name) for r in runs] == [
+        ("seed0", "call1"), ("seed1", "call1"), ("seed0", "call2"), ("seed0-r1", "call2"),
+    ]  # fmt: skip
+    primary, repeats = split_runs(runs)
+    assert [primary[s]["source"] for s in (0, 1)] == [str(first), str(first)]
+    assert len(repeats) == 2
+
+    text = aggregate_dirs([first, second], tmp_path / "out")
+    summary = json.loads((tmp_path / "out" / "learning_check.json").read_text())
+    assert summary["seeds"] == [0, 1]
+    same, differ = summary["spread"]
+    assert same["cells_identical"] == same["cells"] > 0 and same["max_abs_pp"] == 0.0
+    assert same["problems_identical_pct"] == 100.0
+    assert all(same["fingerprints_equal"].values())
+    assert differ["max_abs_pp"] == pytest.approx(100 * 0.25 / 4, abs=0.01)  # 1 of 4 problems
+    assert differ["fingerprints_equal"] == {"sft_weights": True, "eval_sft_texts": False}
+    assert "## Same seed, twice" in text and "differ: eval_sft_texts" in text
+    for png in ("pass_at_1.png", "differences.png", "reward_curves.png"):
+        assert (tmp_path / "out" / png).read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_run_without_evaluations_and_no_runs() -> None:
+    killed = run(3, "seed3", {}, status="killed")
+    summary = aggregate([killed])
+    assert (
+        summary["models"] == []
+        and summary["cells"] == []
+        and summary["runs"][0]["status"] == "killed"
+    )
+    assert "# Learning check" in render(summary)
+    with pytest.raises(ValueError, match="no seed results"):
+        aggregate([])

@@ -1,0 +1,175 @@
+"""`OfflineTrainer` (transformers' Trainer with the offline objectives) on the tiny model, on CPU:
+real optimizer steps move each completion's log-probability the way its advantage says, a killed
+run resumes from its checkpoint, and LoRA adapters are merged on save."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from cobalt.training.config import LoraSettings, OfflineSettings, TrainingConfig
+from cobalt.training.grpo import last_checkpoint
+from cobalt.training.offline import (
+    OfflineCollator,
+    end_of_turn_id,
+    token_logprobs,
+    tokenize_row,
+    train_offline,
+)
+
+PROMPT = [{"role": "user", "content": "Print the sum of two integers."}]
+GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+BAD = "I think the answer is 3."
+
+
+def rows() -> list[dict]:
+    common = {"prompt": PROMPT, "stopped": True, "turn": 0, "example_id": "p"}
+    return [
+        {**common, "completion": GOOD, "reward": 1.0, "advantage": 1.0, "sample": 0},
+        {**common, "completion": BAD, "reward": -1.0, "advantage": -1.0, "sample": 1},
+    ]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from engines.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+def sequence_logprobs(model_dir: Path | str) -> list[float]:
+    """Sum of the completion tokens' log-probabilities of each row (GOOD, BAD)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir)).eval()
+    eos = end_of_turn_id(tokenizer, model_dir)
+    batch = OfflineCollator(tokenizer.pad_token_id)(
+        [tokenize_row(r, tokenizer, eos) for r in rows()]
+    )
+    with torch.no_grad():
+        logprobs = token_logprobs(model, batch)
+    return (logprobs * batch["completion_mask"][:, 1:]).sum(dim=1).tolist()
+
+
+def config(objective: str, **kw) -> TrainingConfig:
+    return TrainingConfig(
+        mode="offline",
+        offline=OfflineSettings(objective=objective, batch_size=2, learning_rate=3e-3),
+        **kw,
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("objective", ["reinforce_loo", "clipped_ratio", "awr"])
+def test_a_step_follows_the_advantage(tiny: Path, tmp_path: Path, objective: str) -> None:
+    before = sequence_logprobs(tiny)
+    run = train_offline(config(objective, max_steps=3), rows(), tiny, tmp_path / "out")
+    after = sequence_logprobs(tmp_path / "out")
+    good, bad = (a - b for a, b in zip(after, before, strict=True))
+    steps = [h for h in run.history if "loss" in h]
+    assert [h["step"] for h in steps] == [1, 2, 3] and run.rows == 2
+    if objective == "awr":  # a weighted SFT: both rise, the better turn (weight e^2) far more
+        assert good > 0 and good > bad, (good, bad)
+        assert steps[0]["weight"] == pytest.approx((2.718281828**2 + 2.718281828**-2) / 2, 1e-4)
+    else:  # REINFORCE / PPO-clip: the positive advantage up, the negative one down
+        assert good > 0 > bad, (good, bad)
+        # the logged curves say so too (measured on each step's batch, before its update)
+        assert steps[-1]["logprob_positive"] > steps[0]["logprob_positive"]
+        assert steps[-1]["logprob_negative"] < steps[0]["logprob_negative"]
+    if objective == "clipped_ratio":
+        assert run.reference_logprobs_s is not None
+        assert steps[0]["ratio"] == pytest.approx(1.0, abs=1e-5)  # step 1: the reference itself
+        assert steps[0]["clip_fraction"] == 0.0
+    for h in steps:
+        assert {"loss", "advantage", "weighted_advantage", "logprob", "reward"} <= h.keys()
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_offline_run_resumes_from_its_checkpoint(tiny: Path, tmp_path: Path) -> None:
+    from cobalt.training.step_timing import StepTimer
+
+    out = tmp_path / "out"
+    first = config("clipped_ratio", max_steps=1, save_steps=1)
+    train_offline(first, rows(), tiny, out)
+    assert last_checkpoint(out) == str(out / "checkpoint-1")
+    again = first.model_copy(update={"max_steps": 2})
+    with StepTimer() as timer:
+        run = train_offline(again, rows(), tiny, out, callbacks=[timer])
+    assert len(timer.steps) == 1  # step 1 came from the checkpoint
+    assert [h["step"] for h in run.history if "loss" in h] == [1, 2]
+    assert last_checkpoint(out) == str(out / "checkpoint-2")
+
+
+@pytest.mark.timeout(300)
+def test_offline_lora_saves_a_plain_merged_model(tiny: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    lora = LoraSettings(r=4, alpha=8, target_modules=["q_proj", "v_proj"])
+    out = tmp_path / "out"
+    train_offline(config("reinforce_loo", max_steps=1, lora=lora), rows(), tiny, out)
+    assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
+    before = AutoModelForCausalLM.from_pretrained(str(tiny)).state_dict()
+    after = AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
+    assert before.keys() == after.keys()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all("q_proj" in k or "v_proj" in k for k in changed), changed
+
+
+def test_no_rows_left_says_why(tiny: Path, tmp_path: Path) -> None:
+    zero = [{**r, "advantage": 0.0} for r in rows()]
+    with pytest.raises(ValueError, match="2 have advantage 0"):
+        train_offline(config("reinforce_loo", max_steps=1), zero, tiny, tmp_path / "out")
+
+
+def test_reference_logprobs_match_row_by_row(tiny: Path, tmp_path: Path) -> None:
+    """Computed in length-sorted batches, each row's reference log-probabilities are its own:
+    the same as the row scored alone (padding and batch order change nothing)."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cobalt.training.offline import OfflineTrainer, add_reference_logprobs
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny))
+    eos = end_of_turn_id(tokenizer, tiny)
+    texts = [GOOD, BAD, "x", GOOD + "\n" + BAD]
+    items = [tokenize_row({**rows()[0], "completion": t}, tokenizer, eos) for t in texts]
+    model = AutoModelForCausalLM.from_pretrained(str(tiny))
+    trainer = OfflineTrainer(
+        model=model,
+        args=config("clipped_ratio").training_arguments(tmp_path / "out"),
+        train_dataset=Dataset.from_list(items),
+        data_collator=OfflineCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+        settings=OfflineSettings(objective="clipped_ratio"),
+    )
+    add_reference_logprobs(trainer, batch_size=3)
+    got = trainer.train_dataset["ref_logprobs"]
+    collate = OfflineCollator(tokenizer.pad_token_id)
+    with torch.no_grad():
+        for item, ref in zip(items, got, strict=True):
+            alone = token_logprobs(model.eval(), collate([item]))[0, item["prompt_length"] - 1 :]
+            assert len(ref) == len(item["input_ids"]) - item["prompt_length"]
+            assert ref == pytest.approx(alone.tolist(), abs=1e-4)
+
+
+@pytest.mark.timeout(300)
+def test_the_same_seed_trains_the_same_weights(tiny: Path, tmp_path: Path) -> None:
+    """The learning check's determinism on CPU, for a run whose gradients are not zero: two
+    offline runs of one seed under deterministic kernels end with equal weights, bit for bit."""
+    from transformers import AutoModelForCausalLM
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        for name in ("a", "b"):
+            train_offline(config("reinforce_loo", max_steps=2), rows() * 2, tiny, tmp_path / name)
+    finally:
+        torch.use_deterministic_algorithms(False)
+    a, b, start = (
+        AutoModelForCausalLM.from_pretrained(str(p)).state_dict()
+        for p in (tmp_path / "a", tmp_path / "b", tiny)
+    )
+    assert any(not torch.equal(a[k], start[k]) for k in a)  # it trained
+    assert all(torch.equal(a[k], b[k]) for k in a)
