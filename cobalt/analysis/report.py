@@ -182,6 +182,27 @@ def examples_markdown(examples: Sequence[tuple[TurnError, Judgement | None]]) ->
     return "\n\n".join(parts)
 
 
+def examples_json(examples: Sequence[tuple[TurnError, Judgement | None]]) -> list[dict[str, Any]]:
+    """The same examples for report.json: where, wrong tests, labels, the diff, the raw reply."""
+    return [
+        {
+            "id": error.id,
+            "problem_id": error.problem_id,
+            "sample": error.sample,
+            "turn": error.turn,
+            "judge": judgement.label if judgement else None,
+            "judge_reply": judgement.raw if judgement else None,
+            "rule_hard_coded": error.rule.hard_coded,
+            "rule_matched": error.rule.matched,
+            "wrong_tests": [t.model_dump() for t in error.wrong_tests],
+            "pass_rate_before": error.pass_rate_before,
+            "pass_rate_after": error.pass_rate_after,
+            "diff": error.diff,
+        }
+        for error, judgement in examples
+    ]
+
+
 # --- comparison ---------------------------------------------------------------------------------
 
 

@@ -104,7 +104,7 @@ def summarize(
         "per_turn": per_turn,
         "categories": categories,
         "agreement": agreement,
-        "examples": [e.id for e, _ in examples],
+        "examples": rep.examples_json(examples),
         "errors": errors.uri,
         "judged": judged.uri,
         "trajectories": {

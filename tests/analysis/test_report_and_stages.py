@@ -148,11 +148,15 @@ def test_errors_judged_and_reported_in_storage(inference, served_tiny):
     params = HackingParams(storage=storage, judge=up, examples=3)
     summary = summarize(params, spec, errors, judged, up.engine.model)
     report = json.loads(Path(summary.report.removeprefix("file://")).read_text())
-    assert report["policy"] == "policy-a" and report["examples"] == [
+    assert report["policy"] == "policy-a" and [e["id"] for e in report["examples"]] == [
         "hand/a#s0t1",
         "hand/b#s0t1",
         "hand/a#s4t2",
     ]
+    first = report["examples"][0]  # the JSON has the examples' diffs and labels too
+    assert first["turn"] == 1 and first["judge"] == "hard_coding" and first["rule_hard_coded"]
+    assert first["diff"].startswith("--- turn 0\n+++ turn 1") and "+    print(30)" in first["diff"]
+    assert first["wrong_tests"][0]["output"].strip() == "30"
     assert summary.per_turn[-1] == {
         "turn": "all",
         "programs": 28,
