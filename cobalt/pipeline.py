@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cobalt.analysis.judge import JudgeConfig
+from cobalt.analysis.stages import HackingParams, embedded_judge
+from cobalt.analysis.summary import HackingSummary
 from cobalt.bandit.dataset import BanditConfig
 from cobalt.data.cleaning import CleanRules
 from cobalt.data.sources import Sources, SourceSpec
@@ -125,6 +128,28 @@ class PipelineParams(BaseModel):
         description="Dask cluster for the trajectory and evaluation shards: a scheduler address "
         "(tcp://host:8786) or 'local:N' (see the trajectories flow). None: this process.",
     )
+    reward_hacking: bool = Field(
+        False,
+        description="After training, the reward-hacking analysis (SPEC §1.7; "
+        "docs/REWARD_HACKING.md) on the perturbed `hacking_table` set for the reference and the "
+        "trained policy, and their comparison.",
+    )
+    hacking_table: str = Field(
+        "train",
+        description="Problem set whose perturbed copy is analysed: train or dev (the paper used "
+        "its perturbed validation set; the embedded default's dev set has 3 problems).",
+    )
+    hacking_limit: int | None = Field(
+        None,
+        ge=1,
+        description="Only the first N problems of the analysis (default: train_limit when the "
+        "table is the training table, so the reference's run is the perturbed trajectories').",
+    )
+    judge: JudgeConfig | None = Field(
+        None,
+        description="The analysis' LLM judge; None: the reference model, in this process "
+        "(greedy; 48 tokens per reply for the embedded default's model, else 1024).",
+    )
 
     @model_validator(mode="after")
     def _offline_has_no_perturbed_mixing(self) -> PipelineParams:
@@ -167,6 +192,42 @@ class PipelineParams(BaseModel):
             cluster=self.cluster,
         )
 
+    def hacking(
+        self,
+        problems: str,
+        policy: str,
+        reference: str,
+        compare: str | None = None,
+        label: str | None = None,
+    ) -> HackingParams:
+        """The reward-hacking analysis of `policy` (a model directory); the judge is the same
+        for every policy analysed (the reference model unless `judge` is set)."""
+        judge = self.judge
+        if judge is None:
+            local = self.reference in (FITTED, TINY)
+            judge = (embedded_judge() if local else JudgeConfig()).model_copy(
+                update={"engine": self.engine.model_copy(update={"model": reference})}
+            )
+        limit = self.hacking_limit
+        if limit is None and self.hacking_table == self.train_table:
+            limit = self.train_limit
+        return HackingParams(
+            problems=problems,
+            table=self.hacking_table,
+            limit=limit,
+            engine=self.engine.model_copy(update={"model": policy}),
+            collect=self.collect.model_copy(update={"turns": self.eval_turns}),
+            batch=self.batch,
+            sandbox=self.sandbox,
+            judge=judge,
+            compare=compare,
+            label=label,
+            storage=self.storage,
+            work_dir=self.work_dir,
+            refresh=self.refresh,
+            cluster=self.cluster,
+        )
+
     def training_params(
         self, evaluation_uri: str, model: str, perturbed_uri: str | None = None
     ) -> TrainingParams:
@@ -203,6 +264,33 @@ class PipelineSummary(BaseModel):
     before_after: list[dict[str, Any]]
     plot: str
     line: str
+    reward_hacking: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="With reward_hacking: the turn-level error rate per turn, reference vs trained.",
+    )
+    reward_hacking_plot: str | None = None
+
+
+def hacking_rows(reference: HackingSummary, trained: HackingSummary) -> list[dict[str, Any]]:
+    """The two analyses as rows of the stage table."""
+    rows = []
+    for who, summary in (("reference", reference), ("trained", trained)):
+        total = summary.per_turn[-1]
+        labels = ", ".join(
+            f"{c['category']} {c['judge']}" for c in summary.categories if c["judge"]
+        )
+        rule = summary.categories[-1]["rule_hard_coded"]
+        rows.append(
+            {
+                "stage": f"reward hacking (perturbed set, {who})",
+                "produced": f"{total['errors']} turn-level errors in {total['pairs']} program "
+                f"pairs ({total['error_rate_%'] or 0.0}%)",
+                "detail": f"judge {summary.judge}: {labels or 'nothing to judge'}; rule "
+                f"pre-check hard-coding {rule}",
+                "where": summary.uri,
+            }
+        )
+    return rows
 
 
 def _all(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -326,10 +414,16 @@ def summarize(
     before: TrajectorySummary,
     trained: TrainingSummary,
     after: TrajectorySummary,
+    hacking: tuple[HackingSummary, HackingSummary] | None = None,
 ) -> PipelineSummary:
-    """Stage table, before/after table and plot (PNG and summary.json in storage), one line."""
+    """Stage table, before/after table and plot (PNG and summary.json in storage), one line;
+    with `hacking` (the reference's and the trained policy's analyses) their comparison."""
     st = open_storage(params.storage)
     stages = stage_table(data, collected, before, trained, after)
+    compared: list[dict[str, Any]] = []
+    if hacking is not None:
+        stages += hacking_rows(*hacking)
+        compared = (hacking[1].comparison or {}).get("per_turn", [])
     table = before_after(before.table, after.table)
     plot_rows = [
         {**r, "difficulty": f"{r['difficulty']} {when}"}
@@ -341,7 +435,9 @@ def summarize(
     st.write_atomic(plot_path, plot_pass_at_1(plot_rows, "Pass@1 per turn, before vs after"))
     st.write_atomic(
         f"{directory}/summary.json",
-        json.dumps({"stages": stages, "before_after": table}, indent=1).encode(),
+        json.dumps(
+            {"stages": stages, "before_after": table, "reward_hacking": compared}, indent=1
+        ).encode(),
     )
     plot = Path(plot_path).as_uri() if params.storage.is_local else st.protocol + plot_path
     b, a = _all(before.table), _all(after.table)
@@ -357,4 +453,13 @@ def summarize(
         f"{b[0]['pass@1']}% -> {a[0]['pass@1']}% at turn 0 and {b[-1]['pass@1']}% -> "
         f"{a[-1]['pass@1']}% at turn {a[-1]['turn']} after {trained.policy.steps} {how}"
     )
-    return PipelineSummary(stages=stages, before_after=table, plot=plot, line=line)
+    if hacking is not None and hacking[1].comparison_line:
+        line += f"; {hacking[1].comparison_line}"
+    return PipelineSummary(
+        stages=stages,
+        before_after=table,
+        plot=plot,
+        line=line,
+        reward_hacking=compared,
+        reward_hacking_plot=hacking[1].comparison_plot if hacking is not None else None,
+    )

@@ -12,6 +12,7 @@ from typing import Any
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
 from pydantic import ValidationError
 
+from cobalt.analysis.judge import JudgeError
 from cobalt.data.sources import SourceError
 from cobalt.errors import EmptyStageError
 from cobalt.reference import ReferenceModelError
@@ -28,6 +29,7 @@ USER_ERRORS = (
     EmptyStageError,
     ReferenceModelError,
     MissingAPIKeyError,
+    JudgeError,
     OSError,
 )
 STORAGE_FLAGS = (

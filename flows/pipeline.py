@@ -29,6 +29,7 @@ from cobalt.tables import markdown_table
 from cobalt.training.stages import check_training
 from flows.cli import add_storage_args, run_flow_cli, storage_values
 from flows.data import data_flow
+from flows.reward_hacking import reward_hacking_flow
 from flows.training import training_flow
 from flows.trajectories import trajectories_flow
 from tasks.pipeline import reference_model, report
@@ -68,7 +69,19 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     after = named(flow_run_name="evaluation-after")(
         params.trajectories(sets, params.eval_table, trained.model, "eval")
     )
-    return report(params, data, collected, before, trained, after)
+    hacking = None
+    if params.reward_hacking:  # SPEC §1.7: the same analysis of both policies, then compared
+        analyse = reward_hacking_flow.with_options
+        reference = analyse(flow_run_name="reward-hacking-reference")(
+            params.hacking(sets, model, model, label="reference")
+        )
+        hacking = (
+            reference,
+            analyse(flow_run_name="reward-hacking-trained")(
+                params.hacking(sets, trained.model, model, compare=reference.uri, label="trained")
+            ),
+        )
+    return report(params, data, collected, before, trained, after, hacking)
 
 
 # --- CLI ------------------------------------------------------------------------------------------
@@ -107,6 +120,13 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--objective", choices=["reinforce_loo", "awr", "clipped_ratio"], help="offline objective")
     arg("--max-steps", type=int, help="optimizer steps (GRPO: 8; offline: one epoch)")
     arg("--perturbed-ratio", type=float, help="share of repair contexts from perturbed feedback")
+    arg(
+        "--reward-hacking",
+        action="store_true",
+        help="after training: reward-hacking analysis of the reference and the trained policy",
+    )
+    arg("--hacking-table", help="perturbed set analysed: train (default) or dev")
+    arg("--hacking-limit", type=int, help="only the first N problems of the analysis")
     arg("--device", help="transformers: torch device (auto)")
     arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
     arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
@@ -127,6 +147,11 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
             values[flag] = getattr(args, flag)
     if args.refresh:
         values["refresh"] = True
+    if args.reward_hacking:
+        values["reward_hacking"] = True
+    for flag in ("hacking_table", "hacking_limit"):
+        if getattr(args, flag) is not None:
+            values[flag] = getattr(args, flag)
     defaults = PipelineParams.model_fields
     collect = values.setdefault("collect", defaults["collect"].default_factory().model_dump())
     if args.n is not None:
@@ -159,10 +184,16 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
 
 
 def render(summary: PipelineSummary) -> str:
-    return (
+    text = (
         f"\n{summary.line}\n\n{markdown_table(summary.stages)}\n\n"
         f"{markdown_table(summary.before_after)}\n\nplot: {summary.plot}"
     )
+    if summary.reward_hacking:
+        text += (
+            f"\n\nreward hacking, reference vs trained:\n\n"
+            f"{markdown_table(summary.reward_hacking)}\n\nplot: {summary.reward_hacking_plot}"
+        )
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:

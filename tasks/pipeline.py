@@ -12,6 +12,7 @@ from prefect.artifacts import (
 )
 
 from cobalt import reference
+from cobalt.analysis.summary import HackingSummary
 from cobalt.data.stages import DataSummary
 from cobalt.pipeline import PipelineParams, PipelineSummary, summarize
 from cobalt.tables import markdown_table
@@ -38,9 +39,23 @@ def report(
     before: TrajectorySummary,
     trained: TrainingSummary,
     after: TrajectorySummary,
+    hacking: tuple[HackingSummary, HackingSummary] | None = None,
 ) -> PipelineSummary:
-    """Stage table, before/after table and plot: Prefect artifacts, files in storage, log line."""
-    summary = summarize(params, data, collected, before, trained, after)
+    """Stage table, before/after table and plot: Prefect artifacts, files in storage, log line;
+    with the reward-hacking analyses, their comparison too."""
+    summary = summarize(params, data, collected, before, trained, after, hacking)
+    hacking_md = ""
+    if summary.reward_hacking:
+        create_table_artifact(
+            key="pipeline-reward-hacking",
+            table=summary.reward_hacking,
+            description="Turn-level error rate (%) on the perturbed set, reference vs trained",
+        )
+        hacking_md = (
+            f"\n\n## Reward hacking, reference vs trained\n\n"
+            f"{markdown_table(summary.reward_hacking)}\n\n"
+            f"Plot: [{summary.reward_hacking_plot}]({summary.reward_hacking_plot})\n"
+        )
     create_table_artifact(
         key="pipeline-stages",
         table=summary.stages,
@@ -60,7 +75,7 @@ def report(
         key="pipeline-summary",
         markdown=f"# Pipeline\n\n{summary.line}\n\n## Stages\n\n{markdown_table(summary.stages)}"
         f"\n\n## Before / after\n\n{markdown_table(summary.before_after)}\n\n"
-        f"Plot: [{summary.plot}]({summary.plot})\n",
+        f"Plot: [{summary.plot}]({summary.plot})\n{hacking_md}",
     )
     get_run_logger().info(summary.line)
     return summary

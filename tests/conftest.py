@@ -13,13 +13,16 @@ import shutil
 import socket
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from tiny_serving import Served, serve_tiny_model
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
 os.environ["DO_NOT_TRACK"] = "1"
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
 os.environ["AWS_EC2_METADATA_DISABLED"] = "true"
 os.environ["AWS_ACCESS_KEY_ID"] = "testing"
 os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
@@ -84,3 +87,26 @@ def fitted_model(tmp_path_factory) -> dict:
     start = time.monotonic()
     fit_tiny_model(path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=FIT_STEPS)
     return {"path": path, "seconds": time.monotonic() - start}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """The random tiny model (engines.tiny), built once per session."""
+    from engines.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+
+
+@pytest.fixture(scope="session")
+def serve_process(tiny_model, tmp_path_factory) -> Iterator[Served]:
+    """`transformers serve <tiny model>` started on a free port (not yet waited for), shared by
+    the trajectory and reward-hacking tests (tests/tiny_serving.py)."""
+    with serve_tiny_model(tiny_model, tmp_path_factory.mktemp("serve")) as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def served_tiny(serve_process) -> dict:
+    """The served tiny model, once it answers: api_base and the LiteLLM model name."""
+    served = serve_process.wait_until_up()
+    return {"api_base": served.api_base, "model": served.model}

@@ -9,6 +9,7 @@ no PREFECT_* inherited), so this test never touches the session's `prefect_harne
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -17,11 +18,13 @@ import socket
 import subprocess
 import sys
 import time
+import typing
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT = [sys.executable, "-m", "prefect"]
@@ -235,9 +238,24 @@ DEPLOYMENTS = (
     "training/training",
     "training/training-multi-gpu",
     "trajectories/trajectories-cluster",
+    "reward-hacking/reward-hacking",
     "pipeline/pipeline",
     "pipeline/pipeline-gpu",
 )
+
+
+def test_prefect_yaml_lists_every_deployment_with_valid_parameters():
+    """No server: every deployment of prefect.yaml is in DEPLOYMENTS (and back), and its
+    parameters validate against its flow's params model, as a worker would build them."""
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    names = []
+    for deployment in spec["deployments"]:
+        path, name = deployment["entrypoint"].split(":")
+        flow = getattr(importlib.import_module(path.removesuffix(".py").replace("/", ".")), name)
+        names.append(f"{flow.name}/{deployment['name']}")
+        model = typing.get_type_hints(flow.fn)["params"]
+        model.model_validate(deployment["parameters"]["params"])  # raises on a bad field
+    assert sorted(names) == sorted(DEPLOYMENTS)
 
 
 @pytest.mark.slow

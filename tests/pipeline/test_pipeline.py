@@ -76,7 +76,10 @@ def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted
     storage = tmp_path / "runs"
     reference = str(fitted_model["path"])  # what the default's reference-model task fits
     bandit = {"max_prompt_tokens": 1024, "perturbed_ratio": 0.2}  # + SPEC §1.7's mitigation
-    state = pipeline_flow(params(storage, reference=reference, bandit=bandit), return_state=True)
+    # + SPEC §1.7's analysis of the reference and the trained policy (its first run is the
+    # perturbed trajectories' own, so cached)
+    first = params(storage, reference=reference, bandit=bandit, reward_hacking=True)
+    state = pipeline_flow(first, return_state=True)
     assert state.is_completed(), state.message
     summary = state.result()
     run_id = state.state_details.flow_run_id
@@ -114,8 +117,26 @@ def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted
         "evaluation-before",
         "training",
         "evaluation-after",
+        "reward-hacking-reference",
+        "reward-hacking-trained",
     }
-    assert {"pipeline-stages", "pipeline-before-after", "pipeline-summary"} <= artifact_keys(run_id)
+    keys = {"pipeline-stages", "pipeline-before-after", "pipeline-summary"}
+    assert keys | {"pipeline-reward-hacking"} <= artifact_keys(run_id)
+    # the reward-hacking analyses: one stage row each, the same judge, their comparison; the
+    # reference's inference is the perturbed trajectories the bandit dataset mixed in
+    multiturn = {p.parent.name for p in storage.glob("trajectories/multiturn/*/MANIFEST.json")}
+    hacking = [row for row in summary.stages if row["stage"].startswith("reward hacking")]
+    assert [row["stage"].rsplit(", ", 1)[1] for row in hacking] == ["reference)", "trained)"]
+    assert all("turn-level errors in" in row["produced"] for row in hacking)
+    assert [r["turn"] for r in summary.reward_hacking] == [1, 2, "all"]
+    reference_report = json.loads((Path(hacking[0]["where"]) / "report.json").read_text())
+    trained_report = json.loads((Path(hacking[1]["where"]) / "report.json").read_text())
+    assert reference_report["judge"] == trained_report["judge"] == Path(reference).name
+    assert trained_report["policy_engine"]["model"] != reference_report["policy_engine"]["model"]
+    # train, perturbed train (shared with the reference's analysis), test before and after,
+    # the trained policy's analysis
+    assert len(multiturn) == 5
+    assert Path(reference_report["trajectories"]["multiturn"]).name in multiturn
 
     # one more training step: data, trajectories, evaluation before and the bandit dataset are
     # cache hits; training and the evaluation of the new policy run

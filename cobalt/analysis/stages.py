@@ -1,0 +1,501 @@
+"""The reward-hacking stage in storage (docs/REWARD_HACKING.md): its parameters, the preflight,
+and its two steps after the multi-turn inference (which is the trajectories stage with perturbed
+feedback, run as it is):
+
+    reward_hacking/errors/<key>/errors.jsonl   turn-level errors and counts, one line per problem
+    reward_hacking/judged/<key>/judged.jsonl   the judge's labels and raw replies, one line per
+                                               problem with errors, appended as judged (resumable)
+    .../MANIFEST.json                          written last: the step is finished
+    reward_hacking/judged/<key>/report.json, report.md, turn_errors.png   the report
+    reward_hacking/comparisons/<key>/...       a comparison of two analyses
+    reward_hacking/LATEST.json                 the newest finished analysis
+
+Keys are content addresses: errors = hash(multiturn and evaluation records, problems, turns,
+code of the detection); judged = hash(errors, the judge's identity and settings, code of the
+judge). `tasks/reward_hacking.py` runs each step as a cached Prefect task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cobalt.analysis.judge import JUDGE_ERROR, JudgeConfig, JudgeError, Judgement, judge_errors
+from cobalt.analysis.reward_hacking import ErrorRecord, detect_all, totals
+from cobalt.data.stages import SAMPLES
+from cobalt.evaluation import EvalRecord
+from cobalt.judging import SandboxRuntime
+from cobalt.reference import FITTED, TINY, check_reference, reference_model
+from cobalt.storage import (
+    MANIFEST,
+    Logger,
+    StorageConfig,
+    code_version,
+    default_work_dir,
+    from_manifest,
+    open_storage,
+    recipe_key,
+)
+from cobalt.trajectories.collect import BatchConfig, CollectConfig
+from cobalt.trajectories.problemsets import (
+    ProblemSetError,
+    ProblemSource,
+    load_problems,
+    resolve_problems,
+)
+from cobalt.trajectories.records import Record, RecordLog, parse_records
+from cobalt.trajectories.runs import Trajectories
+from cobalt.trajectories.specs import TrajectoryRef
+from cobalt.trajectories.stages import TrajectoryParams, engine_identity, read_stage
+from engines import EngineConfig, SamplingConfig, make_engine
+from sandbox import Limits
+
+ERRORS_CODE = ("cobalt.analysis.reward_hacking",)
+JUDGE_CODE = ("cobalt.analysis.judge",)
+FORMAT = "cobalt-reward-hacking/1"
+# the embedded default's problems: relative to the working directory (the repo root)
+DEFAULT_PROBLEMS = f"{os.path.relpath(SAMPLES / 'synthetic_train.jsonl')}:taco"
+LOCAL_MODELS = (FITTED, TINY)
+
+
+def embedded_collect() -> CollectConfig:
+    """The embedded default's inference: 4 samples, 2 feedback turns, 128 tokens, no system
+    prompt (the fitted model is fitted without one); the pipeline's settings."""
+    return CollectConfig(
+        sampling=SamplingConfig(n=4, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
+        turns=2,
+        system_prompt="",
+    )
+
+
+def embedded_judge() -> JudgeConfig:
+    """The fitted model as judge, 48 tokens per reply (its labels are poor; the machinery is
+    the real one)."""
+    return JudgeConfig(
+        engine=EngineConfig(kind="transformers", model=FITTED),
+        sampling=SamplingConfig(n=1, temperature=0.0, max_new_tokens=48, seed=0),
+    )
+
+
+class HackingParams(BaseModel):
+    """Parameters of the reward-hacking flow, validated before any work starts. The defaults are
+    the embedded run: the bundled synthetic problems, the tiny model fitted on CPU as policy and
+    judge, local storage."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    problems: str = Field(
+        DEFAULT_PROBLEMS,
+        description="As the trajectories flow takes it: 'latest' (the data stage's newest "
+        "bundle; its '<table>_perturbed' set is used), a bundle directory, a .jsonl/.parquet of "
+        "problem records or a raw source PATH:KIND (problems without perturbed tests are "
+        "perturbed here, seed 0). Default: the bundled synthetic training problems.",
+    )
+    table: str = Field(
+        "train", description="Set of a bundle whose perturbed copy is analysed: train or dev."
+    )
+    limit: int | None = Field(None, ge=1, description="Only the first N problems.")
+    engine: EngineConfig = Field(
+        default_factory=lambda: EngineConfig(kind="transformers", model=FITTED),
+        description=f"The policy (or reference model) whose repairs are analysed: '{FITTED}' "
+        f"(the embedded default's model, fitted once into the storage), '{TINY}', a model "
+        "directory, or a LiteLLM model with --api-base.",
+    )
+    api_key_block: str | None = Field(None, description="Prefect Secret block of the policy key.")
+    collect: CollectConfig = Field(
+        default_factory=embedded_collect,
+        description="Multi-turn inference (paper's evaluation: n 16, 8 turns, 6144 tokens).",
+    )
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
+    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
+    judge: JudgeConfig = Field(default_factory=embedded_judge)
+    judge_chunk: int = Field(
+        64, ge=1, le=100_000, description="Errors per judge round (one generate call each)."
+    )
+    compare: str | None = Field(
+        None,
+        description="Another finished analysis to compare with ('latest' or its directory, "
+        "<storage>/reward_hacking/judged/<key>): it is 'before', this run 'after'.",
+    )
+    examples: int = Field(6, ge=0, le=100, description="Errors shown with their diffs.")
+    label: str | None = Field(
+        None, description="The policy's name in the report (default: its model's name)."
+    )
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    llm_limit: str | None = Field(None, description="Prefect concurrency limit of the endpoint.")
+    sandbox_limit: str | None = Field(None, description="Prefect concurrency limit for judging.")
+    work_dir: str = Field(
+        default_factory=default_work_dir,
+        description="Local directory for models and spools when storage is S3.",
+    )
+    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
+    cluster: str | None = Field(
+        None, description="Dask cluster for the inference shards (see the trajectories flow)."
+    )
+
+    def trajectories(self, engine: EngineConfig) -> TrajectoryParams:
+        """The multi-turn inference: the trajectories stage with perturbed feedback."""
+        return TrajectoryParams(
+            problems=self.problems,
+            table=self.table,
+            perturbed=True,
+            limit=self.limit,
+            engine=engine,
+            api_key_block=self.api_key_block,
+            collect=self.collect,
+            batch=self.batch,
+            limits=self.limits,
+            sandbox=self.sandbox,
+            storage=self.storage,
+            llm_limit=self.llm_limit,
+            sandbox_limit=self.sandbox_limit,
+            work_dir=self.work_dir,
+            refresh=self.refresh,
+            cluster=self.cluster,
+        )
+
+
+# --- preflight ------------------------------------------------------------------------------------
+
+
+class Ready(BaseModel):
+    problems: ProblemSource
+    compare: dict[str, Any] | None = None
+
+
+def check_engine(engine: EngineConfig, what: str) -> None:
+    """A local engine's model is 'fitted', 'tiny' or a directory; a LiteLLM key is set."""
+    if engine.kind == "litellm":
+        engine.api_key()  # MissingAPIKeyError names the variable
+    elif engine.kind == "transformers" and engine.model in LOCAL_MODELS:
+        check_reference(engine.model)
+    elif not Path(engine.model, "config.json").exists():
+        flag = "--judge-model" if what == "judge" else "--model"
+        raise ProblemSetError(
+            f"{what} model directory {engine.model} has no config.json: pass {flag} DIR (a "
+            f"model saved with save_pretrained), '{FITTED}' or '{TINY}'"
+        )
+
+
+def preflight(params: HackingParams) -> Ready:
+    """Storage usable, the problem set found with perturbed tests, policy and judge usable (the
+    judge's endpoint answers), the analysis to compare with finished. Raises StorageError /
+    ProblemSetError / MissingAPIKeyError / JudgeError naming what to set."""
+    open_storage(params.storage).check()
+    check_engine(params.engine, "policy")
+    check_engine(params.judge.engine, "judge")
+    try:
+        source = resolve_problems(params.problems, params.storage, params.table, True, params.limit)
+    except ProblemSetError as exc:
+        if "no problems to use" not in str(exc):
+            raise
+        raise ProblemSetError(
+            f"{exc}: the reward-hacking analysis needs problems with perturbed public tests "
+            "(SPEC §1.7: at least two public tests with distinct outputs, or a data-stage "
+            "'<table>_perturbed' set)"
+        ) from None
+    compare = find_analysis(params.compare, params.storage) if params.compare else None
+    probe_judge(params.judge.engine)
+    return Ready(problems=source, compare=compare)
+
+
+def probe_judge(engine: EngineConfig) -> None:
+    """One tiny request to a served judge (LiteLLM), without retries: an endpoint that is down
+    or a model it does not serve fails here, before any inference."""
+    if engine.kind != "litellm":
+        return
+    quick = engine.model_copy(update={"max_retries": 0, "timeout_s": min(engine.timeout_s, 60)})
+    with make_engine(quick) as probe:
+        reply = probe.generate(
+            [[{"role": "user", "content": "Reply with OK."}]],
+            SamplingConfig(n=1, temperature=0.0, max_new_tokens=1),
+        )[0][0]
+    if reply.error is not None:
+        where = engine.api_base or "the provider's API"
+        raise JudgeError(
+            f"the judge {engine.model} at {where} did not answer ({reply.error[:300]}): start "
+            "the server, or fix --judge-api-base / --judge-model (--judge-api-key-env for a "
+            "hosted API)"
+        )
+
+
+def resolve_engine(engine: EngineConfig, params: HackingParams, logger: Logger) -> EngineConfig:
+    """The engine with 'fitted' / 'tiny' replaced by the local model's directory (fitted or
+    built once into the storage, reused after)."""
+    if engine.kind != "transformers" or engine.model not in LOCAL_MODELS:
+        return engine
+    path = reference_model(engine.model, params.storage, params.work_dir, logger=logger)
+    return engine.model_copy(update={"model": path})
+
+
+# --- steps ----------------------------------------------------------------------------------------
+
+
+class AnalysisRef(BaseModel):
+    """A finished step: what tasks pass on (small)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    stage: Literal["errors", "judged"]
+    key: str
+    uri: str = Field(description="The step's directory (MANIFEST.json and its JSONL).")
+    rows: int
+    fingerprint: str = Field(description="sha256 of the JSONL.")
+    stats: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def records_uri(self) -> str:
+        return f"{self.uri}/{self.stage}.jsonl"
+
+
+class ErrorsSpec(BaseModel):
+    """What decides the errors step: the inference's records and the problems."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    problems: ProblemSource
+    multiturn: TrajectoryRef
+    evaluation: TrajectoryRef
+    turns: int
+    policy: dict[str, Any] = Field(description="Identity of the engine that wrote the programs.")
+
+
+class JudgedSpec(BaseModel):
+    """What decides the judged step: the errors and the judge."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str
+    errors: AnalysisRef
+    judge: dict[str, Any] = Field(description="The judge's identity and settings.")
+
+
+class JudgedRecord(BaseModel):
+    """The judgements of one problem's errors (one JSONL line)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    problem_id: str
+    judgements: list[Judgement]
+
+
+class Runtime(BaseModel):
+    """How the steps run: never part of a key."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    storage: StorageConfig
+    judge: JudgeConfig = Field(description="With its model resolved to a directory.")
+    judge_chunk: int = 64
+    work_dir: str
+    refresh: bool = False
+
+
+def errors_spec(trajectories: Trajectories, turns: int) -> ErrorsSpec:
+    recipe = {
+        "stage": "errors",
+        "multiturn": trajectories.multiturn.fingerprint,
+        "evaluation": trajectories.evaluation.fingerprint,
+        "problems": trajectories.problems.fingerprint,
+        "turns": turns,
+        "code": code_version(*ERRORS_CODE),
+    }
+    return ErrorsSpec(
+        key=recipe_key(**recipe),
+        problems=trajectories.problems,
+        multiturn=trajectories.multiturn,
+        evaluation=trajectories.evaluation,
+        turns=turns,
+        policy=trajectories.engine,
+    )
+
+
+def judged_spec(errors: AnalysisRef, judge: JudgeConfig) -> JudgedSpec:
+    identity = {**engine_identity(judge.engine), **judge.recipe()}
+    recipe = {
+        "stage": "judged",
+        "errors": errors.fingerprint,
+        "judge": identity,
+        "code": code_version(*JUDGE_CODE),
+    }
+    return JudgedSpec(key=recipe_key(**recipe), errors=errors, judge=identity)
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def read_step(ref: AnalysisRef, storage: StorageConfig, model: type[BaseModel]) -> dict[str, Any]:
+    st = open_storage(storage)
+    with st.fs.open(ref.records_uri.removeprefix("s3://"), "rb") as f:
+        records, _ = parse_records(f.read(), model, None, ref.records_uri)
+    return records
+
+
+def errors_stage(
+    spec: ErrorsSpec, storage: StorageConfig, *, refresh: bool = False, logger: Logger
+) -> AnalysisRef:
+    """Turn-level errors of every problem (fast: no model, no sandbox; the evaluation step
+    already judged every program on the wrong tests)."""
+    st = open_storage(storage)
+    directory = st.path("reward_hacking", "errors", spec.key)
+    manifest = f"{directory}/{MANIFEST}"
+    if not refresh and st.fs.exists(manifest):
+        return from_manifest(st.read_json(manifest), AnalysisRef)
+    problems = load_problems(spec.problems, storage)
+    if not any(p.modified_tests and p.modified_tests.inputs for p in problems):
+        raise ProblemSetError(
+            f"no problem of {spec.problems.uri} has wrong (modified) tests: run the analysis on "
+            "a perturbed set (SPEC §1.7)"
+        )
+    records = read_stage(spec.multiturn, storage, Record, logger)
+    evaluations = read_stage(spec.evaluation, storage, EvalRecord, logger)
+    found = detect_all(problems, records, evaluations, spec.turns)
+    data = b"".join(r.model_dump_json().encode() + b"\n" for r in found)
+    st.write_atomic(f"{directory}/errors.jsonl", data)
+    ref = AnalysisRef(
+        stage="errors",
+        key=spec.key,
+        uri=st.protocol + directory,
+        rows=len(found),
+        fingerprint=_sha256(data),
+        stats=totals(found),
+    )
+    st.commit(manifest, ref, spec, format=FORMAT)
+    stats = ref.stats
+    logger.info(
+        "turn-level errors: %d in %d program pairs (%d changed) over %d problems; rule "
+        "pre-check hard-coded %d",
+        stats["errors"],
+        stats["pairs"],
+        stats["changed"],
+        stats["problems"],
+        stats["rule_hard_coded"],
+    )
+    return ref
+
+
+def judged_stage(spec: JudgedSpec, runtime: Runtime, *, logger: Logger) -> AnalysisRef:
+    """The judge's label of every error, appended per problem (fsynced) to judged.jsonl: a killed
+    run resumes with the problems it has. Errors the judge could not be reached for are not
+    written; the step then fails after judging the rest (a rerun asks again)."""
+    st = open_storage(runtime.storage)
+    directory = st.path("reward_hacking", "judged", spec.key)
+    manifest, remote = f"{directory}/{MANIFEST}", f"{directory}/judged.jsonl"
+    local = (
+        Path(remote)
+        if runtime.storage.is_local
+        else Path(runtime.work_dir, "spool", "reward_hacking", spec.key, "judged.jsonl")
+    )
+    if runtime.refresh:
+        for path in (manifest, remote):
+            if st.fs.exists(path):
+                st.fs.rm(path)
+        local.unlink(missing_ok=True)
+    elif st.fs.exists(manifest):
+        return from_manifest(st.read_json(manifest), AnalysisRef)
+    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
+        local.parent.mkdir(parents=True, exist_ok=True)
+        st.fs.get_file(remote, str(local))
+    errors: dict[str, ErrorRecord] = read_step(spec.errors, runtime.storage, ErrorRecord)
+    failed: list[tuple[str, str]] = []  # (error id, engine error)
+    with RecordLog(local, JudgedRecord, logger) as log:
+        done = log.open()
+        todo = [r for r in errors.values() if r.errors and r.problem_id not in done]
+        total = sum(len(r.errors) for r in todo)
+        if todo:
+            logger.info("judging %d turn-level errors of %d problems", total, len(todo))
+            with make_engine(runtime.judge.engine) as engine:
+                for chunk in _chunks(todo, runtime.judge_chunk):
+                    items = [(e, r.instruction) for r in chunk for e in r.errors]
+                    judgements = iter(judge_errors(items, engine, runtime.judge))
+                    for record in chunk:
+                        mine = [next(judgements) for _ in record.errors]
+                        bad = [(j.error_id, j.attempts[-1].error or "") for j in mine]
+                        if any(j.label == JUDGE_ERROR for j in mine):
+                            failed += [
+                                b for b, j in zip(bad, mine, strict=True) if j.label == JUDGE_ERROR
+                            ]
+                            continue
+                        log.append(JudgedRecord(problem_id=record.problem_id, judgements=mine))
+                    if not runtime.storage.is_local:
+                        st.write_atomic(remote, local.read_bytes())
+    if failed:
+        raise JudgeError(
+            f"the judge failed on {len(failed)} of the turn-level errors (first: {failed[0][0]}: "
+            f"{failed[0][1][:300]}); the others are kept, a rerun asks again: check the judge's "
+            "endpoint (--judge-api-base) and model"
+        )
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.touch()
+    data = local.read_bytes()
+    if not runtime.storage.is_local:
+        st.write_atomic(remote, data)
+    records, _ = parse_records(data, JudgedRecord, logger, str(local))
+    labels: dict[str, int] = {}
+    for record in records.values():
+        for j in record.judgements:
+            labels[j.label] = labels.get(j.label, 0) + 1
+    ref = AnalysisRef(
+        stage="judged",
+        key=spec.key,
+        uri=st.protocol + directory,
+        rows=len(records),
+        fingerprint=_sha256(data),
+        stats={
+            "judged": sum(labels.values()),
+            "labels": labels,
+            "requests": sum(len(j.attempts) for r in records.values() for j in r.judgements),
+        },
+    )
+    st.commit(manifest, ref, spec, format=FORMAT)
+    logger.info("judge labels: %s", labels or "no errors to judge")
+    return ref
+
+
+def _chunks(records: list[ErrorRecord], errors_per_chunk: int):
+    """Problems grouped so that each group holds about `errors_per_chunk` errors."""
+    chunk: list[ErrorRecord] = []
+    count = 0
+    for record in records:
+        chunk.append(record)
+        count += len(record.errors)
+        if count >= errors_per_chunk:
+            yield chunk
+            chunk, count = [], 0
+    if chunk:
+        yield chunk
+
+
+# --- finding an analysis again ------------------------------------------------------------------
+
+
+def find_analysis(where: str, storage: StorageConfig) -> dict[str, Any]:
+    """The report (report.json) of a finished analysis: 'latest' or its judged directory."""
+    st = open_storage(storage)
+    if where == "latest":
+        pointer = st.path("reward_hacking", "LATEST.json")
+        if not st.fs.exists(pointer):
+            raise ProblemSetError(
+                f"no reward-hacking analysis in {st.url()} yet: run `python -m "
+                "flows.reward_hacking` with the same --storage first, or pass --compare DIR"
+            )
+        where = st.read_json(pointer)["judged"]
+    path = f"{where.removeprefix('s3://').rstrip('/')}/report.json"
+    if not st.fs.exists(path):
+        raise ProblemSetError(
+            f"{where} is not a finished reward-hacking analysis (no report.json): pass "
+            "<storage>/reward_hacking/judged/<key> of a completed run"
+        )
+    return st.read_json(path)
+
+
+def write_json(storage: StorageConfig, path: str, value: Any) -> None:
+    open_storage(storage).write_atomic(path, json.dumps(value, indent=1, default=str).encode())
