@@ -362,7 +362,9 @@ def plot_pass(s: dict[str, Any], path: Path) -> None:
     plt = _pyplot()
     cells = _index(s["cells"], "protocol", "group", "turn", "model")
     groups, turns = list(s["groups"]), range(s["turns"] + 1)
-    fig, axes = plt.subplots(2, len(groups), figsize=(4.2 * len(groups), 7.0), dpi=100, sharey=True)
+    fig, axes = plt.subplots(
+        2, len(groups), figsize=(4.2 * len(groups), 7.0), dpi=100, sharey=True, layout="constrained"
+    )
     try:
         for row, protocol in enumerate(("spec", "stop")):
             for col, group in enumerate(groups):
