@@ -12,7 +12,6 @@ protocol variant where a sample stops at its first program that passes every pub
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections import defaultdict
@@ -24,6 +23,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cobalt.plots import figure, png
 from cobalt.trajectories.collect import BatchConfig, Gate, Stats, _chunks, _progress
 from cobalt.trajectories.records import ENDING_OUTCOMES, Record, RecordLog
 from sandbox import JudgeRequest, SyncJudge, TestSuite
@@ -303,16 +303,10 @@ def stop_on_public_pass(
 
 def plot_pass_at_1(rows: list[dict[str, Any]], title: str = "Pass@1 per turn") -> bytes:
     """A PNG of Pass@1 (%) against the turn, one line per difficulty ('all' bold)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     series: dict[str, list[tuple[int, float]]] = defaultdict(list)
     for r in rows:
         series[r["difficulty"]].append((r["turn"], r["pass@1"]))
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    try:
+    with figure(figsize=(6.4, 4.0), dpi=100) as (fig, ax):
         for name, points in series.items():
             xs, ys = zip(*points, strict=True)
             problems = next(r["problems"] for r in rows if r["difficulty"] == name)
@@ -329,8 +323,4 @@ def plot_pass_at_1(rows: list[dict[str, Any]], title: str = "Pass@1 per turn") -
         ax.set_xticks(sorted({r["turn"] for r in rows}))
         ax.grid(alpha=0.3)
         ax.legend(title="difficulty (problems)", fontsize=8)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+        return png(fig)

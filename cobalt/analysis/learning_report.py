@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.analysis.learning import COMPARISONS, aggregate, load_runs
+from cobalt.plots import figure, png
 
 PROTOCOL_NAMES = {
     "spec": "SPEC §1.2 protocol (feedback after every turn, also after all public tests pass)",
@@ -349,23 +350,12 @@ def phase_lines(s: dict[str, Any]) -> list[str]:
 # --- plots ---------------------------------------------------------------------------------------
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_pass(s: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
     cells = _index(s["cells"], "protocol", "group", "turn", "model")
     groups, turns = list(s["groups"]), range(s["turns"] + 1)
-    fig, axes = plt.subplots(
+    with figure(
         2, len(groups), figsize=(4.2 * len(groups), 7.0), dpi=100, sharey=True, layout="constrained"
-    )
-    try:
+    ) as (fig, axes):
         for row, protocol in enumerate(("spec", "stop")):
             for col, group in enumerate(groups):
                 ax = axes[row][col]
@@ -389,17 +379,16 @@ def plot_pass(s: dict[str, Any], path: Path) -> None:
                 ax.grid(alpha=0.3)
             axes[row][0].set_ylabel("Pass@1 (%)")
         axes[0][0].legend(fontsize=7)
-        fig.savefig(path, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
+        path.write_bytes(png(fig))
 
 
 def plot_differences(s: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
     diffs = _index(s["differences"], "a", "b", "protocol", "group", "turn")
     groups, turns = list(s["groups"]), range(s["turns"] + 1)
-    fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), dpi=100, sharey=True)
-    try:
+    with figure(1, len(groups), figsize=(4.2 * len(groups), 3.6), dpi=100, sharey=True) as (
+        fig,
+        axes,
+    ):
         for ax, group in zip(axes, groups, strict=True):
             for i, (a, b) in enumerate(COMPARISONS):
                 got = [(t, diffs.get((a, b, "spec", group, t))) for t in turns]
@@ -426,15 +415,11 @@ def plot_differences(s: dict[str, Any], path: Path) -> None:
             ax.grid(alpha=0.3)
         axes[0].set_ylabel("Δ Pass@1 (pp), 95% interval")
         axes[0].legend(fontsize=7)
-        fig.savefig(path, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
+        path.write_bytes(png(fig))
 
 
 def plot_rewards(s: dict[str, Any], path: Path) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 4.0), dpi=100)
-    try:
+    with figure(figsize=(7.0, 4.0), dpi=100) as (fig, ax):
         for mode, t in s["training"].items():
             ys = t.get("curve_mean") or []
             if mode == "offline" or not ys:
@@ -450,6 +435,4 @@ def plot_rewards(s: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend()
-        fig.savefig(path, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
+        path.write_bytes(png(fig))

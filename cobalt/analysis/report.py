@@ -7,12 +7,12 @@ the stage records (no Prefect; matplotlib imported only to draw).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cobalt.analysis.judge import CATEGORIES, LABELS, PARSE_FAILURE, Judgement
 from cobalt.analysis.reward_hacking import ErrorRecord, TurnError
+from cobalt.plots import figure, png
 
 ORDER = {label: i for i, label in enumerate(CATEGORIES)}
 
@@ -251,13 +251,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, list[dict[str, An
 def plot(reports: Sequence[tuple[str, dict[str, Any]]], title: str) -> bytes:
     """A PNG: turn-level error rate (%) per turn (left) and errors per judge category and the
     rule pre-check (right), one series per report."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.0), dpi=100)
-    try:
+    with figure(1, 2, figsize=(11, 4.0), dpi=100) as (fig, (left, right)):
         width = 0.8 / max(1, len(reports))
         for k, (name, report) in enumerate(reports):
             rows = [r for r in report["per_turn"] if isinstance(r["turn"], int) and r["turn"] > 0]
@@ -290,8 +284,4 @@ def plot(reports: Sequence[tuple[str, dict[str, Any]]], title: str) -> bytes:
         for ax in (left, right):
             ax.legend(fontsize=8)
         fig.suptitle(title)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+        return png(fig)

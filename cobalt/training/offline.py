@@ -39,7 +39,6 @@ reward) and, for clipped_ratio, `ratio` and `clip_fraction`.
 
 from __future__ import annotations
 
-import io
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -50,6 +49,7 @@ from typing import Any
 
 from transformers import Trainer
 
+from cobalt.plots import figure, png
 from cobalt.training.config import OfflineSettings, TrainingConfig
 from cobalt.training.grpo import last_checkpoint
 
@@ -396,11 +396,6 @@ def offline_curve_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
 def plot_offline(history: list[dict[str, Any]], title: str) -> bytes:
     """A PNG of the loss, the weighted advantage, and the mean completion token log-probability
     of the positive- and negative-advantage rows, per step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     logged = [h for h in history if "loss" in h and "weighted_advantage" in h]
     steps = [h.get("step", i + 1) for i, h in enumerate(logged)]
 
@@ -408,9 +403,8 @@ def plot_offline(history: list[dict[str, Any]], title: str) -> bytes:
         pairs = [(x, h[key]) for x, h in zip(steps, logged, strict=True) if key in h]
         return [x for x, _ in pairs], [y for _, y in pairs]
 
-    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(14.0, 3.8), dpi=100)
-    fig.subplots_adjust(wspace=0.32)
-    try:
+    with figure(1, 3, figsize=(14.0, 3.8), dpi=100) as (fig, (left, middle, right)):
+        fig.subplots_adjust(wspace=0.32)
         left.plot(*series("loss"), marker="o", linewidth=2, label="loss")
         left.set_ylabel("loss")
         middle.plot(*series("weighted_advantage"), marker="o", linewidth=2, label="mean w * A")
@@ -424,8 +418,4 @@ def plot_offline(history: list[dict[str, Any]], title: str) -> bytes:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.suptitle(title)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+        return png(fig)

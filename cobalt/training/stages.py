@@ -11,7 +11,6 @@ Every mode records its cost (wall and GPU seconds, `cobalt/training/cost.py`) in
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import logging
 import shutil
@@ -29,6 +28,7 @@ from cobalt.bandit.dataset import (
 )
 from cobalt.errors import EmptyStageError
 from cobalt.judging import SandboxRuntime
+from cobalt.plots import figure, png
 from cobalt.storage import (
     MANIFEST,
     Logger,
@@ -325,17 +325,11 @@ def reward_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
 
 def plot_rewards(history: list[dict[str, Any]], title: str) -> bytes:
     """A PNG of the mean reward (and each reward function's mean) against the optimizer step."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     logged = [h for h in history if "reward" in h]
     names = sorted(
         {k for h in logged for k in h if k.startswith("rewards/") and k.endswith("/mean")}
     )
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
-    try:
+    with figure(figsize=(6.4, 4.0), dpi=100) as (fig, ax):
         steps = [h.get("step", i + 1) for i, h in enumerate(logged)]
         ax.plot(steps, [h["reward"] for h in logged], marker="o", linewidth=2.2, label="reward")
         for name in names:
@@ -345,11 +339,7 @@ def plot_rewards(history: list[dict[str, Any]], title: str) -> bytes:
         ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", bbox_inches="tight")
-    finally:
-        plt.close(fig)
-    return buffer.getvalue()
+        return png(fig)
 
 
 def local_model(ref: PolicyRef, storage: StorageConfig, work_dir: str) -> Path:

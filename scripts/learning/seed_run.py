@@ -228,10 +228,8 @@ def too_late(
     10% margin."""
     if not deadline_at:
         return False
-    if offline:
-        estimate = 2.0 * eval_s
-    else:
-        estimate = sum(spent) / len(spent) if spent else 2.5 * eval_s
+    guess = sum(spent) / len(spent) if spent else 2.5 * eval_s
+    estimate = 2.0 * eval_s if offline else guess
     return now + 1.1 * estimate > deadline_at
 
 
