@@ -96,6 +96,13 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         help="only merge the seed results of these output directories into --out",
     )
     run.add_argument("--no-deterministic", action="store_true", help="skip deterministic kernels")
+    run.add_argument(
+        "--strict-determinism",
+        action="store_true",
+        help="use_deterministic_algorithms without warn_only: SDPA attention's backward then "
+        "takes its deterministic variant, and an op with none raises, naming itself "
+        "(docs/LEARNING.md: the GPU runs so far differ from SFT on, through that backward)",
+    )
     arg("--seed", type=int, default=0, help=argparse.SUPPRESS)  # a child's seed
     arg("--label", default="", help=argparse.SUPPRESS)  # a child's run name
     arg("--child", type=Path, help=argparse.SUPPRESS)  # a child: the parent's settings.json

@@ -7,7 +7,8 @@ skipped.
 
 Determinism: every sampler is seeded from the seed (SFT data order and initialisation, the
 trajectories' sampling, bandit shuffling, GRPO and offline data order and sampling, evaluation
-sampling), and torch runs with `use_deterministic_algorithms(True, warn_only=True)` and
+sampling), and torch runs with `use_deterministic_algorithms(True, warn_only=True)` (without
+`warn_only` under `--strict-determinism`) and
 `CUBLAS_WORKSPACE_CONFIG=:4096:8` (set by the parent before torch starts). Fingerprints of every
 model's weights and of every generated text show where two runs of one seed part.
 """
@@ -44,7 +45,7 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     set_seed(args.seed)
     if not args.no_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.use_deterministic_algorithms(True, warn_only=not args.strict_determinism)
         # not the NaN fill of every torch.empty that comes with it: a cost on every allocation,
         # and no part of determinism for code that writes what it allocates
         torch.utils.deterministic.fill_uninitialized_memory = False
@@ -52,6 +53,7 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
         torch.backends.cudnn.deterministic = True
     return {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),

@@ -17,7 +17,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from learning import parallel  # noqa: E402
 from learning.config import build_parser, resolve  # noqa: E402
-from learning.seed_run import too_late  # noqa: E402
+from learning.seed_run import _determinism, too_late  # noqa: E402
 
 CHILD = """
 import json, sys, time
@@ -88,3 +88,24 @@ def test_a_mode_is_skipped_when_it_would_end_after_the_deadline() -> None:
     # the offline mode generates nothing: 2 evaluations, whatever GRPO took
     assert not too_late(100.0, [300.0], 10.0, 123.0, offline=True)
     assert too_late(100.0, [300.0], 10.0, 121.0, offline=True)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_strict_determinism_turns_warn_only_off(strict: bool) -> None:
+    import torch
+
+    argv = ["--out", "x"] + (["--strict-determinism"] if strict else [])
+    try:
+        got = _determinism(build_parser().parse_args(argv))
+        assert got["deterministic_algorithms"] is True
+        assert got["warn_only"] is (not strict)
+        # an op without a deterministic implementation raises now, else it only warns
+        put = lambda: torch.zeros(4).put_(torch.tensor([0, 0]), torch.ones(2))  # noqa: E731
+        if strict:
+            with pytest.raises(RuntimeError, match="deterministic implementation"):
+                put()
+        else:
+            with pytest.warns(UserWarning, match="deterministic implementation"):
+                put()
+    finally:
+        torch.use_deterministic_algorithms(False)
