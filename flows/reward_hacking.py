@@ -10,9 +10,10 @@ docs/REWARD_HACKING.md).
         --judge-api-base http://gpu:8000/v1 --compare runs/reward_hacking/judged/<key>
 
 Steps: `inference` (the trajectories flow as a subflow, perturbed feedback: cached, resumable,
-sharded, `--cluster`) -> `errors` -> `judge` (cached tasks, content-addressed JSONL in
-`<storage>/reward_hacking/`, MANIFEST.json last) -> report (tables, markdown with diffs, PNG;
-the comparison with `--compare`). The logic lives in `cobalt/analysis/` (no Prefect there).
+sharded, `--cluster`) -> `errors` -> `judge` (a task per shard, `--cluster` too, and a merge)
+(cached tasks, content-addressed JSONL in `<storage>/reward_hacking/`, MANIFEST.json last) ->
+report (tables, markdown with diffs, PNG; the comparison with `--compare`). The logic lives in
+`cobalt/analysis/` (no Prefect there).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from cobalt.analysis.summary import HackingSummary
 from cobalt.reference import FITTED, TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.collect import CollectConfig
+from cobalt.trajectories.stages import close_engines
 from flows.cli import add_storage_args, run_flow_cli, storage_values
 from flows.trajectories import trajectories_flow
+from tasks.cluster import task_runner
 from tasks.reward_hacking import Stages, local_model, preflight, report
 
 
@@ -45,9 +48,13 @@ def reward_hacking_flow(params: HackingParams) -> HackingSummary:
     collected = trajectories_flow.with_options(flow_run_name="reward-hacking-inference")(
         params.trajectories(policy)
     )
-    stages = Stages(params, judge)
-    spec, errors = stages.errors(collected)
-    judged = stages.judged(errors)
+    with task_runner(params.cluster) as runner:  # judge shards here, or on a Dask cluster
+        stages = Stages(params, judge, runner)
+        try:
+            spec, errors = stages.errors(collected)
+            judged = stages.judged(errors)
+        finally:
+            close_engines()
     return report(params, spec, errors, judged, judge.model, ready.compare)
 
 
@@ -122,7 +129,15 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     run = parser.add_argument_group("running")
     run.add_argument("--chunk-size", type=int, help="problems per batch (16)")
     run.add_argument("--shard-size", type=int, help="problems per inference task")
-    run.add_argument("--cluster", metavar="ADDRESS", help="inference shards on a Dask cluster")
+    run.add_argument("--judge-chunk", type=int, help="errors per judge round (64)")
+    run.add_argument(
+        "--judge-shard-size", type=int, help="errors per judge task (16 rounds; whole rounds)"
+    )
+    run.add_argument(
+        "--cluster",
+        metavar="ADDRESS",
+        help="inference and judge shards on a Dask cluster: tcp://scheduler:8786, or local:N",
+    )
     run.add_argument("--backend", choices=["auto", "docker", "namespace"], help="sandbox (auto)")
     run.add_argument("--sandbox-concurrency", type=int, help="programs judged at once (CPUs)")
     run.add_argument("--timeout", type=float, help="seconds per test (4)")
@@ -142,6 +157,8 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
         "examples",
         "label",
         "cluster",
+        "judge_chunk",
+        "judge_shard_size",
         "llm_limit",
         "sandbox_limit",
         "work_dir",

@@ -42,12 +42,16 @@ def content_policy(*code: str) -> CachePolicy:
     return policy + TASK_SOURCE + CodeVersion(tuple(code))
 
 
-def stage_policy(*code: str) -> CachePolicy:
+def stage_policy(*code: str, ignore: tuple[str, ...] = ()) -> CachePolicy:
     """The cache policy of a stage task called as `task(key, spec, runtime)`: the stage key (the
     content address: everything that decides the content) and the code; not the spec's other
     fields (an initial stage is shared by runs that differ only in feedback tests) nor the
-    runtime (engine endpoint, sandbox, storage)."""
-    return INPUTS - "spec" - "runtime" + TASK_SOURCE + CodeVersion(tuple(code))
+    runtime (engine endpoint, sandbox, storage), nor the inputs named in `ignore` (what the key
+    already decides)."""
+    policy = INPUTS - "spec" - "runtime"
+    for name in ignore:
+        policy = policy - name
+    return policy + TASK_SOURCE + CodeVersion(tuple(code))
 
 
 def bind(

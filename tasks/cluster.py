@@ -6,7 +6,7 @@ task of a worker that dies, and the task resumes from what it had committed (doc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,10 +34,23 @@ def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
         yield runner
 
 
-def run_all(task: Task, calls: Sequence[dict[str, Any]], runner: TaskRunner | None) -> list:
+def run_all(
+    task: Task,
+    calls: Sequence[dict[str, Any]],
+    runner: TaskRunner | None,
+    catch: tuple[type[Exception], ...] = (),
+) -> list:
     """`task(**call)` for every call: in order here, or all submitted to the cluster at once;
-    the results in the order of `calls`."""
+    the results in the order of `calls`. A call that fails with an exception of a `catch` type
+    has the exception as its result, and the other calls still run."""
+
+    def outcome(get: Callable[[], Any]) -> Any:
+        try:
+            return get()
+        except catch as exc:
+            return exc
+
     if runner is None:
-        return [task(**call) for call in calls]
+        return [outcome(lambda call=call: task(**call)) for call in calls]
     futures = [runner.submit(task, call) for call in calls]
-    return [future.result() for future in futures]
+    return [outcome(future.result) for future in futures]

@@ -1,7 +1,9 @@
-"""Prefect layer of the reward-hacking analysis: the local models as a task, the errors and judged
-steps of `cobalt.analysis.stages` as cached tasks bound to the run's storage, API keys from
-Prefect Secret blocks, and the report as artifacts (tables, markdown with the examples' diffs,
-the PNG). The multi-turn inference is the trajectories flow, called by the flow as a subflow."""
+"""Prefect layer of the reward-hacking analysis: the local models as a task, the errors step of
+`cobalt.analysis.stages` as a cached task, the judged step of `cobalt.analysis.judged` as one
+cached task per shard (run here or on a Dask cluster, tasks/cluster.py) and a merge task, all
+bound to the run's storage; API keys from Prefect Secret blocks, and the report as artifacts
+(tables, markdown with the examples' diffs, the PNG). The multi-turn inference is the
+trajectories flow, called by the flow as a subflow."""
 
 from __future__ import annotations
 
@@ -13,8 +15,18 @@ from prefect.artifacts import (
     create_markdown_artifact,
     create_table_artifact,
 )
+from prefect.task_runners import TaskRunner
 
 from cobalt.analysis import stages as lib
+from cobalt.analysis.judge import JudgeError
+from cobalt.analysis.judged import (
+    JudgeFailures,
+    JudgeShard,
+    JudgeShardRef,
+    judge_shard,
+    judge_shards,
+    merge_judged,
+)
 from cobalt.analysis.stages import (
     ERRORS_CODE,
     JUDGE_CODE,
@@ -33,7 +45,10 @@ from cobalt.tables import markdown_table
 from cobalt.trajectories.runs import TrajectorySummary, find_trajectories
 from engines import EngineConfig
 from tasks.caching import bind, stage_policy
+from tasks.cluster import run_all
 from tasks.trajectories import load_api_key
+
+JUDGED_CODE = (*JUDGE_CODE, "cobalt.analysis.judged")
 
 
 def preflight(params: HackingParams) -> Ready:
@@ -65,33 +80,56 @@ def errors_task(key: str, spec: ErrorsSpec, runtime: Runtime) -> AnalysisRef:
 
 @task(
     name="judge",
-    task_run_name="judge-{key}",
-    cache_policy=stage_policy(*JUDGE_CODE),
+    task_run_name="{spec.name}",
+    cache_policy=stage_policy(*JUDGED_CODE),
     retries=1,
     retry_delay_seconds=10,
 )
-def judge_task(key: str, spec: JudgedSpec, runtime: Runtime) -> AnalysisRef:
-    """The LLM judge's label of every error (resumes a killed run)."""
-    return lib.judged_stage(spec, runtime, logger=get_run_logger())
+def judge_task(key: str, spec: JudgeShard, runtime: Runtime) -> JudgeShardRef:
+    """The LLM judge's label of every error of a shard (resumes a killed run; the process's
+    judge engine is opened once and kept)."""
+    return judge_shard(spec, runtime, logger=get_run_logger())
+
+
+@task(
+    name="judge-merge",
+    task_run_name="judge-merge-{key}",
+    cache_policy=stage_policy(*JUDGED_CODE, ignore=("shards",)),  # the key decides the shards
+    retries=1,
+    retry_delay_seconds=5,
+)
+def judge_merge_task(
+    key: str, spec: JudgedSpec, shards: list[JudgeShardRef], runtime: Runtime
+) -> AnalysisRef:
+    """The step's judgements: its shards in order."""
+    return merge_judged(spec, shards, runtime, logger=get_run_logger())
 
 
 class Stages:
     """The two steps after the inference, bound to the run's storage (results, cache records,
-    --refresh)."""
+    --refresh); the judge's shards in this process, or on the cluster's workers."""
 
-    def __init__(self, params: HackingParams, judge: EngineConfig):
+    def __init__(
+        self, params: HackingParams, judge: EngineConfig, runner: TaskRunner | None = None
+    ):
         st = open_storage(params.storage)
         self.params = params
+        self.runner = runner
         self.runtime = Runtime(
             storage=params.storage,
             judge=params.judge.model_copy(update={"engine": judge}),
             judge_chunk=params.judge_chunk,
+            judge_shard_size=params.judge_shard_size,
             work_dir=params.work_dir,
             refresh=params.refresh,
         )
         self.tasks: dict[str, Task] = {
             name: bind(t, st, params.refresh)
-            for name, t in (("errors", errors_task), ("judge", judge_task))
+            for name, t in (
+                ("errors", errors_task),
+                ("judge", judge_task),
+                ("judge-merge", judge_merge_task),
+            )
         }
 
     def errors(self, collected: TrajectorySummary) -> tuple[ErrorsSpec, AnalysisRef]:
@@ -100,8 +138,20 @@ class Stages:
         return spec, self.tasks["errors"](spec.key, spec, self.runtime)
 
     def judged(self, errors: AnalysisRef) -> AnalysisRef:
+        """A task per shard (none when the step is finished), then the merge. A shard the judge
+        failed on does not stop the others: the step fails after all of them, counting every
+        error left unjudged (a rerun asks for those only)."""
         spec = judged_spec(errors, self.runtime.judge)
-        return self.tasks["judge"](spec.key, spec, self.runtime)
+        calls = [
+            {"key": shard.key, "spec": shard, "runtime": self.runtime}
+            for shard in judge_shards(spec, self.runtime)
+        ]
+        shards = run_all(self.tasks["judge"], calls, self.runner, catch=(JudgeError,))
+        failures = [s for s in shards if isinstance(s, JudgeError)]
+        if failures:
+            failed = [f for e in failures for f in getattr(e, "failed", [("?", str(e))])]
+            raise JudgeFailures(failed) from failures[0]
+        return self.tasks["judge-merge"](spec.key, spec, shards, self.runtime)
 
 
 def report(

@@ -1,4 +1,5 @@
-"""Shared fixtures: one Prefect test harness per session, and an S3 server (moto) on 127.0.0.1.
+"""Shared fixtures: one Prefect test harness per session, an S3 server (moto) on 127.0.0.1, the
+fitted and tiny models, a served model, and a real Dask cluster (scheduler + 2 workers).
 
 Everything stays on this machine: the Hub is off (HF_HUB_OFFLINE), Prefect's analytics are off,
 and AWS credentials are dummies so botocore never asks an instance-metadata endpoint.
@@ -10,10 +11,14 @@ import atexit
 import os
 import re
 import shutil
+import signal
 import socket
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tiny_serving import Served, serve_tiny_model
@@ -33,6 +38,9 @@ for _var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "COBALT_STO
 _HF_CACHE = tempfile.mkdtemp(prefix="hf-datasets-")
 atexit.register(shutil.rmtree, _HF_CACHE, True)
 os.environ["HF_DATASETS_CACHE"] = _HF_CACHE
+
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -110,3 +118,70 @@ def served_tiny(serve_process) -> dict:
     """The served tiny model, once it answers: api_base and the LiteLLM model name."""
     served = serve_process.wait_until_up()
     return {"api_base": served.api_base, "model": served.model}
+
+
+def _spawn(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+@pytest.fixture
+def dask_cluster(prefect_harness, tmp_path) -> Iterator[dict[str, Any]]:
+    """`dask scheduler` and two `dask worker` processes (no nanny: a killed worker stays dead),
+    each worker single-threaded, reporting to this session's Prefect API; yields the scheduler's
+    address and the worker processes."""
+    from prefect.settings import PREFECT_API_URL
+
+    port = free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "PREFECT_API_URL": PREFECT_API_URL.value(),
+        "OMP_NUM_THREADS": "1",
+        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3",
+    }
+    scheduler = _spawn(
+        "distributed.cli.dask_scheduler",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-dashboard",
+        env=env,
+        log=tmp_path / "scheduler.log",
+    )
+    workers = [
+        _spawn(
+            "distributed.cli.dask_worker",
+            address,
+            "--nthreads",
+            "1",
+            "--no-nanny",
+            "--no-dashboard",
+            "--name",
+            f"w{i}",
+            "--local-directory",
+            str(tmp_path / f"w{i}"),
+            env=env,
+            log=tmp_path / f"worker{i}.log",
+        )
+        for i in range(2)
+    ]
+    try:
+        from distributed import Client
+
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+        yield {"address": address, "workers": workers}
+    finally:
+        for process in [*workers, scheduler]:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()

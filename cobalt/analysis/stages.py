@@ -1,10 +1,13 @@
 """The reward-hacking stage in storage (docs/REWARD_HACKING.md): its parameters, the preflight,
 and its two steps after the multi-turn inference (which is the trajectories stage with perturbed
-feedback, run as it is):
+feedback, run as it is): the errors step here, the judged step (shards and their merge) in
+`cobalt/analysis/judged.py`.
 
     reward_hacking/errors/<key>/errors.jsonl   turn-level errors and counts, one line per problem
     reward_hacking/judged/<key>/judged.jsonl   the judge's labels and raw replies, one line per
-                                               problem with errors, appended as judged (resumable)
+                                               problem with errors (its shards merged in order)
+    reward_hacking/judged/<key>/shards/...     one shard's judged.jsonl, appended as judged
+                                               (resumable), and its MANIFEST.json
     .../MANIFEST.json                          written last: the step is finished
     reward_hacking/judged/<key>/report.json, report.md, turn_errors.png   the report
     reward_hacking/comparisons/<key>/...       a comparison of two analyses
@@ -12,7 +15,8 @@ feedback, run as it is):
 
 Keys are content addresses: errors = hash(multiturn and evaluation records, problems, turns,
 code of the detection); judged = hash(errors, the judge's identity and settings, code of the
-judge). `tasks/reward_hacking.py` runs each step as a cached Prefect task.
+judge). `tasks/reward_hacking.py` runs the errors step as a cached Prefect task, the judged
+step as one cached task per shard (here or on a Dask cluster) and a merge task.
 """
 
 from __future__ import annotations
@@ -23,10 +27,10 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cobalt.analysis.judge import JUDGE_ERROR, JudgeConfig, JudgeError, Judgement, judge_errors
-from cobalt.analysis.reward_hacking import ErrorRecord, detect_all, totals
+from cobalt.analysis.judge import JudgeConfig, JudgeError, Judgement
+from cobalt.analysis.reward_hacking import detect_all, totals
 from cobalt.data.stages import SAMPLES
 from cobalt.evaluation import EvalRecord
 from cobalt.judging import SandboxRuntime
@@ -48,7 +52,7 @@ from cobalt.trajectories.problemsets import (
     load_problems,
     resolve_problems,
 )
-from cobalt.trajectories.records import Record, RecordLog, parse_records
+from cobalt.trajectories.records import Record, parse_records
 from cobalt.trajectories.runs import Trajectories
 from cobalt.trajectories.specs import TrajectoryRef
 from cobalt.trajectories.stages import TrajectoryParams, engine_identity, read_stage
@@ -118,6 +122,13 @@ class HackingParams(BaseModel):
     judge_chunk: int = Field(
         64, ge=1, le=100_000, description="Errors per judge round (one generate call each)."
     )
+    judge_shard_size: int | None = Field(
+        None,
+        ge=1,
+        description="Errors per judge task (whole problems, whole rounds; a multiple of "
+        "judge_chunk), the unit of work run here or on a --cluster worker. Default: 16 rounds "
+        "(1024 errors with the default judge_chunk).",
+    )
     compare: str | None = Field(
         None,
         description="Another finished analysis to compare with ('latest' or its directory, "
@@ -136,8 +147,20 @@ class HackingParams(BaseModel):
     )
     refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
     cluster: str | None = Field(
-        None, description="Dask cluster for the inference shards (see the trajectories flow)."
+        None,
+        description="Dask cluster for the inference and judge shards: tcp://scheduler:8786, or "
+        "local:N worker processes (docs/SCALING.md).",
     )
+
+    @model_validator(mode="after")
+    def _whole_rounds(self) -> HackingParams:
+        if self.judge_shard_size is not None and self.judge_shard_size % self.judge_chunk:
+            whole = self.judge_chunk * max(1, round(self.judge_shard_size / self.judge_chunk))
+            raise ValueError(
+                f"judge_shard_size ({self.judge_shard_size}) must be a multiple of judge_chunk "
+                f"({self.judge_chunk}): e.g. {whole}"
+            )
+        return self
 
     def trajectories(self, engine: EngineConfig) -> TrajectoryParams:
         """The multi-turn inference: the trajectories stage with perturbed feedback."""
@@ -294,8 +317,15 @@ class Runtime(BaseModel):
     storage: StorageConfig
     judge: JudgeConfig = Field(description="With its model resolved to a directory.")
     judge_chunk: int = 64
+    judge_shard_size: int | None = Field(None, description="Errors per shard (16 rounds).")
     work_dir: str
     refresh: bool = False
+
+    @property
+    def errors_per_shard(self) -> int:
+        """Whole rounds: the shard size rounded down to a multiple of judge_chunk (one at least)."""
+        size = self.judge_shard_size or 16 * self.judge_chunk
+        return max(1, size // self.judge_chunk) * self.judge_chunk
 
 
 def errors_spec(trajectories: Trajectories, turns: int) -> ErrorsSpec:
@@ -380,98 +410,6 @@ def errors_stage(
         stats["rule_hard_coded"],
     )
     return ref
-
-
-def judged_stage(spec: JudgedSpec, runtime: Runtime, *, logger: Logger) -> AnalysisRef:
-    """The judge's label of every error, appended per problem (fsynced) to judged.jsonl: a killed
-    run resumes with the problems it has. Errors the judge could not be reached for are not
-    written; the step then fails after judging the rest (a rerun asks again)."""
-    st = open_storage(runtime.storage)
-    directory = st.path("reward_hacking", "judged", spec.key)
-    manifest, remote = f"{directory}/{MANIFEST}", f"{directory}/judged.jsonl"
-    local = (
-        Path(remote)
-        if runtime.storage.is_local
-        else Path(runtime.work_dir, "spool", "reward_hacking", spec.key, "judged.jsonl")
-    )
-    if runtime.refresh:
-        for path in (manifest, remote):
-            if st.fs.exists(path):
-                st.fs.rm(path)
-        local.unlink(missing_ok=True)
-    elif st.fs.exists(manifest):
-        return from_manifest(st.read_json(manifest), AnalysisRef)
-    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
-        local.parent.mkdir(parents=True, exist_ok=True)
-        st.fs.get_file(remote, str(local))
-    errors: dict[str, ErrorRecord] = read_step(spec.errors, runtime.storage, ErrorRecord)
-    failed: list[tuple[str, str]] = []  # (error id, engine error)
-    with RecordLog(local, JudgedRecord, logger) as log:
-        done = log.open()
-        todo = [r for r in errors.values() if r.errors and r.problem_id not in done]
-        total = sum(len(r.errors) for r in todo)
-        if todo:
-            logger.info("judging %d turn-level errors of %d problems", total, len(todo))
-            with make_engine(runtime.judge.engine) as engine:
-                for chunk in _chunks(todo, runtime.judge_chunk):
-                    items = [(e, r.instruction) for r in chunk for e in r.errors]
-                    judgements = iter(judge_errors(items, engine, runtime.judge))
-                    for record in chunk:
-                        mine = [next(judgements) for _ in record.errors]
-                        bad = [(j.error_id, j.attempts[-1].error or "") for j in mine]
-                        if any(j.label == JUDGE_ERROR for j in mine):
-                            failed += [
-                                b for b, j in zip(bad, mine, strict=True) if j.label == JUDGE_ERROR
-                            ]
-                            continue
-                        log.append(JudgedRecord(problem_id=record.problem_id, judgements=mine))
-                    if not runtime.storage.is_local:
-                        st.write_atomic(remote, local.read_bytes())
-    if failed:
-        raise JudgeError(
-            f"the judge failed on {len(failed)} of the turn-level errors (first: {failed[0][0]}: "
-            f"{failed[0][1][:300]}); the others are kept, a rerun asks again: check the judge's "
-            "endpoint (--judge-api-base) and model"
-        )
-    local.parent.mkdir(parents=True, exist_ok=True)
-    local.touch()
-    data = local.read_bytes()
-    if not runtime.storage.is_local:
-        st.write_atomic(remote, data)
-    records, _ = parse_records(data, JudgedRecord, logger, str(local))
-    labels: dict[str, int] = {}
-    for record in records.values():
-        for j in record.judgements:
-            labels[j.label] = labels.get(j.label, 0) + 1
-    ref = AnalysisRef(
-        stage="judged",
-        key=spec.key,
-        uri=st.protocol + directory,
-        rows=len(records),
-        fingerprint=_sha256(data),
-        stats={
-            "judged": sum(labels.values()),
-            "labels": labels,
-            "requests": sum(len(j.attempts) for r in records.values() for j in r.judgements),
-        },
-    )
-    st.commit(manifest, ref, spec, format=FORMAT)
-    logger.info("judge labels: %s", labels or "no errors to judge")
-    return ref
-
-
-def _chunks(records: list[ErrorRecord], errors_per_chunk: int):
-    """Problems grouped so that each group holds about `errors_per_chunk` errors."""
-    chunk: list[ErrorRecord] = []
-    count = 0
-    for record in records:
-        chunk.append(record)
-        count += len(record.errors)
-        if count >= errors_per_chunk:
-            yield chunk
-            chunk, count = [], 0
-    if chunk:
-        yield chunk
 
 
 # --- finding an analysis again ------------------------------------------------------------------

@@ -17,6 +17,7 @@ from tiny_serving import free_port
 
 from cobalt.analysis import report as rep
 from cobalt.analysis.judge import PARSE_FAILURE, Attempt, JudgeConfig, JudgeError, Judgement
+from cobalt.analysis.judged import judged_stage
 from cobalt.analysis.reward_hacking import ErrorRecord
 from cobalt.analysis.stages import (
     ErrorsSpec,
@@ -27,7 +28,6 @@ from cobalt.analysis.stages import (
     errors_stage,
     find_analysis,
     judged_spec,
-    judged_stage,
     read_step,
 )
 from cobalt.analysis.summary import summarize
@@ -114,10 +114,11 @@ def test_errors_judged_and_reported_in_storage(inference, served_tiny):
     ):
         judged_stage(jspec, runtime, logger=LOG)
     directory = Path(storage.url, "reward_hacking", "judged", jspec.key)
-    assert (directory / "judged.jsonl").read_bytes() == b""
-    assert not (directory / "MANIFEST.json").exists()
+    assert [p.read_bytes() for p in directory.glob("shards/*/judged.jsonl")] == [b""]
+    assert not list(directory.rglob("MANIFEST.json")) and not (directory / "judged.jsonl").exists()
 
-    # a run killed after the first problem: its line is kept, the second problem is judged
+    # a run of the unsharded step (before shards) killed after the first problem, in the step's
+    # own judged.jsonl: its line is kept, the second problem is judged
     up = served_judge(served_tiny)
     assert judged_spec(errors, up).key == jspec.key  # the endpoint is not part of the key
     kept = JudgedRecord(

@@ -32,6 +32,7 @@ from flows.reward_hacking import main, parse_params, reward_hacking_flow
 pytestmark = pytest.mark.slow
 NAMESPACE = {"backend": "namespace", "concurrency": 2}
 INFERENCE = ("initial", "multiturn", "evaluation")
+KINDS = ("local-model", "errors", "judge-merge", "judge")  # task runs of the flow itself
 
 
 def params(tmp_path: Path, model: Path, served: dict, **overrides: Any) -> HackingParams:
@@ -63,11 +64,11 @@ def run(p: HackingParams):
 def states_of(flow_run_id: Any) -> dict[str, str]:
     """Task name -> state over the flow run and its inference subflow run."""
     own = task_run_states(flow_run_id)  # (the task run standing for the subflow left out)
-    states = {
-        name.rsplit("-", 1)[0]: s
-        for name, s in own.items()
-        if name.startswith(("local-model-", "errors-", "judge-"))
-    }
+    states = {}
+    for name, state in own.items():  # judge-<key>-<index> (a shard), judge-merge-<key>, ...
+        kind = next((k for k in KINDS if name.startswith(f"{k}-")), None)
+        if kind is not None:
+            states[kind] = state
     with get_client(sync_client=True) as client:
         children = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
@@ -93,7 +94,7 @@ def artifacts(flow_run_id: Any) -> dict[str, Any]:
 def test_flow_finds_judges_reports_caches_and_compares(tmp_path, fitted_model, served_tiny):
     p = params(tmp_path, fitted_model["path"], served_tiny)
     summary, states, found = run(p)
-    assert states["errors"] == states["judge"] == "Completed"
+    assert states["errors"] == states["judge"] == states["judge-merge"] == "Completed"
     assert {states[f"inference/{s}"] for s in INFERENCE} == {"Completed"}
 
     total = summary.per_turn[-1]
@@ -119,6 +120,7 @@ def test_flow_finds_judges_reports_caches_and_compares(tmp_path, fitted_model, s
     again, states, _ = run(p)
     assert again.per_turn == summary.per_turn and again.uri == summary.uri
     assert states.pop("local-model") == "Completed"  # resolving 'fitted' is not cached
+    assert "judge" not in states  # the judged step is finished: no shard to run, merge cached
     assert len(states) == 2 + 2 * len(INFERENCE) and set(states.values()) == {"Cached"}, states
 
     # another policy (here: other sampling seeds) compared with the first analysis

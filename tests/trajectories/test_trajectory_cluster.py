@@ -1,25 +1,21 @@
 """The trajectories flow on a real Dask cluster (scheduler + 2 worker processes started here,
 prefect-dask's DaskTaskRunner): the same records as a run in the flow's own process, and a worker
 killed in the middle of a shard loses nothing and duplicates nothing (Dask reruns the task on the
-other worker; the shard resumes from the records it had fsynced)."""
+other worker; the shard resumes from the records it had fsynced). The cluster is the `dask_cluster`
+fixture of tests/conftest.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from prefect.settings import PREFECT_API_URL
 from prefect_states import task_run_states
-from tiny_serving import free_port
 from trajectory_helpers import REPO
 
 from cobalt.trajectories.stages import TrajectoryParams
@@ -27,70 +23,6 @@ from flows.trajectories import trajectories_flow
 
 STEPS = ("initial", "multiturn", "evaluation")
 VOLATILE = {"created_at", "seconds", "wall_s"}  # when and how long: not what was computed
-
-
-def _spawn(*args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", *args],
-        cwd=REPO,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-@pytest.fixture
-def dask_cluster(prefect_harness, tmp_path) -> Iterator[dict[str, Any]]:
-    """`dask scheduler` and two `dask worker` processes (no nanny: a killed worker stays dead),
-    each worker single-threaded, reporting to this session's Prefect API."""
-    port = free_port()
-    address = f"tcp://127.0.0.1:{port}"
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "PREFECT_API_URL": PREFECT_API_URL.value(),
-        "OMP_NUM_THREADS": "1",
-        "DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES": "3",
-    }
-    scheduler = _spawn(
-        "distributed.cli.dask_scheduler",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-dashboard",
-        env=env,
-        log=tmp_path / "scheduler.log",
-    )
-    workers = [
-        _spawn(
-            "distributed.cli.dask_worker",
-            address,
-            "--nthreads",
-            "1",
-            "--no-nanny",
-            "--no-dashboard",
-            "--name",
-            f"w{i}",
-            "--local-directory",
-            str(tmp_path / f"w{i}"),
-            env=env,
-            log=tmp_path / f"worker{i}.log",
-        )
-        for i in range(2)
-    ]
-    try:
-        from distributed import Client
-
-        with Client(address, timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
-        yield {"address": address, "workers": workers}
-    finally:
-        for process in [*workers, scheduler]:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
 
 
 def params(storage: Path, fitted: Path, **overrides: Any) -> TrajectoryParams:
