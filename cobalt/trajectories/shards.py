@@ -3,8 +3,9 @@ shards become the step's one JSONL.
 
 Layout, under `<storage>/trajectories/<stage>/<step key>/`:
 
-    shards/<index>/records.jsonl   one shard's records (appended and fsynced per problem)
-    shards/<index>/MANIFEST.json   written last: the shard is finished
+    shards/<index>-<shard key>/records.jsonl   one shard's records (appended and fsynced per
+                                               problem)
+    shards/<index>-<shard key>/MANIFEST.json   written last: the shard is finished
     records.jsonl, MANIFEST.json   the step: shards concatenated in order (MANIFEST last)
 
 A shard runs anywhere its storage is reachable: a killed shard resumes from the records it had
@@ -69,7 +70,9 @@ def run_shard(
     whose manifest exists is finished: returned as is (unless refresh).
     """
     st = open_storage(runtime.storage)
-    directory = f"{step_dir(st, shard.spec)}/shards/{shard.index:04d}"
+    # the key (its problem range) in the name: a rerun with another shard size never takes a
+    # finished shard of other problems for its own
+    directory = f"{step_dir(st, shard.spec)}/shards/{shard.index:04d}-{shard.key}"
     manifest_path, remote = f"{directory}/{MANIFEST}", f"{directory}/{RECORDS}"
     local = (
         Path(remote)
