@@ -44,6 +44,7 @@ MANIFEST = "MANIFEST.json"  # every stage's commit record, written last
 # the logger a stage reports to: a module logger, or the Prefect run logger (an adapter)
 Logger = logging.Logger | logging.LoggerAdapter
 FORMAT = "cobalt-dataset/1"
+log = logging.getLogger(__name__)
 
 
 class StorageError(RuntimeError):
@@ -301,6 +302,70 @@ class Storage:
             )
         with self.fs.open(f"{_strip(ref.uri)}/{manifest['files'][table]}", "rb") as f:
             return from_table(pq.read_table(f))
+
+
+def content_hash(data: bytes) -> str:
+    """A file's fingerprint in a manifest: 'sha256:<hex>'."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+class Spool:
+    """A JSONL that one task appends to (a shard of a stage) and storage keeps, in `directory`
+    beside the MANIFEST.json its caller commits last. Local storage: the file itself, in place.
+    S3: a local spool file (`spool_dir/filename`), resumed from the uploaded copy when the local
+    one is missing, uploaded by `upload()` (whole lines only) and by `close()`.
+
+    `finished` is the manifest when the directory already holds a finished one (never under
+    `refresh`, which removes the manifest and both copies of the file first)."""
+
+    def __init__(
+        self,
+        st: Storage,
+        directory: str,
+        filename: str,
+        spool_dir: Path,
+        *,
+        refresh: bool = False,
+        name: str = "",
+        logger: Logger = log,
+    ):
+        self.st, self.directory = st, directory
+        self.manifest, self.remote = f"{directory}/{MANIFEST}", f"{directory}/{filename}"
+        self.is_local = st.config.is_local
+        self.local = Path(self.remote) if self.is_local else Path(spool_dir, filename)
+        self.finished: dict[str, Any] | None = None
+        if refresh:
+            for path in (self.manifest, self.remote):
+                if st.fs.exists(path):
+                    st.fs.rm(path)
+            self.local.unlink(missing_ok=True)
+        elif st.fs.exists(self.manifest):
+            self.finished = st.read_json(self.manifest)
+            logger.info("%s: finished already (%s)", name, directory)
+            return
+        if not self.is_local and not self.local.exists() and st.fs.exists(self.remote):
+            self.local.parent.mkdir(parents=True, exist_ok=True)
+            st.fs.get_file(self.remote, str(self.local))
+            logger.info("%s: resuming from %s", name, st.url(self.remote))
+
+    def upload(self) -> None:
+        """The lines written so far, to storage (S3; nothing to do locally)."""
+        if self.is_local:
+            return
+        try:
+            data = self.local.read_bytes()
+        except FileNotFoundError:
+            return
+        self.st.write_atomic(self.remote, data[: data.rfind(b"\n") + 1])
+
+    def close(self) -> bytes:
+        """The finished file's bytes (an empty file when nothing was written), in storage."""
+        self.local.parent.mkdir(parents=True, exist_ok=True)
+        self.local.touch()
+        data = self.local.read_bytes()
+        if not self.is_local:
+            self.st.write_atomic(self.remote, data)
+        return data
 
 
 def from_manifest(manifest: dict[str, Any], model: type[Any]) -> Any:

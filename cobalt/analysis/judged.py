@@ -20,7 +20,6 @@ and the merge as another.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack
@@ -39,7 +38,16 @@ from cobalt.analysis.stages import (
     Runtime,
     read_step,
 )
-from cobalt.storage import MANIFEST, Logger, Storage, from_manifest, open_storage, recipe_key
+from cobalt.storage import (
+    MANIFEST,
+    Logger,
+    Spool,
+    Storage,
+    content_hash,
+    from_manifest,
+    open_storage,
+    recipe_key,
+)
 from cobalt.trajectories.records import RecordLog, parse_records
 from cobalt.trajectories.stages import engine_for
 from engines import Engine, make_engine
@@ -177,28 +185,21 @@ def judge_shard(
     `engine()` gives the judge (default: this process's engine for `runtime.judge.engine`,
     opened on first use and kept: a cluster worker loads a local judge once)."""
     st = open_storage(runtime.storage)
-    directory = shard_dir(st, shard)
-    manifest, remote = f"{directory}/{MANIFEST}", f"{directory}/{JUDGED}"
-    local = (
-        Path(remote)
-        if runtime.storage.is_local
-        else Path(runtime.work_dir, "spool", "reward_hacking", shard.key, JUDGED)
+    spool_dir = Path(runtime.work_dir, "spool", "reward_hacking", shard.key)
+    spool = Spool(
+        st,
+        shard_dir(st, shard),
+        JUDGED,
+        spool_dir,
+        refresh=runtime.refresh,
+        name=shard.name,
+        logger=logger,
     )
-    if runtime.refresh:
-        for path in (manifest, remote):
-            if st.fs.exists(path):
-                st.fs.rm(path)
-        local.unlink(missing_ok=True)
-    elif st.fs.exists(manifest):
-        logger.info("%s: finished already (%s)", shard.name, directory)
-        return from_manifest(st.read_json(manifest), JudgeShardRef)
-    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
-        local.parent.mkdir(parents=True, exist_ok=True)
-        st.fs.get_file(remote, str(local))
-        logger.info("%s: resuming from %s", shard.name, st.url(remote))
+    if spool.finished is not None:
+        return from_manifest(spool.finished, JudgeShardRef)
     errors: dict[str, ErrorRecord] = read_step(shard.spec.errors, runtime.storage, ErrorRecord)
     failed: list[tuple[str, str]] = []  # (error id, engine error)
-    with RecordLog(local, JudgedRecord, logger) as judged:
+    with RecordLog(spool.local, JudgedRecord, logger) as judged:
         done = judged.open()
         if not runtime.refresh:
             for record in _unsharded(st, shard, done, logger):
@@ -226,25 +227,20 @@ def judge_shard(
                         ]
                         continue
                     judged.append(JudgedRecord(problem_id=record.problem_id, judgements=mine))
-                if not runtime.storage.is_local:
-                    st.write_atomic(remote, local.read_bytes())
+                spool.upload()
     if failed:
         raise JudgeFailures(failed)
-    local.parent.mkdir(parents=True, exist_ok=True)
-    local.touch()
-    data = local.read_bytes()
-    if not runtime.storage.is_local:
-        st.write_atomic(remote, data)
-    records, _ = parse_records(data, JudgedRecord, logger, str(local))
+    data = spool.close()
+    records, _ = parse_records(data, JudgedRecord, logger, str(spool.local))
     ref = JudgeShardRef(
         key=shard.key,
         index=shard.index,
-        uri=st.protocol + directory,
+        uri=st.protocol + spool.directory,
         rows=len(records),
-        fingerprint=_sha256(data),
+        fingerprint=content_hash(data),
         stats=label_stats(records.values()),
     )
-    st.commit(manifest, ref, shard, format=FORMAT)
+    st.commit(spool.manifest, ref, shard, format=FORMAT)
     logger.info("%s: %d problems judged (%s)", shard.name, ref.rows, ref.stats["labels"])
     return ref
 
@@ -295,7 +291,7 @@ def merge_judged(
         key=spec.key,
         uri=st.protocol + directory,
         rows=len(records),
-        fingerprint=_sha256(data),
+        fingerprint=content_hash(data),
         stats=label_stats(records),
     )
     st.commit(manifest, ref, spec, format=FORMAT)
@@ -340,7 +336,3 @@ def label_stats(records: Any) -> dict[str, Any]:
             labels[j.label] = labels.get(j.label, 0) + 1
             requests += len(j.attempts)
     return {"judged": sum(labels.values()), "labels": labels, "requests": requests}
-
-
-def _sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()

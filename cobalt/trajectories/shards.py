@@ -15,7 +15,6 @@ retried on another worker loses nothing and writes no record twice.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -24,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.problems import Problem
-from cobalt.storage import MANIFEST, Logger, Storage, from_manifest, open_storage
+from cobalt.storage import (
+    MANIFEST,
+    Logger,
+    Spool,
+    Storage,
+    content_hash,
+    from_manifest,
+    open_storage,
+)
 from cobalt.trajectories.problemsets import load_problems
 from cobalt.trajectories.specs import (
     FORMAT,
@@ -73,54 +80,38 @@ def run_shard(
     # the key (its problem range) in the name: a rerun with another shard size never takes a
     # finished shard of other problems for its own
     directory = f"{step_dir(st, shard.spec)}/shards/{shard.index:04d}-{shard.key}"
-    manifest_path, remote = f"{directory}/{MANIFEST}", f"{directory}/{RECORDS}"
-    local = (
-        Path(remote)
-        if runtime.storage.is_local
-        else Path(runtime.work_dir, "spool", shard.spec.stage, shard.key, RECORDS)
+    spool_dir = Path(runtime.work_dir, "spool", shard.spec.stage, shard.key)
+    spool = Spool(
+        st, directory, RECORDS, spool_dir, refresh=runtime.refresh, name=shard.name, logger=logger
     )
-    if runtime.refresh:
-        for path in (manifest_path, remote):
-            if st.fs.exists(path):
-                st.fs.rm(path)
-        local.unlink(missing_ok=True)
-    elif st.fs.exists(manifest_path):
-        logger.info("%s: finished already (%s)", shard.name, directory)
-        return from_manifest(st.read_json(manifest_path), ShardRef)
-    if not runtime.storage.is_local and not local.exists() and st.fs.exists(remote):
-        local.parent.mkdir(parents=True, exist_ok=True)
-        st.fs.get_file(remote, str(local))
-        logger.info("%s: resuming from %s", shard.name, st.url(remote))
+    if spool.finished is not None:
+        return from_manifest(spool.finished, ShardRef)
     stop = threading.Event()
     uploader = None
-    if not runtime.storage.is_local:
+    if not spool.is_local:
 
         def upload_periodically() -> None:
             while not stop.wait(runtime.checkpoint_s):
-                _upload(st, local, remote)
+                spool.upload()
 
         uploader = threading.Thread(target=upload_periodically, daemon=True)
         uploader.start()
     try:
-        stats = body(local, logger)
+        stats = body(spool.local, logger)
     finally:
         stop.set()
         if uploader is not None:
             uploader.join()
-    local.parent.mkdir(parents=True, exist_ok=True)
-    local.touch()  # an empty shard still has its (empty) file
-    data = local.read_bytes()
-    if not runtime.storage.is_local:
-        st.write_atomic(remote, data)
+    data = spool.close()
     ref = ShardRef(
         key=shard.key,
         index=shard.index,
         uri=st.protocol + directory,
         rows=data.count(b"\n"),
-        fingerprint=_sha256(data),
+        fingerprint=content_hash(data),
         stats=stats,
     )
-    st.commit(manifest_path, ref, shard, format=FORMAT)
+    st.commit(spool.manifest, ref, shard, format=FORMAT)
     logger.info(
         "%s: %d records (%s)",
         shard.name,
@@ -128,14 +119,6 @@ def run_shard(
         ", ".join(f"{k} {v}" for k, v in stats.items() if k != "outcomes"),
     )
     return ref
-
-
-def _upload(st: Storage, local: Path, remote: str) -> None:
-    try:
-        data = local.read_bytes()
-    except FileNotFoundError:
-        return
-    st.write_atomic(remote, data[: data.rfind(b"\n") + 1])
 
 
 def merge_shards(
@@ -165,7 +148,7 @@ def merge_shards(
         key=spec.key,
         uri=st.protocol + directory,
         rows=len(lines),
-        fingerprint=_sha256(data),
+        fingerprint=content_hash(data),
         stats={**add_stats([r.stats for r in shards]), "shards": len(shards)},
     )
     st.commit(manifest_path, ref, spec, format=FORMAT)
@@ -185,7 +168,3 @@ def add_stats(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
             elif isinstance(value, int | float) and not isinstance(value, bool):
                 total[key] = round(total.get(key, 0) + value, 3)
     return total
-
-
-def _sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
