@@ -49,6 +49,7 @@ from cobalt.storage import (
     recipe_key,
 )
 from cobalt.trajectories.records import RecordLog, parse_records
+from cobalt.trajectories.specs import ShardRef
 from cobalt.trajectories.stages import engine_for
 from engines import Engine, make_engine
 
@@ -76,17 +77,8 @@ class JudgeShard(BaseModel):
         return f"judge-{self.spec.key}-{self.index:03d}"
 
 
-class JudgeShardRef(BaseModel):
-    """A finished shard."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str
-    index: int
-    uri: str = Field(description="The shard directory (MANIFEST.json, judged.jsonl).")
-    rows: int
-    fingerprint: str = Field(description="sha256 of the shard's judged.jsonl.")
-    stats: dict[str, Any] = Field(default_factory=dict)
+class JudgeShardRef(ShardRef):
+    """A finished judge shard: a trajectory shard's reference, its file judged.jsonl."""
 
     @property
     def records_uri(self) -> str:
