@@ -69,6 +69,23 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
 
 
+def add_running_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
+    """How a stage that generates and judges runs (never part of a cache key): the sandbox,
+    the Prefect concurrency limits, storage, the local work directory, --refresh. `group`: an
+    argument group of `parser` for the sandbox and limit flags (default: the parser)."""
+    arg = (group or parser).add_argument
+    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
+    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
+    arg("--timeout", type=float, help="seconds per test (4)")
+    arg("--llm-limit", metavar="NAME", help="Prefect global concurrency limit for the endpoint")
+    arg("--sandbox-limit", metavar="NAME", help="Prefect global concurrency limit for judging")
+    add_storage_args(parser)
+    parser.add_argument(
+        "--work-dir", metavar="DIR", help="local models and spools for S3 runs (~/.cache/cobalt)"
+    )
+    parser.add_argument("--refresh", action="store_true", help="recompute every stage")
+
+
 def storage_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
     """Put the storage flags given into `values["storage"]` (over a --config file's)."""
     storage = values.setdefault("storage", {})

@@ -33,7 +33,7 @@ from cobalt.reference import FITTED, TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.stages import close_engines
-from flows.cli import add_storage_args, run_flow_cli, storage_values
+from flows.cli import add_running_args, run_flow_cli, storage_values
 from flows.trajectories import trajectories_flow
 from tasks.cluster import task_runner
 from tasks.reward_hacking import Stages, local_model, preflight, report
@@ -138,14 +138,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
         metavar="ADDRESS",
         help="inference and judge shards on a Dask cluster: tcp://scheduler:8786, or local:N",
     )
-    run.add_argument("--backend", choices=["auto", "docker", "namespace"], help="sandbox (auto)")
-    run.add_argument("--sandbox-concurrency", type=int, help="programs judged at once (CPUs)")
-    run.add_argument("--timeout", type=float, help="seconds per test (4)")
-    run.add_argument("--llm-limit", metavar="NAME", help="Prefect concurrency limit (endpoint)")
-    run.add_argument("--sandbox-limit", metavar="NAME", help="Prefect concurrency limit (sandbox)")
-    add_storage_args(parser)
-    arg("--work-dir", metavar="DIR", help="local models/spools for S3 runs (~/.cache/cobalt)")
-    arg("--refresh", action="store_true", help="recompute every stage")
+    add_running_args(parser, run)
     args = parser.parse_args(argv)
 
     values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}

@@ -27,7 +27,7 @@ from cobalt.reference import TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.runs import TrajectorySummary
 from cobalt.trajectories.stages import TrajectoryParams, close_engines
-from flows.cli import add_storage_args, run_flow_cli, storage_values
+from flows.cli import add_running_args, run_flow_cli, storage_values
 from tasks.cluster import task_runner
 from tasks.trajectories import Stages, preflight, report
 
@@ -117,14 +117,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
         metavar="ADDRESS",
         help="run the shards on a Dask cluster: tcp://scheduler:8786, or local:N workers",
     )
-    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
-    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
-    arg("--timeout", type=float, help="seconds per test (4)")
-    arg("--llm-limit", metavar="NAME", help="Prefect global concurrency limit for the endpoint")
-    arg("--sandbox-limit", metavar="NAME", help="Prefect global concurrency limit for judging")
-    add_storage_args(parser)
-    arg("--work-dir", metavar="DIR", help="local spool for S3 runs (~/.cache/cobalt)")
-    arg("--refresh", action="store_true", help="recompute every stage")
+    add_running_args(parser)
     args = parser.parse_args(argv)
 
     values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
