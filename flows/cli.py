@@ -86,6 +86,23 @@ def add_running_args(parser: argparse.ArgumentParser, group: Any = None) -> None
     parser.add_argument("--refresh", action="store_true", help="recompute every stage")
 
 
+def running_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
+    """Put the flags of `add_running_args` that were given into `values` (over a --config
+    file's)."""
+    for flag in ("llm_limit", "sandbox_limit", "work_dir"):
+        if getattr(args, flag) is not None:
+            values[flag] = getattr(args, flag)
+    if args.refresh:
+        values["refresh"] = True
+    storage_values(args, values)
+    if args.backend is not None:
+        values.setdefault("sandbox", {})["backend"] = args.backend
+    if args.sandbox_concurrency is not None:
+        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
+    if args.timeout is not None:
+        values.setdefault("limits", {})["timeout_s"] = args.timeout
+
+
 def storage_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
     """Put the storage flags given into `values["storage"]` (over a --config file's)."""
     storage = values.setdefault("storage", {})

@@ -33,7 +33,7 @@ from cobalt.reference import FITTED, TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.stages import close_engines
-from flows.cli import add_running_args, run_flow_cli, storage_values
+from flows.cli import add_running_args, run_flow_cli, running_values
 from flows.trajectories import trajectories_flow
 from tasks.cluster import task_runner
 from tasks.reward_hacking import Stages, local_model, preflight, report
@@ -152,16 +152,11 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
         "cluster",
         "judge_chunk",
         "judge_shard_size",
-        "llm_limit",
-        "sandbox_limit",
-        "work_dir",
         "api_key_block",
     ):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
-    if args.refresh:
-        values["refresh"] = True
-    storage_values(args, values)
+    running_values(args, values)
     defaults = HackingParams.model_fields
     engine = dict(values.get("engine") or {"kind": "transformers", "model": FITTED})
     _engine_flags(args, engine, "")
@@ -204,12 +199,6 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     for flag in ("chunk_size", "shard_size"):
         if getattr(args, flag) is not None:
             values.setdefault("batch", {})[flag] = getattr(args, flag)
-    if args.backend is not None:
-        values.setdefault("sandbox", {})["backend"] = args.backend
-    if args.sandbox_concurrency is not None:
-        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
-    if args.timeout is not None:
-        values.setdefault("limits", {})["timeout_s"] = args.timeout
     return HackingParams.model_validate(values)
 
 

@@ -27,7 +27,7 @@ from cobalt.reference import TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.runs import TrajectorySummary
 from cobalt.trajectories.stages import TrajectoryParams, close_engines
-from flows.cli import add_running_args, run_flow_cli, storage_values
+from flows.cli import add_running_args, run_flow_cli, running_values
 from tasks.cluster import task_runner
 from tasks.trajectories import Stages, preflight, report
 
@@ -125,17 +125,13 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
         "problems",
         "table",
         "limit",
-        "llm_limit",
-        "sandbox_limit",
-        "work_dir",
         "api_key_block",
     ):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
-    for flag in ("perturbed", "refresh"):
-        if getattr(args, flag):
-            values[flag] = True
-    storage_values(args, values)
+    if args.perturbed:
+        values["perturbed"] = True
+    running_values(args, values)
     engine = dict(values.get("engine") or {"kind": "transformers", "model": TINY})
     for flag, name in (
         ("engine", "kind"),
@@ -177,12 +173,6 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     for flag in ("chunk_size", "lanes", "shard_size"):
         if getattr(args, flag) is not None:
             values.setdefault("batch", {})[flag] = getattr(args, flag)
-    if args.backend is not None:
-        values.setdefault("sandbox", {})["backend"] = args.backend
-    if args.sandbox_concurrency is not None:
-        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
-    if args.timeout is not None:
-        values.setdefault("limits", {})["timeout_s"] = args.timeout
     return TrajectoryParams.model_validate(values)
 
 

@@ -1,0 +1,35 @@
+"""The flags every generating stage shares (`flows.cli.add_running_args`) reach the parameters of
+both CLIs that take them, and a --config file's values stay where no flag is given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from flows import reward_hacking, trajectories
+
+FLAGS = [
+    "--backend", "namespace", "--sandbox-concurrency", "3", "--timeout", "2.5",
+    "--llm-limit", "endpoint", "--sandbox-limit", "judge", "--work-dir", "/w",
+    "--storage", "/s", "--refresh",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flow", [trajectories, reward_hacking], ids=["trajectories", "hacking"])
+def test_running_flags_reach_the_parameters(flow, tmp_path: Path) -> None:
+    p = flow.parse_params(FLAGS)
+    assert (p.sandbox.backend, p.sandbox.concurrency, p.limits.timeout_s) == ("namespace", 3, 2.5)
+    assert (p.llm_limit, p.sandbox_limit, p.work_dir, p.refresh) == (
+        "endpoint",
+        "judge",
+        "/w",
+        True,
+    )
+    assert p.storage.url == "/s"
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"llm_limit": "from-file", "sandbox": {"concurrency": 7}}))
+    p = flow.parse_params(["--config", str(config), "--backend", "docker"])
+    assert (p.llm_limit, p.sandbox.concurrency, p.sandbox.backend) == ("from-file", 7, "docker")
+    assert p.refresh is False
