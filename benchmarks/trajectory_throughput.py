@@ -231,10 +231,13 @@ class ProgramInjector(Engine):
         self.inner.close()
 
 
-def build_model(path: Path, args: argparse.Namespace) -> tuple[Path, int]:
+def build_model(path: Path, args: argparse.Namespace, weights: bool = True) -> tuple[Path, int]:
+    """The random model; big shapes are initialised on the GPU and saved in bf16. Without
+    `weights` (vLLM modes only) just the config and tokenizer (vLLM's load_format=dummy)."""
     from engines.tiny import build_tiny_model
 
     if not (path / "tiny_model.json").exists():
+        gpu = _cuda() and args.device in ("auto", "cuda")
         build_tiny_model(
             path,
             seed=args.seed,
@@ -245,6 +248,9 @@ def build_model(path: Path, args: argparse.Namespace) -> tuple[Path, int]:
             intermediate_size=args.intermediate,
             eos_logit=args.eos_logit,
             max_position_embeddings=args.max_positions,
+            device="cuda" if gpu else "cpu",
+            dtype="bfloat16" if gpu and args.dtype in ("auto", "bfloat16") else "float32",
+            save_weights=weights,
         )
     config = json.loads((path / "config.json").read_text())
     h, i, layers, v = (
@@ -258,9 +264,48 @@ def build_model(path: Path, args: argparse.Namespace) -> tuple[Path, int]:
     return path, params
 
 
+def vllm_args(args: argparse.Namespace, model: Path) -> dict[str, Any]:
+    """vLLM's settings: dummy weights when the model directory has none."""
+    kwargs: dict[str, Any] = {"seed": args.seed}
+    if not any(model.glob("*.safetensors")):
+        kwargs["load_format"] = "dummy"
+    return kwargs
+
+
 def run_mode(
     mode: str, model: Path, problems: list[BenchProblem], args: argparse.Namespace, work: Path
 ) -> dict[str, Any]:
+    if mode == "vllm":
+        config = EngineConfig(
+            kind="vllm",
+            model=str(model),
+            max_model_len=args.max_positions,
+            gpu_memory_utilization=args.vllm_memory,
+            extra=vllm_args(args, model),
+        )
+        result = _run(mode, config, problems, args, work)
+        result["engine"] = "vLLM LLM.chat in this process (continuous batching, paged KV cache)"
+        return result
+    if mode == "vllm-served":
+        from engines.serving import local_server
+
+        started = time.perf_counter()
+        extra = ["--max-model-len", str(args.max_positions)]
+        extra += ["--gpu-memory-utilization", str(args.vllm_memory), "--seed", str(args.seed)]
+        if "load_format" in vllm_args(args, model):
+            extra += ["--load-format", "dummy"]
+        with local_server(model, work, kind="vllm", extra_args=extra) as server:
+            server.wait_until_up(timeout_s=600)
+            config = EngineConfig(
+                kind="litellm",
+                model=server.litellm_model,
+                api_base=server.api_base,
+                concurrency=args.llm_concurrency,
+            )
+            result = _run(mode, config, problems, args, work)
+        result["engine"] = f"vllm serve + LiteLLM, {args.llm_concurrency} requests in flight"
+        result["server_start_s"] = round(time.perf_counter() - started - result["wall_s"], 1)
+        return result
     if mode == "served":
         from engines.serving import local_server
 
@@ -353,6 +398,7 @@ def _run(
     trajectories = len(problems) * args.n
     return {
         "mode": mode,
+        "seconds_total": round(time.perf_counter() - started, 2),
         "engine": "transformers generate_batch (continuous batching)"
         if mode == "continuous"
         else f"transformers generate (padded batches of {args.batch_size} conversations)",
@@ -401,8 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--modes",
         default="padded,continuous",
         help="comma list of: padded, continuous (the in-process transformers engine), served "
-        "(a local `transformers serve` process behind the LiteLLM engine)",
+        "(a local `transformers serve` process behind the LiteLLM engine), vllm (vLLM in this "
+        "process), vllm-served (a local `vllm serve` behind the LiteLLM engine)",
     )
+    arg("--vllm-memory", type=float, default=0.85, help="vllm: gpu_memory_utilization")
     arg("--llm-concurrency", type=int, default=128, help="served: requests in flight")
     arg(
         "--serve-continuous",
@@ -471,13 +519,15 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in SMOKE.items():
             setattr(args, name, value)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not set(modes) <= {"padded", "continuous", "served"}:
-        raise SystemExit(f"--modes: padded, continuous and/or served, got {args.modes!r}")
+    known = {"padded", "continuous", "served", "vllm", "vllm-served"}
+    if not set(modes) <= known:
+        raise SystemExit(f"--modes: some of {', '.join(sorted(known))}; got {args.modes!r}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no price-list download
     work = Path(tempfile.mkdtemp(prefix="trajectory-bench-"))
     try:
-        model, params = build_model(args.model_dir or work / "model", args)
+        weights = any(not m.startswith("vllm") for m in modes)  # vLLM alone: dummy weights
+        model, params = build_model(args.model_dir or work / "model", args, weights)
         problems = load_problems(args.problems, args.max_statement_chars)
         import torch
 
@@ -489,7 +539,11 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for mode in modes:
             print(f"running {mode} ...", file=sys.stderr, flush=True)
-            results.append(run_mode(mode, model, problems, args, work))
+            try:
+                results.append(run_mode(mode, model, problems, args, work))
+            except Exception as exc:  # one engine failing must not lose the others' figures
+                print(f"{mode} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+                results.append({"mode": mode, "error": f"{type(exc).__name__}: {exc}"[:2000]})
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report = {
@@ -545,7 +599,11 @@ def render(report: dict[str, Any]) -> str:
         "gen tok/s | programs | eval s (programs) | sandbox < 10% |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    ok = [r for r in report["results"] if "error" not in r]
     for r in report["results"]:
+        if "error" in r:
+            lines.append(f"| {r['mode']} | failed: {r['error'][:300]} |" + " |" * 9)
+            continue
         lines.append(
             f"| {r['mode']} | {r['trajectories_per_min']} | {r['wall_s']} | "
             f"{100 * r['generate_share']:.1f}% | {100 * r['sandbox_share']:.1f}% | "
@@ -553,6 +611,17 @@ def render(report: dict[str, Any]) -> str:
             f"{r['generated_tokens_per_s']} | "
             f"{r['programs_judged']} | {r['evaluation_s']} ({r['evaluation_programs']}) | "
             f"{'yes' if r['goal_sandbox_share_met'] else 'NO'} |"
+        )
+    for r in ok[1:]:
+        lines.append(
+            f"{ok[0]['mode']} / {r['mode']}: "
+            f"{ok[0]['trajectories_per_min'] / r['trajectories_per_min']:.2f}x trajectories/min"
+        )
+    turns = s["turns"] + 1
+    for r in ok:
+        lines.append(
+            f"{r['mode']}: {r['trajectories']} trajectories x {turns} turns x "
+            f"{s['max_new_tokens']} tokens in {r['wall_s']} s (model load {r['model_load_s']} s)"
         )
     return "\n".join(lines)
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,11 +84,14 @@ def server_command(
     device: str = "cpu",
     dtype: str | None = None,
     continuous_batching: bool = False,
+    extra_args: Sequence[str] = (),
 ) -> list[str]:
+    """The server's command line; `extra_args` are appended as they are (e.g. vLLM's
+    `--load-format dummy --max-model-len 8192 --gpu-memory-utilization 0.8`)."""
     if kind == "vllm":
         command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
         command += ["--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
-        return command + (["--dtype", dtype] if dtype else [])
+        return command + (["--dtype", dtype] if dtype else []) + list(extra_args)
     code = "import sys; from transformers.cli.transformers import main; sys.exit(main())"
     command = [sys.executable, "-c", code, "serve", str(model_dir), "--host", "127.0.0.1"]
     command += ["--port", str(port), "--device", device, "--log-level", "warning"]
@@ -96,7 +99,7 @@ def server_command(
         command += ["--dtype", dtype]
     if continuous_batching:
         command.append("--continuous-batching")
-    return command
+    return command + list(extra_args)
 
 
 @contextmanager
@@ -108,6 +111,7 @@ def local_server(
     device: str = "cpu",
     dtype: str | None = None,
     continuous_batching: bool = False,
+    extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
 ) -> Iterator[LocalServer]:
     """Start the server on a free port (not yet waited for: `wait_until_up()`); stop it after."""
@@ -120,6 +124,7 @@ def local_server(
         device=device,
         dtype=dtype,
         continuous_batching=continuous_batching,
+        extra_args=extra_args,
     )
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", **(env or {})}
     with open(log_path, "wb") as log:
@@ -129,7 +134,7 @@ def local_server(
     finally:
         proc.terminate()
         try:
-            proc.wait(timeout=10)
+            proc.wait(timeout=30)  # vLLM shuts its engine process down first
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()

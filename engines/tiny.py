@@ -350,6 +350,9 @@ def build_tiny_model(
     max_position_embeddings: int = 4096,
     eos_logit: float = 2.5,
     corpus: list[str] | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    save_weights: bool = True,
 ) -> Path:
     """Build the tiny chat model into `path` (created; existing files are overwritten).
 
@@ -359,9 +362,14 @@ def build_tiny_model(
     about `eos_logit` at every position while the other logits stay near 0. With 2.5 a turn ends
     with about 6% chance per token at temperature 0.6 (1% at 1.0): completions of a few dozen
     tokens, some cut by `max_new_tokens`, as a real model's. 0 leaves the weights as initialised.
+
+    Large shapes (benchmarks of 7-8B models): `device="cuda"` initialises the weights on the GPU
+    and `dtype="bfloat16"` saves them in half the bytes; `save_weights=False` writes the config,
+    generation config and tokenizer only, for vLLM's `load_format="dummy"` (random weights made
+    by vLLM itself; no end-of-turn taste then).
     """
     import torch
-    from transformers import GenerationConfig, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -380,19 +388,9 @@ def build_tiny_model(
         bos_token_id=pad_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
-        dtype="float32",
+        dtype=dtype,
     )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
-        if eos_logit:
-            with torch.no_grad():
-                direction = torch.randn(hidden_size)
-                direction /= direction.norm()
-                model.model.embed_tokens.weight += direction  # shared component, norm 1
-                # the final RMSNorm scales the (mostly shared) hidden state to norm sqrt(hidden)
-                model.lm_head.weight[eos_id] = direction * (eos_logit / hidden_size**0.5)
-    model.generation_config = GenerationConfig(
+    generation = GenerationConfig(
         bos_token_id=pad_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,
@@ -400,8 +398,29 @@ def build_tiny_model(
         temperature=0.6,
         top_p=0.95,
     )
+    if not save_weights:
+        config.save_pretrained(path)
+        generation.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        return _mark(path, seed)
+    with torch.random.fork_rng(devices=[]), torch.device(device):
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        if eos_logit:
+            with torch.no_grad():
+                direction = torch.randn(hidden_size)
+                direction /= direction.norm()
+                model.model.embed_tokens.weight += direction  # shared component, norm 1
+                # the final RMSNorm scales the (mostly shared) hidden state to norm sqrt(hidden)
+                model.lm_head.weight[eos_id] = direction * (eos_logit / hidden_size**0.5)
+    model.generation_config = generation
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    del model
+    return _mark(path, seed)
+
+
+def _mark(path: Path, seed: int) -> Path:
     (path / "tiny_model.json").write_text(
         json.dumps({"builder": "engines.tiny.build_tiny_model", "seed": seed}, indent=1) + "\n"
     )

@@ -1,8 +1,11 @@
 """vLLM offline engine (GPU): `LLM(...).chat(conversations, SamplingParams(n=...))`.
 
-vLLM is the `gpu` extra and is not installed on the CPU machines this project is developed on, so
-this module is imported lazily and has not been exercised here (see docs/ENGINES.md). To reach a
-`vllm serve` endpoint instead, use the litellm engine with `api_base`.
+vLLM is the `gpu` extra (not installable on the CPU machines this project is developed and tested
+on), so this module is imported lazily; it ran on an H200 with vLLM 0.26.0 (docs/ENGINES.md,
+docs/BENCHMARKS.md). vLLM schedules every conversation of a call at once (continuous batching,
+paged KV cache sized by `gpu_memory_utilization`): one `generate` call per step of the trajectory
+stage is all it needs. To reach a `vllm serve` endpoint instead, use the litellm engine with
+`api_base`.
 """
 
 from __future__ import annotations
@@ -93,4 +96,21 @@ class VLLMEngine(Engine):
         return results
 
     def close(self) -> None:
-        self.llm = None
+        """Stop vLLM's engine process and free its GPU memory (another engine may follow)."""
+        llm, self.llm = self.llm, None
+        if llm is None:
+            return
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        if core is not None and hasattr(core, "shutdown"):
+            core.shutdown()
+        del llm
+        import gc
+
+        gc.collect()
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except ImportError:
+            pass
