@@ -53,7 +53,8 @@ class TransformersEngine(Engine):
             model.to(self.device)
         model.eval()
         self.model = model
-        self.footprint = Footprint.of(model.config, next(model.parameters()).dtype)
+        dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype  # floating
+        self.footprint = Footprint.of(model.config, dtype)
         self.last_plan: list[list[int]] = []  # the conversation groups of the last padded call
         self._eos_ids = self._stop_ids()
         self._think_close_id = tokenizer.get_added_vocab().get("</think>")
