@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .base import Completion, Conversation, Engine, Message, Usage, sum_usage
 from .config import EngineConfig, EngineKind, MissingAPIKeyError, SamplingConfig
+from .memory import InsufficientMemoryError
 from .thinking import split_thinking, thinking_text
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineKind",
+    "InsufficientMemoryError",
     "Message",
     "MissingAPIKeyError",
     "SamplingConfig",

@@ -88,7 +88,23 @@ class EngineConfig(BaseModel):
         8,
         ge=1,
         le=4096,
-        description="transformers: conversations per generate() call (each expands to n rows).",
+        description="transformers: most conversations per padded generate() call (each expands "
+        "to n rows); with a memory budget (GPU, or memory_budget_gb) fewer when they do not fit.",
+    )
+    memory_fraction: float = Field(
+        0.85,
+        gt=0,
+        le=1,
+        description="transformers on GPU: share of the free GPU memory (measured after the model "
+        "is loaded, at each generate call) that the padded batches' KV cache and activations "
+        "may use; conversations are grouped so each batch's estimate fits (docs/ENGINES.md).",
+    )
+    memory_budget_gb: float | None = Field(
+        None,
+        gt=0,
+        description="transformers: memory budget of a padded batch in GB (1e9 bytes); replaces "
+        "free GPU memory x memory_fraction, and turns the memory rule on for CPU. None: measured "
+        "on GPU, no memory rule on CPU (batches of batch_size).",
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype of local engines; auto: bfloat16 on GPU, float32 on CPU."

@@ -4,11 +4,16 @@ Two paths: padded batches through `model.generate` (left padding, `num_return_se
 with `continuous_batching=True` and a transformers that has it, `model.generate_batch` (paged KV
 cache, requests scheduled as they finish). Both take the seed; the padded path is the default
 because it is the one that runs everywhere at the same speed.
+
+Padded batches are sized by memory (`engines.memory`): on GPU, or with `memory_budget_gb`, the
+conversations are grouped so that each batch's KV cache and activations fit the budget, at most
+`batch_size` conversations each; an out-of-memory error splits the batch in halves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import math
 import time
@@ -17,6 +22,7 @@ from typing import Any
 
 from .base import Completion, Conversation, Engine, validate_conversations
 from .config import EngineConfig, SamplingConfig
+from .memory import FIXES, Footprint, check_fits, is_out_of_memory, plan_batches
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,9 @@ class TransformersEngine(Engine):
             model.to(self.device)
         model.eval()
         self.model = model
+        dtype = getattr(model, "dtype", None) or next(model.parameters()).dtype  # floating
+        self.footprint = Footprint.of(model.config, dtype)
+        self.last_plan: list[list[int]] = []  # the conversation groups of the last padded call
         self._eos_ids = self._stop_ids()
         self._think_close_id = tokenizer.get_added_vocab().get("</think>")
         self._cb_available = config.continuous_batching and hasattr(model, "generate_batch")
@@ -99,6 +108,18 @@ class TransformersEngine(Engine):
             torch.manual_seed(seed)
             yield
 
+    def memory_budget(self) -> int | None:
+        """Bytes a padded batch may use: `memory_budget_gb` if set; on GPU, the free memory (plus
+        what torch's allocator holds unused) x `memory_fraction`; on CPU None (no memory rule)."""
+        if self.config.memory_budget_gb is not None:
+            return int(self.config.memory_budget_gb * 1e9)
+        if self.device.type != "cuda":
+            return None
+        cuda = self._torch.cuda
+        free, _ = cuda.mem_get_info(self.device)
+        unused = cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device)
+        return int((free + unused) * self.config.memory_fraction)
+
     def _completion(self, prompt_len: int, generated: list[int], seconds: float) -> Completion:
         stop_at = next((i for i, t in enumerate(generated) if t in self._eos_ids), None)
         if stop_at is not None:
@@ -126,17 +147,49 @@ class TransformersEngine(Engine):
         if not conversations:
             return []
         prompts = self._encode(conversations, sampling)
+        budget = self.memory_budget()
         if self._cb_available:
+            if budget is not None:  # generate_batch sizes its own cache; one conversation must fit
+                longest = max(range(len(prompts)), key=lambda i: len(prompts[i]))
+                check_fits(
+                    len(prompts[longest]),
+                    sampling.n,
+                    sampling.max_new_tokens,
+                    self.footprint,
+                    budget,
+                    longest,
+                )
             try:
                 return self._generate_continuous(prompts, sampling)
             except Exception as exc:  # the API moves fast; padded batches always work
                 log.warning("continuous batching failed (%s); using padded batches", exc)
                 self._cb_available = False
-        results: list[list[Completion]] = []
-        size = self.config.batch_size
+        rows = 1 if sampling.greedy else sampling.n
+        plan = plan_batches(
+            [len(p) for p in prompts],
+            rows,
+            sampling.max_new_tokens,
+            self.footprint,
+            budget,
+            self.config.batch_size,
+        )
+        self.last_plan = plan
+        if len(plan) > 1 and budget is not None:
+            log.info(
+                "%d conversations x %d rows in %d batches (budget %.2f GB)",
+                len(prompts),
+                rows,
+                len(plan),
+                budget / 1e9,
+            )
+        results: list[list[Completion]] = [[] for _ in prompts]
         with self._seeded(sampling.seed):
-            for start in range(0, len(prompts), size):
-                results.extend(self._generate_batch(prompts[start : start + size], sampling))
+            for k, group in enumerate(plan):
+                if sampling.seed is not None:  # each batch its own stream: retries shift nothing
+                    self._torch.manual_seed(_batch_seed(sampling.seed, k))
+                batch = self._generate_batch([prompts[i] for i in group], sampling)
+                for i, row in zip(group, batch, strict=True):
+                    results[i] = row
         return results
 
     def _generation_kwargs(self, sampling: SamplingConfig) -> dict[str, Any]:
@@ -156,20 +209,38 @@ class TransformersEngine(Engine):
     def _generate_batch(
         self, prompts: list[list[int]], sampling: SamplingConfig
     ) -> list[list[Completion]]:
-        """One padded batch; if it fails as a whole, each conversation is retried alone so one bad
-        prompt (too long, out of memory) only fails its own completions."""
+        """One padded batch. Out of memory: the batch is split in halves and retried (the memory
+        estimate was too low). Any other failure: each conversation is retried alone, so one bad
+        prompt only fails its own completions. A conversation that fails alone is recorded."""
         try:
             return self._run_padded(prompts, sampling)
         except Exception as exc:
-            if len(prompts) == 1:
-                error = f"{type(exc).__name__}: {exc}"
-                log.warning("generation failed: %s", error)
-                return [[Completion.failed(error) for _ in range(sampling.n)]]
-            log.warning("batch of %d failed (%s); retrying one by one", len(prompts), exc)
-            out: list[list[Completion]] = []
-            for prompt in prompts:
-                out.extend(self._generate_batch([prompt], sampling))
-            return out
+            error, oom = f"{type(exc).__name__}: {exc}", is_out_of_memory(exc)
+        # retried outside the handler, so the traceback's frames (and their tensors) are freed
+        if oom and self.device.type == "cuda":
+            self._torch.cuda.empty_cache()
+        if len(prompts) == 1:
+            if oom:
+                error += f" (one conversation alone; {FIXES})"
+            log.warning("generation failed: %s", error)
+            return [[Completion.failed(error) for _ in range(sampling.n)]]
+        if oom:
+            half = len(prompts) // 2
+            log.warning(
+                "out of memory on a batch of %d conversations (%s); retrying it in halves of %d "
+                "and %d",
+                len(prompts),
+                error,
+                half,
+                len(prompts) - half,
+            )
+            first = self._generate_batch(prompts[:half], sampling)
+            return first + self._generate_batch(prompts[half:], sampling)
+        log.warning("batch of %d failed (%s); retrying one by one", len(prompts), error)
+        out: list[list[Completion]] = []
+        for prompt in prompts:
+            out.extend(self._generate_batch([prompt], sampling))
+        return out
 
     def _run_padded(
         self, prompts: list[list[int]], sampling: SamplingConfig
@@ -243,3 +314,9 @@ class TransformersEngine(Engine):
         self.model = None
         if self._torch.cuda.is_available():
             self._torch.cuda.empty_cache()
+
+
+def _batch_seed(seed: int, index: int) -> int:
+    """The seed of the `index`-th batch of a call seeded with `seed` (64 bits, well mixed)."""
+    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
