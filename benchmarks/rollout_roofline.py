@@ -60,7 +60,9 @@ class Shape:
 
     def hf_config(self) -> dict[str, Any]:
         return {
-            "architectures": ["Qwen3ForCausalLM" if self.model_type == "qwen3" else "Qwen2ForCausalLM"],
+            "architectures": [
+                "Qwen3ForCausalLM" if self.model_type == "qwen3" else "Qwen2ForCausalLM"
+            ],
             "model_type": self.model_type,
             "hidden_size": self.hidden,
             "num_hidden_layers": self.layers,
@@ -328,7 +330,11 @@ def run_child(engine: str, shape: str, args: argparse.Namespace) -> tuple[list[d
         proc = subprocess.run(
             command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.cell_timeout_s
         )
-        out, err, note = proc.stdout, proc.stderr, "" if proc.returncode == 0 else f"exit {proc.returncode}"
+        out, err, note = (
+            proc.stdout,
+            proc.stderr,
+            "" if proc.returncode == 0 else f"exit {proc.returncode}",
+        )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else exc.stdout or ""
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
@@ -387,7 +393,9 @@ def write_json(args, device, limits, results, failures) -> None:
         "machine": {"device": device, "cpus": os.cpu_count(), "python": platform.python_version()},
         "limits": {"hbm_bytes_per_s": limits[0], "bf16_flops": limits[1]} if limits else None,
         "settings": {"prompt": args.prompt, "gen": args.gen, "batches": args.batches},
-        "shapes": {k: asdict(SHAPES[k]) | {"params": SHAPES[k].params()} for k in args.shapes.split(",")},
+        "shapes": {
+            k: asdict(SHAPES[k]) | {"params": SHAPES[k].params()} for k in args.shapes.split(",")
+        },
         "results": results,
         "failures": failures,
     }
@@ -410,7 +418,9 @@ def render(device, limits, args, results, failures) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        limit = f"{r['limit_tokens_per_s']:.0f} ({r['bound']})" if "limit_tokens_per_s" in r else "-"
+        limit = (
+            f"{r['limit_tokens_per_s']:.0f} ({r['bound']})" if "limit_tokens_per_s" in r else "-"
+        )
         share = f"{100 * r['share_of_limit']:.1f}%" if "share_of_limit" in r else "-"
         lines.append(
             f"| {r['shape']} ({r['params'] / 1e9:.2f}B) | {r['engine']} | {r['batch']} | "

@@ -102,7 +102,7 @@ class EngineConfig(BaseModel):
     memory_budget_gb: float | None = Field(
         None,
         gt=0,
-        description="transformers: memory budget of a padded batch in GB (1e9 bytes); replaces "
+        description="transformers: most memory a padded batch may use, in GB (1e9 bytes): caps "
         "free GPU memory x memory_fraction, and turns the memory rule on for CPU. None: measured "
         "on GPU, no memory rule on CPU (batches of batch_size).",
     )

@@ -109,16 +109,17 @@ class TransformersEngine(Engine):
             yield
 
     def memory_budget(self) -> int | None:
-        """Bytes a padded batch may use: `memory_budget_gb` if set; on GPU, the free memory (plus
-        what torch's allocator holds unused) x `memory_fraction`; on CPU None (no memory rule)."""
-        if self.config.memory_budget_gb is not None:
-            return int(self.config.memory_budget_gb * 1e9)
+        """Bytes a padded batch may use: on GPU, the free memory (plus what torch's allocator holds
+        unused) x `memory_fraction`, at most `memory_budget_gb`; on CPU `memory_budget_gb` or None
+        (no memory rule: batches of `batch_size`, as before)."""
+        cap = self.config.memory_budget_gb
         if self.device.type != "cuda":
-            return None
+            return None if cap is None else int(cap * 1e9)
         cuda = self._torch.cuda
         free, _ = cuda.mem_get_info(self.device)
         unused = cuda.memory_reserved(self.device) - cuda.memory_allocated(self.device)
-        return int((free + unused) * self.config.memory_fraction)
+        budget = int((free + unused) * self.config.memory_fraction)
+        return budget if cap is None else min(budget, int(cap * 1e9))
 
     def _completion(self, prompt_len: int, generated: list[int], seconds: float) -> Completion:
         stop_at = next((i for i, t in enumerate(generated) if t in self._eos_ids), None)
@@ -185,7 +186,10 @@ class TransformersEngine(Engine):
         results: list[list[Completion]] = [[] for _ in prompts]
         with self._seeded(sampling.seed):
             for k, group in enumerate(plan):
-                if sampling.seed is not None:  # each batch its own stream: retries shift nothing
+                if sampling.seed is not None and budget is not None:
+                    # planned by memory: each batch its own stream, so the plan's cut points
+                    # and a halving retry shift nothing after them (no budget: one stream, as
+                    # before, so CPU runs give the texts they always gave)
                     self._torch.manual_seed(_batch_seed(sampling.seed, k))
                 batch = self._generate_batch([prompts[i] for i in group], sampling)
                 for i, row in zip(group, batch, strict=True):

@@ -2,17 +2,19 @@
 # Build the offline bundle of requirements.txt for a GPU worker that cannot download (python 3.12,
 # x86-64, torch 2.11.0+cu130 in its image) and cut it into parts small enough to carry one by one.
 #
-#   bash infra/gpu-bundle/build.sh [OUT_DIR] [PART_MB]     # default .gpu/, 56 MB parts
+#   bash infra/gpu-bundle/build.sh [OUT_DIR] [PART_MB]     # default .gpu/, 52 MiB parts
 #
 # vLLM's wheel (304 MB) is trimmed of what the Hopper (H100/H200) bf16 path never loads: the
 # FlashAttention-2 kernels (Ampere/Ada; Hopper runs vLLM's FlashAttention 3), the optional Rust
 # front end binary (vllm-rs), the DeepGEMM/SM100 CUDA headers (JIT sources for FP8 and Blackwell)
 # and DeepGEMM's extension for other Pythons; the rest is byte for byte the release. Result:
-# OUT_DIR/part-00.. (install on the worker with install.sh). Needs pip, xz and network here.
+# OUT_DIR/part-00.. (install on the worker with install.sh), and OUT_DIR/pre/: pydantic and its
+# needs, small enough to travel beside the first part so that the project's code runs from the
+# first call on. Needs pip, xz and network here.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$(realpath -m "${1:-.gpu}")"
-part_mb="${2:-56}"
+part_mb="${2:-52}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 platforms=()
@@ -33,7 +35,8 @@ rm -rf "$work/vllm-site/vllm/third_party/deep_gemm/include" \
        "$work/vllm-site/vllm/third_party/fmha_sm100/cutlass/include"
 tar -cf - -C "$work/vllm-site" . | xz -T0 -6 >"$work/bundle/vllm-site.tar.xz"
 mv "$work/whl" "$work/bundle/whl"
-rm -rf "$out" && mkdir -p "$out"
+rm -rf "$out" && mkdir -p "$out/pre"
+cp "$work"/bundle/whl/{pydantic-2,pydantic_core,annotated_types,typing_extensions,typing_inspection}*.whl "$out/pre/"
 tar -cf - -C "$work/bundle" . | split -b "${part_mb}M" -d - "$out/part-"
 (cd "$out" && ls part-* >"$work/PARTS") && mv "$work/PARTS" "$out/PARTS"
 echo "bundle: $(du -sh "$out" | cut -f1) in $(wc -l <"$out/PARTS") parts under $out"

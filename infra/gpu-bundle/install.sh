@@ -6,11 +6,16 @@
 #
 # Exit 0 with "complete" when /tmp/site is ready, 0 with "waiting" while parts are missing.
 set -euo pipefail
-store=/root/gpu-bundle
-site=/tmp/site
+store="${GPU_BUNDLE_STORE:-/root/gpu-bundle}"
+site="${GPU_SITE:-/tmp/site}"
 mkdir -p "$store"
 if [ -d .gpu ]; then
   for f in .gpu/part-* .gpu/PARTS; do [ -e "$f" ] && mv -f "$f" "$store/"; done
+  if compgen -G ".gpu/pre/*.whl" >/dev/null; then  # pydantic & co: the project's code needs them
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --only-binary=:all: --python-version 3.12 \
+      --target "$site" .gpu/pre/*.whl
+    rm -rf .gpu/pre
+  fi
 fi
 if [ -f "$site/.complete" ]; then echo "bundle: complete (installed)"; exit 0; fi
 [ -f "$store/PARTS" ] || { echo "bundle: waiting (no PARTS list yet; have: $(ls "$store" | tr '\n' ' '))"; exit 0; }
@@ -18,9 +23,10 @@ missing=$(while read -r p; do [ -e "$store/$p" ] || echo "$p"; done <"$store/PAR
 if [ -n "$missing" ]; then echo "bundle: waiting for $(echo $missing)"; exit 0; fi
 rm -rf "$store/x" && mkdir -p "$store/x" "$site"
 cat $(sed "s|^|$store/|" "$store/PARTS") | tar -xf - -C "$store/x"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --only-binary=:all: --python-version 3.12 \
   --target "$site" "$store"/x/whl/*.whl
-xz -dc "$store/x/vllm-site.tar.xz" | tar -xf - -C "$site"
+python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="tar")' \
+  "$store/x/vllm-site.tar.xz" "$site"  # xz through Python: the worker may lack the xz tool
 rm -rf "$store/x"
 touch "$site/.complete"
 echo "bundle: complete (installed into $site)"
