@@ -292,8 +292,7 @@ def child(args: argparse.Namespace) -> int:
         runner.run(prompts(2, 16, shape.vocab, 99), 4)  # warm-up: kernels, graphs, allocator
         for b in batches:
             batch = prompts(b, args.prompt, shape.vocab, seed=b)
-            if args.engine == "transformers-static":
-                runner.run(batch, args.gen)  # the compiled step is shape-specific: warm it
+            runner.run(batch, args.gen)  # warm this batch's shapes (graphs, compiled steps)
             t1 = runner.run(batch, 1)
             tg = runner.run(batch, args.gen)
             if tg <= t1:  # the prefill alone took longer than the whole: no decode figure
@@ -340,6 +339,8 @@ def run_child(engine: str, shape: str, args: argparse.Namespace) -> tuple[list[d
         err = exc.stderr.decode() if isinstance(exc.stderr, bytes) else exc.stderr or ""
         note = f"time limit {args.cell_timeout_s:.0f}s"
     cells = [json.loads(line[5:]) for line in out.splitlines() if line.startswith("CELL ")]
+    if note and args.json:  # the child's whole log beside the results
+        args.json.with_name(f"{args.json.stem}_{engine}_{shape}.log").write_text(err)
     if note:
         tail = "\n".join(err.strip().splitlines()[-15:])
         print(f"{engine} {shape}: {note}\n{tail}", file=sys.stderr, flush=True)
