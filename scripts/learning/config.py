@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.data import synthetic
+from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 
 # Kinds (cobalt.data.synthetic.ALL_KINDS: 13 operations x 4 input formats): SFT sees 28; 12 RL
 # kinds are held out of SFT (GRPO prompts and the offline rows come only from them); 12
@@ -174,8 +175,10 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     off = parser.add_argument_group("offline")
     off.add_argument(
         "--offline-objective",
-        default="reinforce_loo",
-        choices=["reinforce_loo", "awr", "clipped_ratio"],
+        default=DEFAULT_OBJECTIVE,
+        choices=OBJECTIVES,
+        help="the objective of the modes offline and offline_grpo (default: the project's, "
+        "cobalt.training.config.DEFAULT_OBJECTIVE)",
     )
     off.add_argument("--offline-lr", type=float, help="offline learning rate (default: --rl-lr)")
     off.add_argument(
