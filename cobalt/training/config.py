@@ -103,6 +103,14 @@ class OfflineSettings(BaseModel):
         "(no gradient; they would only dilute the token mean). AWR keeps every row.",
     )
 
+    diagnostics: bool = Field(
+        False,
+        description="Log, every step, how far the policy has moved from the starting policy "
+        "(kl_ref, logprob_drift, ratio: needs the reference log-probabilities, one no-gradient "
+        "pass over the rows before the first step, as clipped_ratio) and the policy's mean "
+        "token entropy on the completions (a softmax over the vocabulary per micro-batch).",
+    )
+
     def clip_high(self) -> float:
         return self.ratio_clip if self.ratio_clip_high is None else self.ratio_clip_high
 
