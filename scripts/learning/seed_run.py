@@ -8,7 +8,7 @@ skipped.
 Determinism: every sampler is seeded from the seed (SFT data order and initialisation, the
 trajectories' sampling, bandit shuffling, GRPO and offline data order and sampling, evaluation
 sampling), and torch runs with `use_deterministic_algorithms(True, warn_only=True)` (without
-`warn_only` under `--strict-determinism`) and
+`warn_only` under strict determinism, the default on a GPU) and
 `CUBLAS_WORKSPACE_CONFIG=:4096:8` (set by the parent before torch starts). Fingerprints of every
 model's weights and of every generated text show where two runs of one seed part.
 """
@@ -43,9 +43,12 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import set_seed
 
     set_seed(args.seed)
+    chosen = getattr(args, "strict_determinism", None)
+    gpu = torch.cuda.is_available() if args.device == "auto" else args.device.startswith("cuda")
+    strict = gpu if chosen is None else bool(chosen)
     if not args.no_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=not args.strict_determinism)
+        torch.use_deterministic_algorithms(True, warn_only=not strict)
         # not the NaN fill of every torch.empty that comes with it: a cost on every allocation,
         # and no part of determinism for code that writes what it allocates
         torch.utils.deterministic.fill_uninitialized_memory = False
@@ -54,10 +57,38 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "strict": torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled(),
+        "strict_source": "default (on for a GPU, off on CPU)" if chosen is None else "flag",
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
     }
+
+
+CODE = (
+    "cobalt.reference",
+    "cobalt.evaluation",
+    "cobalt.trajectories.collect",
+    "cobalt.training.config",
+    "cobalt.training.grpo",
+    "cobalt.training.offline",
+    "cobalt.training.offline_data",
+    "learning.config",
+    "learning.stages",
+    "learning.seed_run",
+)
+
+
+def _code_version() -> str | None:
+    """A hash of the source of the modules a run's numbers come from: two runs of one seed with
+    different hashes ran different code (the same-seed section of the report says so)."""
+    from cobalt.storage import code_version
+
+    try:
+        return code_version(*CODE)
+    except (ImportError, OSError, TypeError):
+        return None
 
 
 class SeedRun:
@@ -88,6 +119,7 @@ class SeedRun:
                 "torch": torch.__version__,
                 "transformers": transformers.__version__,
                 "trl": trl.__version__,
+                "code": _code_version(),
             },
             "settings": as_json(args),
             "groups": GROUPS,
@@ -200,7 +232,8 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
             return
         spent: list[float] = []  # GRPO modes: training + evaluation, seconds
         for mode in mode_list(args):
-            if too_late(time.time(), spent, eval_s, args.deadline_at, mode == "offline"):
+            kind = MODES[mode][0]
+            if too_late(time.time(), spent, eval_s, args.deadline_at, kind, grpo_share(args, kind)):
                 doc["training"][mode] = {"outcome": "skipped", "reason": "deadline"}
                 log.warning("%s: %s skipped (deadline)", args.label, mode)
                 run.save()
@@ -213,25 +246,70 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
             if doc["training"][mode]["outcome"] != "completed":
                 continue
             doc["fingerprints"][f"{mode}_weights"] = stages.weights_fingerprint(out_dir)
+            if kind == "offline_grpo":
+                same_phase(doc, mode)
             evaluate(mode, out_dir)
             if not args.work:
                 shutil.rmtree(out_dir, ignore_errors=True)
-            if mode != "offline":
+            if kind == "grpo":
                 spent.append(time.perf_counter() - t_mode)
 
 
+def grpo_share(args: argparse.Namespace, kind: str) -> float:
+    """The share of a GRPO mode's steps that a mode of this trainer kind runs."""
+    if kind == "grpo":
+        return 1.0
+    if kind == "offline_grpo":
+        return args.offline_grpo_steps / max(1, args.rl_steps)
+    return 0.0
+
+
+def same_phase(doc: dict[str, Any], mode: str) -> None:
+    """offline_grpo's offline phase is the offline mode of its objective: the same seed, data
+    and settings give the same weights (recorded: True / False; None when that mode did not
+    run here)."""
+    result = doc["training"][mode]
+    objective = result.get("objective")
+    twins = [
+        m
+        for m, (kind, _, extra) in MODES.items()
+        if kind == "offline" and extra.get("objective") == objective and "lr_scale" not in extra
+    ]
+    twins += ["offline"] if doc["settings"].get("offline_objective") == objective else []
+    printed = [doc["fingerprints"].get(f"{m}_weights") for m in twins]
+    printed = [p for p in printed if p]
+    result["offline_phase_mode"] = f"offline_{_SHORT.get(objective, objective)}"
+    result["offline_phase_same_weights"] = (
+        all(p == result.get("offline_phase_weights") for p in printed) if printed else None
+    )
+
+
+_SHORT = {"reinforce_loo": "rloo", "awr": "awr", "clipped_ratio": "clipped"}
+
+
 def too_late(
-    now: float, spent: list[float], eval_s: float, deadline_at: float, offline: bool = False
+    now: float,
+    spent: list[float],
+    eval_s: float,
+    deadline_at: float,
+    kind: str = "grpo",
+    grpo_share: float = 1.0,
 ) -> bool:
     """Would the next mode (training + evaluation) end after `deadline_at` (epoch seconds; 0:
     none)? A GRPO mode's cost is guessed as the mean of the GRPO modes done so far (`spent`), or
-    2.5 evaluations before any (GRPO trains in about 1.5 evaluations' time); the offline mode,
-    which generates nothing, as 2 evaluations (on one H100 with three seeds: ~30 s each); with a
-    10% margin."""
+    2.5 evaluations before any (GRPO trains in about 1.5 evaluations' time); an offline mode,
+    which generates nothing, as 2 evaluations (on one H100 with three seeds: ~30 s each);
+    offline_grpo as an offline mode plus `grpo_share` of a GRPO mode's training; with a 10%
+    margin."""
     if not deadline_at:
         return False
     guess = sum(spent) / len(spent) if spent else 2.5 * eval_s
-    estimate = 2.0 * eval_s if offline else guess
+    if kind == "offline":
+        estimate = 2.0 * eval_s
+    elif kind == "offline_grpo":
+        estimate = 2.0 * eval_s + grpo_share * max(0.0, guess - eval_s)
+    else:
+        estimate = guess
     return now + 1.1 * estimate > deadline_at
 
 
@@ -250,7 +328,10 @@ def train(
     started = time.perf_counter()
     try:
         if trainer == "offline":
-            result = stages.train_offline_mode(offline_rows, sft, args, out_dir)
+            result = stages.train_offline_mode(offline_rows, sft, args, out_dir, **extra)
+            result["mode"] = mode
+        elif trainer == "offline_grpo":
+            result = stages.train_offline_then_grpo(offline_rows, rows, sft, args, out_dir)
         else:
             result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra)
     except NonFiniteError as exc:

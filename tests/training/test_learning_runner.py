@@ -85,20 +85,33 @@ def test_a_mode_is_skipped_when_it_would_end_after_the_deadline() -> None:
     assert not too_late(100.0, [], 10.0, 130.0)
     assert too_late(100.0, [30.0, 50.0], 10.0, 143.0)  # then the mean of the modes so far
     assert not too_late(100.0, [30.0, 50.0], 10.0, 145.0)
-    # the offline mode generates nothing: 2 evaluations, whatever GRPO took
-    assert not too_late(100.0, [300.0], 10.0, 123.0, offline=True)
-    assert too_late(100.0, [300.0], 10.0, 121.0, offline=True)
+    # an offline mode generates nothing: 2 evaluations, whatever GRPO took
+    assert not too_late(100.0, [300.0], 10.0, 123.0, "offline")
+    assert too_late(100.0, [300.0], 10.0, 121.0, "offline")
+    # offline_grpo: 2 evaluations + its share of a GRPO mode's training (60 s - 10 s of eval)
+    assert not too_late(100.0, [60.0], 10.0, 100 + 1.1 * (20 + 0.5 * 50) + 0.1, "offline_grpo", 0.5)
+    assert too_late(100.0, [60.0], 10.0, 100 + 1.1 * (20 + 0.5 * 50) - 0.1, "offline_grpo", 0.5)
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_strict_determinism_turns_warn_only_off(strict: bool) -> None:
+@pytest.mark.parametrize(
+    ("flags", "device", "strict"),
+    [
+        ([], "cpu", False),  # the default: off on CPU (identical runs without it)
+        ([], "cuda", True),  # the default: on for a GPU (issue 19)
+        (["--strict-determinism"], "cpu", True),
+        (["--no-strict-determinism"], "cuda", False),
+    ],
+)
+def test_strict_determinism_turns_warn_only_off(flags: list, device: str, strict: bool) -> None:
     import torch
 
-    argv = ["--out", "x"] + (["--strict-determinism"] if strict else [])
+    args = build_parser().parse_args(["--out", "x", *flags])
+    args.device = device  # resolved by the run before this (no GPU needed to set the mode)
     try:
-        got = _determinism(build_parser().parse_args(argv))
+        got = _determinism(args)
         assert got["deterministic_algorithms"] is True
-        assert got["warn_only"] is (not strict)
+        assert got["warn_only"] is (not strict) and got["strict"] is strict
+        assert got["strict_source"] == ("flag" if flags else "default (on for a GPU, off on CPU)")
         # an op without a deterministic implementation raises now, else it only warns
         put = lambda: torch.zeros(4).put_(torch.tensor([0, 0]), torch.ones(2))  # noqa: E731
         if strict:
