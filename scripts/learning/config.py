@@ -243,8 +243,26 @@ def seeds_of(text: str) -> list[int]:
         raise SystemExit(f"seeds: a comma-separated list of integers, got {text!r}") from None
 
 
+SHORT = {"reinforce_loo": "rloo", "awr": "awr", "clipped_ratio": "clipped"}
+
+
+def offline_twins(objective: str) -> list[str]:
+    """The offline modes that train exactly offline_grpo's offline phase (its objective, the
+    full learning rate): offline_<objective> first, then `offline` (--offline-objective)."""
+    return [f"offline_{SHORT.get(objective, objective)}", "offline"]
+
+
 def mode_list(args: argparse.Namespace) -> list[str]:
-    return [m for m in args.modes.split(",") if m]
+    """--modes in its order, except that offline_grpo runs after the offline mode whose weights
+    it reuses (offline_<--offline-objective>, else `offline`) when that mode is listed later."""
+    modes = [m for m in args.modes.split(",") if m]
+    if "offline_grpo" in modes:
+        twins = offline_twins(getattr(args, "offline_objective", None) or DEFAULT_OBJECTIVE)
+        last = max((modes.index(t) for t in twins if t in modes), default=-1)
+        if last > modes.index("offline_grpo"):
+            modes.remove("offline_grpo")
+            modes.insert(last, "offline_grpo")  # right after it (the list is one shorter now)
+    return modes
 
 
 def as_json(args: argparse.Namespace) -> dict[str, Any]:

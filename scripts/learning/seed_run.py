@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import stages
-from .config import GROUPS, KIND_GROUPS, MODES, as_json, mode_list
+from .config import GROUPS, KIND_GROUPS, MODES, SHORT, as_json, mode_list, offline_twins
 
 log = logging.getLogger("learning_check")
 
@@ -230,29 +230,92 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
                 "at turn 0): nothing to train on"
             )
             return
-        spent: list[float] = []  # GRPO modes: training + evaluation, seconds
-        for mode in mode_list(args):
-            kind = MODES[mode][0]
-            if too_late(time.time(), spent, eval_s, args.deadline_at, kind, grpo_share(args, kind)):
-                doc["training"][mode] = {"outcome": "skipped", "reason": "deadline"}
-                log.warning("%s: %s skipped (deadline)", args.label, mode)
-                run.save()
-                continue
-            t_mode = time.perf_counter()
-            out_dir = work / f"rl-{mode}"
-            t0 = run.begin()
-            doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir)
-            run.end(f"train_{mode}", t0)
-            if doc["training"][mode]["outcome"] != "completed":
-                continue
-            doc["fingerprints"][f"{mode}_weights"] = stages.weights_fingerprint(out_dir)
-            if kind == "offline_grpo":
-                same_phase(doc, mode)
-            evaluate(mode, out_dir)
-            if not args.work:
+        run_modes(run, args, work, rows, offline_rows, sft, evaluate, eval_s)
+
+
+def run_modes(
+    run: SeedRun,
+    args: argparse.Namespace,
+    work: Path,
+    rows: list[dict[str, Any]],
+    offline_rows: list[dict[str, Any]],
+    sft: Path,
+    evaluate: Any,
+    eval_s: float,
+) -> None:
+    """Every mode in turn: training, fingerprint, evaluation. offline_grpo reuses the weights
+    of the offline mode it would retrain (`reusable`): that mode's directory is kept until
+    offline_grpo has run."""
+    doc = run.doc
+    modes = mode_list(args)
+    spent: list[float] = []  # GRPO modes: training + evaluation, seconds
+    kept: list[Path] = []  # offline_grpo's possible offline phases, removed after it
+    for i, mode in enumerate(modes):
+        kind = MODES[mode][0]
+        reuse = reusable(doc, args, work) if kind == "offline_grpo" else None
+        if too_late(
+            time.time(),
+            spent,
+            eval_s,
+            args.deadline_at,
+            kind,
+            grpo_share(args, kind),
+            offline_reused=reuse is not None,
+        ):
+            doc["training"][mode] = {"outcome": "skipped", "reason": "deadline"}
+            log.warning("%s: %s skipped (deadline)", args.label, mode)
+            run.save()
+            continue
+        t_mode = time.perf_counter()
+        out_dir = work / f"rl-{mode}"
+        t0 = run.begin()
+        doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir, reuse)
+        run.end(f"train_{mode}", t0)
+        if kind == "offline_grpo" and not args.work:
+            for path in kept:
+                shutil.rmtree(path, ignore_errors=True)
+            kept.clear()
+        if doc["training"][mode]["outcome"] != "completed":
+            continue
+        doc["fingerprints"][f"{mode}_weights"] = stages.weights_fingerprint(out_dir)
+        if kind == "offline_grpo":
+            same_phase(doc, mode)
+        evaluate(mode, out_dir)
+        if not args.work:
+            later = "offline_grpo" in modes[i + 1 :]
+            if later and mode in offline_twins(args.offline_objective):
+                kept.append(out_dir)  # offline_grpo starts from these weights
+            else:
                 shutil.rmtree(out_dir, ignore_errors=True)
-            if kind == "grpo":
-                spent.append(time.perf_counter() - t_mode)
+        if kind == "grpo":
+            spent.append(time.perf_counter() - t_mode)
+    if not args.work:
+        for path in kept:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def reusable(
+    doc: dict[str, Any], args: argparse.Namespace, work: Path
+) -> tuple[str, Path, dict[str, Any]] | None:
+    """(mode, weights directory, training record) of an offline mode of this seed run that
+    trained exactly offline_grpo's offline phase: the same SFT model and rows (one seed run),
+    --offline-objective at the full learning rate, completed, and its directory still holding
+    the weights it recorded (the same fingerprint); None when none did (not listed, skipped by
+    the deadline, failed): then offline_grpo trains its offline phase itself."""
+    lr = args.offline_lr or args.rl_lr
+    for mode in offline_twins(args.offline_objective):
+        record = doc["training"].get(mode)
+        printed = doc["fingerprints"].get(f"{mode}_weights")
+        path = work / f"rl-{mode}"
+        if not isinstance(record, dict) or record.get("outcome") != "completed" or not printed:
+            continue
+        if record.get("objective") != args.offline_objective:
+            continue
+        if record.get("steps") != args.rl_steps or record.get("learning_rate") != lr:
+            continue
+        if stages.weights_fingerprint(path) == printed:
+            return mode, path, record
+    return None
 
 
 def grpo_share(args: argparse.Namespace, kind: str) -> float:
@@ -278,13 +341,10 @@ def same_phase(doc: dict[str, Any], mode: str) -> None:
     twins += ["offline"] if doc["settings"].get("offline_objective") == objective else []
     printed = [doc["fingerprints"].get(f"{m}_weights") for m in twins]
     printed = [p for p in printed if p]
-    result["offline_phase_mode"] = f"offline_{_SHORT.get(objective, objective)}"
+    result["offline_phase_mode"] = f"offline_{SHORT.get(objective, objective)}"
     result["offline_phase_same_weights"] = (
         all(p == result.get("offline_phase_weights") for p in printed) if printed else None
     )
-
-
-_SHORT = {"reinforce_loo": "rloo", "awr": "awr", "clipped_ratio": "clipped"}
 
 
 def too_late(
@@ -294,20 +354,23 @@ def too_late(
     deadline_at: float,
     kind: str = "grpo",
     grpo_share: float = 1.0,
+    offline_reused: bool = False,
 ) -> bool:
     """Would the next mode (training + evaluation) end after `deadline_at` (epoch seconds; 0:
     none)? A GRPO mode's cost is guessed as the mean of the GRPO modes done so far (`spent`), or
     2.5 evaluations before any (GRPO trains in about 1.5 evaluations' time); an offline mode,
     which generates nothing, as 2 evaluations (on one H100 with three seeds: ~30 s each);
-    offline_grpo as an offline mode plus `grpo_share` of a GRPO mode's training; with a 10%
-    margin."""
+    offline_grpo as an offline mode plus `grpo_share` of a GRPO mode's training, less the offline
+    training (one evaluation's time) when it reuses an offline mode's weights
+    (`offline_reused`); with a 10% margin."""
     if not deadline_at:
         return False
     guess = sum(spent) / len(spent) if spent else 2.5 * eval_s
     if kind == "offline":
         estimate = 2.0 * eval_s
     elif kind == "offline_grpo":
-        estimate = 2.0 * eval_s + grpo_share * max(0.0, guess - eval_s)
+        offline = 1.0 if offline_reused else 2.0  # (offline training +) evaluation
+        estimate = offline * eval_s + grpo_share * max(0.0, guess - eval_s)
     else:
         estimate = guess
     return now + 1.1 * estimate > deadline_at
@@ -320,8 +383,10 @@ def train(
     sft: Path,
     args: argparse.Namespace,
     out_dir: Path,
+    reuse: tuple[str, Path, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One mode's training; a failure is returned as data (outcome non_finite or failed)."""
+    """One mode's training; a failure is returned as data (outcome non_finite or failed).
+    `reuse`: offline_grpo's offline phase, already trained (`reusable`)."""
     from cobalt.training.guards import NonFiniteError
 
     trainer, trl_mode, extra = MODES[mode]
@@ -331,7 +396,9 @@ def train(
             result = stages.train_offline_mode(offline_rows, sft, args, out_dir, **extra)
             result["mode"] = mode
         elif trainer == "offline_grpo":
-            result = stages.train_offline_then_grpo(offline_rows, rows, sft, args, out_dir)
+            result = stages.train_offline_then_grpo(
+                offline_rows, rows, sft, args, out_dir, reuse=reuse
+            )
         else:
             result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra)
     except NonFiniteError as exc:

@@ -471,15 +471,23 @@ def train_offline_then_grpo(
     model: Path,
     args: argparse.Namespace,
     out_dir: Path,
+    reuse: tuple[str, Path, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """offline_grpo: the offline mode (--offline-objective) into `out_dir/offline`, then
-    --offline-grpo-steps steps of cobalt GRPO from those weights into `out_dir`. Its cost is the
-    sum of both phases; its completions: the logged ones trained on plus the sampled ones."""
-    first = train_offline_mode(offline_rows, model, args, out_dir / "offline")
-    offline_weights = weights_fingerprint(out_dir / "offline")
-    second = train_mode(
-        "cobalt", rows, out_dir / "offline", args, out_dir, steps=args.offline_grpo_steps
-    )
+    --offline-grpo-steps steps of cobalt GRPO from those weights into `out_dir`. `reuse`: (mode,
+    weights directory, training record) of that offline mode already trained in this seed run
+    (seed_run.reusable): its weights are the offline phase and its recorded cost the phase's
+    cost. Its cost is the sum of both phases; its completions: the logged ones trained on plus
+    the sampled ones."""
+    if reuse:
+        source, offline_dir, first = reuse
+        phase = f"reused from {source}"
+    else:
+        offline_dir = out_dir / "offline"
+        first = train_offline_mode(offline_rows, model, args, offline_dir)
+        phase = "trained"
+    offline_weights = weights_fingerprint(offline_dir)  # the GRPO phase's starting weights
+    second = train_mode("cobalt", rows, offline_dir, args, out_dir, steps=args.offline_grpo_steps)
     cost: dict[str, Any] = {}
     for key in ("wall_s", "gpu_s", "gpu_busy_s"):
         parts = [first["cost"].get(key), second["cost"].get(key)]
@@ -506,7 +514,8 @@ def train_offline_then_grpo(
         "step_time": second["step_time"],
         "step_time_per_step": second["step_time_per_step"],
         "curve": second["curve"],  # the GRPO phase's reward per step
-        "offline_phase": first,
+        "offline_phase": phase,  # "trained" or "reused from offline_<objective>"
+        "offline_phase_result": first,
         "offline_phase_weights": offline_weights,
         "grpo_phase": second,
     }

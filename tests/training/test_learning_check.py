@@ -186,7 +186,11 @@ def check_seed_result(label: str, run: dict) -> None:
     assert both["offline_phase_mode"] == "offline_awr" and both["offline_phase_same_weights"]
     assert both["steps"] == settings["rl_steps"] + settings["offline_grpo_steps"]
     assert both["completions_sampled"] == settings["offline_grpo_steps"] * batch
-    phases = both["offline_phase"]["cost"]["wall_s"] + both["grpo_phase"]["cost"]["wall_s"]
+    # its offline phase: offline_awr's weights (run before it), not trained again
+    assert both["offline_phase"] == "reused from offline_awr"
+    assert both["offline_phase_weights"] == prints["offline_awr_weights"]
+    assert both["offline_phase_result"]["cost"] == training["offline_awr"]["cost"]
+    phases = both["offline_phase_result"]["cost"]["wall_s"] + both["grpo_phase"]["cost"]["wall_s"]
     assert both["cost"]["wall_s"] == pytest.approx(phases, abs=1e-3)
     for key in ("kl_ref", "entropy", "negative_weight_share", "grad_norm"):
         assert key in training["offline_rloo"]["curve"][-1], key
