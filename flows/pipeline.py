@@ -26,6 +26,7 @@ from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, tiny_tr
 from cobalt.reference import FITTED, check_reference
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
+from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 from cobalt.training.stages import check_training
 from flows.cli import add_storage_args, run_flow_cli, storage_values
 from flows.data import data_flow
@@ -117,7 +118,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--eval-turns", type=int, help="feedback turns when evaluating (2)")
     arg("--max-new-tokens", type=int, help="tokens per turn (128)")
     arg("--mode", choices=["cobalt", "single_turn", "offline"], help="training mode (cobalt)")
-    arg("--objective", choices=["reinforce_loo", "awr", "clipped_ratio"], help="offline objective")
+    arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
     arg("--max-steps", type=int, help="optimizer steps (GRPO: 8; offline: one epoch)")
     arg("--perturbed-ratio", type=float, help="share of repair contexts from perturbed feedback")
     arg(

@@ -28,6 +28,7 @@ from typing import Any
 
 from prefect import flow
 
+from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
 from flows.cli import add_storage_args, run_flow_cli, storage_values
 from tasks.training import Stages, report
@@ -44,7 +45,7 @@ def training_flow(params: TrainingParams) -> TrainingSummary:
     return report(params, dataset, policy)
 
 
-EPILOG = """\
+EPILOG = f"""\
 trajectories (--trajectories): 'latest' (the newest trajectories run in --storage) or the
 directory of a finished evaluation stage, <storage>/trajectories/evaluation/<key>.
 model (--model): the policy's local weights; default: the model that collected the trajectories.
@@ -54,7 +55,7 @@ presets: tiny (a few CPU steps on a tiny model) and paper (SPEC §1.6 mapped to 
 GRPOConfig field via --set KEY=JSON, e.g. --set max_completion_length=256 --set use_vllm=true.
 
 offline mode: every logged turn of the trajectories with its Cobalt reward and leave-one-out
-advantage; objectives reinforce_loo (default), awr, clipped_ratio (--objective). Any field of
+advantage; objectives {", ".join(OBJECTIVES)} (--objective; default {DEFAULT_OBJECTIVE}). Any field of
 training.offline via --offline KEY=JSON (awr_beta, awr_max_weight, ratio_clip, ratio_clip_high,
 learning_rate, epochs, batch_size, gradient_accumulation_steps, max_length,
 drop_zero_advantage); --set KEY=JSON then sets TrainingArguments fields.
@@ -79,7 +80,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         choices=["cobalt", "single_turn", "offline"],
         help="GRPO on the bandit contexts or the turn-0 prompts only; offline: the logged turns",
     )
-    arg("--objective", choices=["reinforce_loo", "awr", "clipped_ratio"], help="offline objective")
+    arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
     arg("--offline", action="append", default=[], metavar="KEY=JSON", help="offline setting")
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
     arg("--max-steps", type=int, help="optimizer steps (overrides the preset)")

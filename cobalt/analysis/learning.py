@@ -24,9 +24,44 @@ from typing import Any
 from cobalt.analysis.intervals import bootstrap_difference, bootstrap_mean, verdict
 from cobalt.analysis.transitions import merge, summarize
 
-MODEL_ORDER = ("sft", "single_turn", "cobalt", "offline", "cobalt_bf16")
+MODEL_ORDER = (
+    "sft",
+    "single_turn",
+    "cobalt",
+    "offline",
+    "offline_rloo",
+    "offline_awr",
+    "offline_clipped",
+    "offline_rloo_low_lr",
+    "offline_grpo",
+    "cobalt_bf16",
+)
 PROTOCOLS = {"spec": "c", "stop": "c_stop"}  # SPEC §1.2 / stop on public pass
-COMPARISONS = (("cobalt", "single_turn"), ("offline", "single_turn"), ("cobalt_bf16", "cobalt"))
+COMPARISONS = (
+    ("cobalt", "single_turn"),
+    ("offline", "single_turn"),
+    ("offline_awr", "offline_rloo"),  # the offline objectives side by side (issue 19)
+    ("offline_clipped", "offline_rloo"),
+    ("offline_awr", "offline_clipped"),
+    ("offline_rloo_low_lr", "offline_rloo"),
+    ("offline_grpo", "cobalt"),
+    ("cobalt_bf16", "cobalt"),
+)
+# What the offline trainer logs to tell why an objective does not learn (docs/LEARNING.md,
+# offline objectives); the aggregate keeps each one's first and last step, mean over seeds.
+OFFLINE_DIAGNOSTICS = (
+    "loss",
+    "grad_norm",
+    "advantage_std",
+    "negative_weight_share",
+    "weight_std",
+    "weight_capped",
+    "kl_ref",
+    "ratio",
+    "entropy",
+    "logprob_positive",
+    "logprob_negative",
+)
 
 
 def load_runs(dirs: Iterable[Path]) -> list[dict[str, Any]]:
@@ -91,6 +126,7 @@ def aggregate(runs: Sequence[dict[str, Any]], iterations: int = 2000) -> dict[st
     groups: dict[str, str] = first.get("groups", {})
     turns = int(first["settings"]["turns"])
     models = models_of(primary.values())
+    comparisons = comparisons_of(primary, models)
     cells, differences = [], []
     for protocol in PROTOCOLS:
         for group in groups:
@@ -104,7 +140,7 @@ def aggregate(runs: Sequence[dict[str, Any]], iterations: int = 2000) -> dict[st
                     if values:
                         interval = bootstrap_mean(values, iterations)
                         cells.append(_row(protocol, group, t, interval) | {"model": m})
-                pairs = [p for p in COMPARISONS if p[0] in models and p[1] in models]
+                pairs = [*comparisons]
                 pairs += [(m, "sft") for m in models if m != "sft" and "sft" in models]
                 for a, b in pairs:
                     ok = [s for s in primary if by_model[a][s] and by_model[b][s]]
@@ -115,6 +151,7 @@ def aggregate(runs: Sequence[dict[str, Any]], iterations: int = 2000) -> dict[st
                     )
                     row = _row(protocol, group, t, d) | {"a": a, "b": b}
                     differences.append(row | {"verdict": verdict(d, a, b)})
+    trained = training(primary)
     return {
         "check": "learning_check",
         "runs": [_run_info(r, primary) for r in runs],
@@ -126,10 +163,12 @@ def aggregate(runs: Sequence[dict[str, Any]], iterations: int = 2000) -> dict[st
         "models": models,
         "turns": turns,
         "cells": cells,
+        "comparisons": comparisons,
         "differences": differences,
+        "gain_per_cost": gain_per_cost(differences, trained, turns),
         "per_seed": per_seed(primary, models, groups, turns),
         "per_kind": per_kind(primary, models, turns),
-        "training": training(primary),
+        "training": trained,
         "transitions": {
             m: summarize(
                 merge(
@@ -142,9 +181,72 @@ def aggregate(runs: Sequence[dict[str, Any]], iterations: int = 2000) -> dict[st
         },
         "new_programs": new_programs(primary, models),
         "spread": [spread(primary[r["seed"]], r, models, groups, turns) for r in repeats],
+        "repeat_hint": None if repeats else repeat_hint(primary),
         "phases": phases(runs),
         "bandit": [{"seed": s, **r.get("bandit", {})} for s, r in primary.items()],
     }
+
+
+def comparisons_of(primary: dict[int, dict], models: list[str]) -> list[tuple[str, str]]:
+    """The fixed comparisons whose two models ran, and offline_grpo against the offline mode of
+    its own objective (what the short GRPO phase adds)."""
+    pairs = [p for p in COMPARISONS if p[0] in models and p[1] in models]
+    phases = {
+        t.get("offline_phase_mode")
+        for r in primary.values()
+        if isinstance(t := r["training"].get("offline_grpo"), dict)
+    }
+    for phase in sorted(p for p in phases if p):
+        pair = ("offline_grpo", phase if phase in models else "offline")
+        if pair[1] in models and pair not in pairs:
+            pairs.append(pair)
+    return pairs
+
+
+def gain_per_cost(
+    differences: Sequence[dict[str, Any]], trained: dict[str, Any], turns: int
+) -> list[dict[str, Any]]:
+    """Per trained mode: Pass@1 gain over the SFT model on the RL kinds (SPEC §1.2, turn 0 and
+    the last turn, 95% interval paired over seeds and problems) and the same per 100 seconds of
+    its training cost: GPU seconds when the runs had a GPU (wall x GPUs, `CostMeter`), else wall
+    seconds (unit says which). The cost is the mean over the mode's completed seeds and is taken
+    as fixed (its spread is beside it); the interval is the gain's."""
+    gains = {
+        (d["a"], d["turn"]): d
+        for d in differences
+        if d["b"] == "sft" and d["protocol"] == "spec" and d["group"] == "rl_kinds"
+    }
+    out = []
+    for mode, t in trained.items():
+        cost, unit = t.get("gpu_s"), "GPU s"
+        if not cost:
+            cost, unit = t.get("wall_s"), "wall s"
+        for turn in sorted({0, turns}):
+            d = gains.get((mode, turn))
+            if d is None or not cost or not cost["mean"]:
+                continue
+            scale = 100.0 / cost["mean"]
+            out.append(
+                {
+                    "mode": mode,
+                    "turn": turn,
+                    "seeds": d["seeds"],
+                    "gain": {k: d[k] for k in ("mean", "low", "high")},
+                    "cost_s": cost,
+                    "cost_unit": unit,
+                    "per_100_s": {k: round(d[k] * scale, 3) for k in ("mean", "low", "high")},
+                }
+            )
+    return out
+
+
+def repeat_hint(primary: dict[int, dict]) -> str:
+    """What to run for a same-seed repeat when there is none."""
+    seed = next(iter(primary), 0)
+    return (
+        f"no seed ran twice here, so these results say nothing about run-to-run variation: run "
+        f"one seed again with `--repeat {seed}` (same settings, same code) and aggregate both"
+    )
 
 
 def _row(protocol: str, group: str, turn: int, interval: Any) -> dict[str, Any]:
@@ -245,7 +347,10 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             steps = [s["total"] for s in t.get("step_time_per_step", [])[2:]]
             if steps:
                 step_medians.append(statistics.median(steps))
-        curve_key = "rewards/correctness/mean" if mode != "offline" else "loss"
+        offline = bool(done) and all(
+            "offline_phase" not in t and "objective" in t for t in done.values()
+        )
+        curve_key = "loss" if offline else "rewards/correctness/mean"
         curves = [
             [c.get(curve_key, c.get("reward")) for c in t.get("curve", [])] for t in done.values()
         ]
@@ -264,12 +369,34 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             "gpu_peak_memory_gib": _spread(values(lambda t: t["cost"]["gpu_peak_memory_gib"])),
             "step_s_median": _spread(step_medians),
             "reward_share": _mean(values(lambda t: t["step_time"]["reward_share"])),
+            "objective": next((t.get("objective") for t in done.values()), None),
+            "passes_over_rows": _mean(values(lambda t: t["passes_over_rows"])),
+            "dropped_zero_advantage_share": _mean(
+                values(lambda t: t["dropped_zero_advantage_share"])
+            ),
+            "diagnostics": offline_diagnostics(done.values()) if offline else {},
             "curve_key": curve_key,
             "curve_mean": [
                 _mean([c[i] for c in curves if c[i] is not None]) for i in range(length)
             ],
         }
     return out
+
+
+def offline_diagnostics(done: Iterable[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """Per logged figure (OFFLINE_DIAGNOSTICS): its first and last step, mean over the seeds."""
+    curves = [t.get("curve", []) for t in done]
+    out = {}
+    for key in OFFLINE_DIAGNOSTICS:
+        first = [c[0][key] for c in curves if c and key in c[0]]
+        last = [c[-1][key] for c in curves if c and key in c[-1]]
+        if first or last:
+            out[key] = {"first": _mean4(first), "last": _mean4(last)}
+    return out
+
+
+def _mean4(xs: Sequence[float]) -> float | None:
+    return round(statistics.fmean(xs), 4) if xs else None
 
 
 def _spread(xs: Sequence[float]) -> dict[str, float] | None:
@@ -302,6 +429,7 @@ def spread(
     """Two runs of one seed: how far their cells are apart (percentage points), the share of
     problems with identical counts, and which fingerprints agree (where the runs part)."""
     diffs, same_problems, problems = [], 0, 0
+    differing: list[dict[str, Any]] = []
     for m in models:
         if m not in a["evaluation"] or m not in b["evaluation"]:
             continue
@@ -315,8 +443,22 @@ def spread(
                     xa = list(scores(a, m, protocol, group, t).values())
                     xb = list(scores(b, m, protocol, group, t).values())
                     if xa and xb:
-                        diffs.append(100 * abs(statistics.fmean(xa) - statistics.fmean(xb)))
+                        va, vb = 100 * statistics.fmean(xa), 100 * statistics.fmean(xb)
+                        diffs.append(abs(va - vb))
+                        if va != vb:
+                            differing.append(
+                                {
+                                    "model": m,
+                                    "protocol": protocol,
+                                    "group": group,
+                                    "turn": t,
+                                    "a": round(va, 2),
+                                    "b": round(vb, 2),
+                                }
+                            )
     fa, fb = a.get("fingerprints", {}), b.get("fingerprints", {})
+    equal = {k: fa[k] == fb.get(k) for k in fa if k in fb}
+    identical = bool(diffs) and not differing and all(equal.values())
     return {
         "seed": a["seed"],
         "runs": [a.get("label"), b.get("label")],
@@ -326,8 +468,49 @@ def spread(
         "max_abs_pp": round(max(diffs), 2) if diffs else None,
         "mean_abs_pp": _mean(diffs),
         "problems_identical_pct": round(100 * same_problems / problems, 1) if problems else None,
-        "fingerprints_equal": {k: fa[k] == fb.get(k) for k in fa if k in fb},
+        "fingerprints_equal": equal,
+        "identical": identical,
+        "differing_cells": differing,
+        "first_differing_fingerprint": next((k for k, v in equal.items() if not v), None),
+        "cause": None if identical else repeat_cause(a, b),
     }
+
+
+# settings that name the run, not its computation
+_RUN_ONLY = {"out", "work", "label", "seed", "seeds", "repeat", "parallel", "deadline_s",
+             "deadline_at", "child", "aggregate", "modes", "sandbox_concurrency"}  # fmt: skip
+
+
+def repeat_cause(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The likely reason two runs of one seed differ, from what they recorded: determinism off
+    or not strict, other settings, other code or libraries; else unexplained."""
+    da, db = a.get("determinism", {}), b.get("determinism", {})
+    loose = [
+        r.get("label") or "?"
+        for r, d in ((a, da), (b, db))
+        if not d.get("deterministic_algorithms") or d.get("warn_only", True)
+    ]
+    if loose:
+        return (
+            f"strict determinism off in {', '.join(loose)} (warn_only or no deterministic "
+            "algorithms): kernels without a deterministic implementation (on a GPU the SDPA "
+            "attention backward) differ from run to run, and every later phase inherits it"
+        )
+    sa, sb = a.get("settings", {}), b.get("settings", {})
+    other = sorted(
+        k for k in sa.keys() | sb.keys() if k not in _RUN_ONLY and sa.get(k) != sb.get(k)
+    )
+    if other:
+        return f"different settings: {', '.join(other)}"
+    ma, mb = a.get("machine", {}), b.get("machine", {})
+    versions = sorted(k for k in ma.keys() | mb.keys() if k != "cpus" and ma.get(k) != mb.get(k))
+    if versions:
+        return f"different code, libraries or machine: {', '.join(versions)}"
+    return (
+        "unexplained: same settings, code and libraries under strict determinism; the first "
+        "differing fingerprint names the phase (the sandbox's time limit under load can flip a "
+        "slow program)"
+    )
 
 
 def phases(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ def write(summary: dict[str, Any], out: Path) -> str:
     plot_pass(summary, out / "pass_at_1.png")
     plot_differences(summary, out / "differences.png")
     plot_rewards(summary, out / "reward_curves.png")
+    plot_gain_per_cost(summary, out / "gain_vs_cost.png")
     return text
 
 
@@ -44,10 +45,10 @@ def _ci(c: dict[str, Any] | None) -> str:
     return f"{c['mean']:.1f} [{c['low']:.1f}, {c['high']:.1f}]"
 
 
-def _signed(c: dict[str, Any] | None) -> str:
+def _signed(c: dict[str, Any] | None, digits: int = 1) -> str:
     if c is None:
         return "–"
-    return f"{c['mean']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]"
+    return f"{c['mean']:+.{digits}f} [{c['low']:+.{digits}f}, {c['high']:+.{digits}f}]"
 
 
 def _f(x: Any, digits: int = 1) -> str:
@@ -87,11 +88,14 @@ def render(s: dict[str, Any]) -> str:
     lines += ["## Differences (percentage points, paired by seed and problem)", ""]
     lines += [*difference_table(s), ""]
     lines += ["## Gain over the SFT model (SPEC §1.2 protocol)", "", *gain_table(s), ""]
+    lines += [*gain_cost_lines(s)]
     lines += ["## Per seed (Pass@1 %, SPEC §1.2, turn 0 / last turn)", "", *seed_table(s), ""]
     lines += ["## Per kind (Pass@1 %, SPEC §1.2, mean over seeds, turn 0 / last turn)", ""]
     lines += [*kind_table(s), ""]
-    lines += [*repair_lines(s), *training_lines(s), *spread_lines(s), *phase_lines(s)]
+    lines += [*repair_lines(s), *training_lines(s), *offline_lines(s), *spread_lines(s)]
+    lines += [*phase_lines(s)]
     lines += ["![Pass@1](pass_at_1.png)", "", "![differences](differences.png)", ""]
+    lines += ["![gain vs cost](gain_vs_cost.png)", ""]
     lines += ["![reward curves](reward_curves.png)", ""]
     return "\n".join(lines)
 
@@ -135,7 +139,7 @@ def difference_table(s: dict[str, Any]) -> list[str]:
         "| comparison | kinds | turn | Δ SPEC §1.2 | verdict | Δ stop on public pass | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
-    for a, b in COMPARISONS:
+    for a, b in s.get("comparisons", COMPARISONS):
         for group, label in s["groups"].items():
             for t in range(s["turns"] + 1):
                 spec = diffs.get((a, b, "spec", group, t))
@@ -166,6 +170,64 @@ def gain_table(s: dict[str, Any]) -> list[str]:
                 row.append("–" if d is None else f"{_signed(d)} {_short(d['verdict'], m)}")
             lines.append(f"| {label} | {t} | " + " | ".join(row) + " |")
     return lines
+
+
+def gain_cost_lines(s: dict[str, Any]) -> list[str]:
+    """The gain over SFT (RL kinds) per 100 seconds of each mode's training cost."""
+    rows = s.get("gain_per_cost", [])
+    if not rows:
+        return []
+    units = sorted({r["cost_unit"] for r in rows})
+    lines = [
+        "## Gain per cost (RL kinds, SPEC §1.2)",
+        "",
+        "Pass@1 gain over the SFT model (percentage points, 95% interval paired over seeds and "
+        f"problems) and the same per 100 {' / '.join(units)} of the mode's training (mean over "
+        "its seeds [lowest, highest]; the shared SFT and reference trajectories not counted; "
+        "offline_grpo: both phases). The cost is taken as fixed: the interval is the gain's.",
+        "",
+        "| mode | turn | seeds | gain (pp) | cost (s) | gain per 100 s (pp) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        c = r["cost_s"]
+        lines.append(
+            f"| {r['mode']} | {r['turn']} | {r['seeds']} | {_signed(r['gain'])} | "
+            f"{c['mean']:.1f} [{c['min']:.1f}, {c['max']:.1f}] {r['cost_unit']} | "
+            f"{_signed(r['per_100_s'], 2)} |"
+        )
+    return [*lines, ""]
+
+
+def offline_lines(s: dict[str, Any]) -> list[str]:
+    """Per offline mode: what it trained on and its logged diagnostics, first -> last step."""
+    modes = {m: t for m, t in s["training"].items() if t.get("diagnostics")}
+    if not modes:
+        return []
+    keys = list(dict.fromkeys(k for t in modes.values() for k in t["diagnostics"]))
+    lines = [
+        "## Offline modes: what they trained on and how the policy moved",
+        "",
+        "Mean over the seeds, first step -> last step (docs/LEARNING.md says which cause of a "
+        "failure to learn each figure tests). zero-A dropped: share of the logged rows left out "
+        "with advantage 0; passes: row visits per kept row.",
+        "",
+        "| mode | objective | zero-A dropped | passes | " + " | ".join(keys) + " |",
+        "|---|---|---|---|" + "---|" * len(keys),
+    ]
+    for mode, t in modes.items():
+        d = t["diagnostics"]
+        cells = [
+            "–" if k not in d else f"{_f(d[k]['first'], 3)} -> {_f(d[k]['last'], 3)}" for k in keys
+        ]
+        share = t.get("dropped_zero_advantage_share")
+        lines.append(
+            f"| {mode} | {t.get('objective') or '–'} | "
+            f"{'–' if share is None else f'{100 * share:.0f}%'} | {_f(t.get('passes_over_rows'))} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return [*lines, ""]
 
 
 def _short(text: str, model: str) -> str:
@@ -308,25 +370,49 @@ def training_lines(s: dict[str, Any]) -> list[str]:
 
 
 def spread_lines(s: dict[str, Any]) -> list[str]:
+    """The same-seed repeat, in every report: identical or not, which cells differ, why."""
+    lines = ["## Same seed, twice", ""]
     if not s["spread"]:
-        return []
-    lines = [
-        "## Same seed, twice",
-        "",
-        "| seed | runs | cells identical | max abs Δ (pp) | mean abs Δ (pp) | problems identical "
-        "| fingerprints equal |",
-        "|---|---|---|---|---|---|---|",
+        hint = s.get("repeat_hint") or "no seed ran twice here (`--repeat SEED` runs one again)"
+        return [*lines, hint[0].upper() + hint[1:] + ".", ""]
+    lines += [
+        "| seed | runs | identical | cells identical | max abs Δ (pp) | mean abs Δ (pp) "
+        "| problems identical | fingerprints equal |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in s["spread"]:
         prints = r["fingerprints_equal"]
         same = ", ".join(k for k, v in prints.items() if v) or "none"
         differ = [k for k, v in prints.items() if not v]
         lines.append(
-            f"| {r['seed']} | {' / '.join(map(str, r['runs']))} | {r['cells_identical']} of "
+            f"| {r['seed']} | {' / '.join(map(str, r['runs']))} | "
+            f"{'yes' if r.get('identical') else 'no'} | {r['cells_identical']} of "
             f"{r['cells']} | {_f(r['max_abs_pp'], 2)} | {_f(r['mean_abs_pp'], 2)} | "
             f"{_f(r['problems_identical_pct'])}% | equal: {same}"
             + (f"; differ: {', '.join(differ)}" if differ else "")
             + " |"
+        )
+    lines.append("")
+    for r in s["spread"]:
+        runs = " and ".join(map(str, r["runs"]))
+        if r.get("identical"):
+            lines.append(
+                f"- Seed {r['seed']} ({runs}): identical, every cell and every fingerprint."
+            )
+            continue
+        cells = r.get("differing_cells", [])
+        shown = "; ".join(
+            f"{c['model']} {c['group']} turn {c['turn']} ({c['protocol']}) "
+            f"{c['a']:.1f} vs {c['b']:.1f}"
+            for c in cells[:8]
+        )
+        more = f" and {len(cells) - 8} more" if len(cells) > 8 else ""
+        first = r.get("first_differing_fingerprint")
+        lines.append(
+            f"- Seed {r['seed']} ({runs}): not identical; {len(cells)} cells differ"
+            + (f" ({shown}{more})" if cells else "")
+            + (f"; first differing fingerprint: {first}" if first else "")
+            + f". Likely cause: {r.get('cause') or 'not recorded'}."
         )
     return [*lines, ""]
 
@@ -422,7 +508,7 @@ def plot_rewards(s: dict[str, Any], path: Path) -> None:
     with figure(figsize=(7.0, 4.0), dpi=100) as (fig, ax):
         for mode, t in s["training"].items():
             ys = t.get("curve_mean") or []
-            if mode == "offline" or not ys:
+            if t.get("curve_key") == "loss" or not ys:
                 continue
             ax.plot(
                 range(1, len(ys) + 1),
@@ -435,4 +521,37 @@ def plot_rewards(s: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend()
+        path.write_bytes(png(fig))
+
+
+def plot_gain_per_cost(s: dict[str, Any], path: Path) -> None:
+    """Gain over SFT on the RL kinds (95% interval) against each mode's training cost, turn 0
+    and the last turn side by side."""
+    rows = s.get("gain_per_cost", [])
+    turns = sorted({r["turn"] for r in rows}) or [0]
+    with figure(1, len(turns), figsize=(5.2 * len(turns), 4.0), dpi=100, sharey=True) as (
+        fig,
+        axes,
+    ):
+        axes = list(axes) if len(turns) > 1 else [axes]
+        for ax, turn in zip(axes, turns, strict=True):
+            for r in (r for r in rows if r["turn"] == turn):
+                g, c = r["gain"], r["cost_s"]
+                ax.errorbar(
+                    [c["mean"]],
+                    [g["mean"]],
+                    yerr=[[g["mean"] - g["low"]], [g["high"] - g["mean"]]],
+                    xerr=[[c["mean"] - c["min"]], [c["max"] - c["mean"]]],
+                    marker="o",
+                    capsize=3,
+                    label=f"{r['mode']} ({r['seeds']} seeds)",
+                )
+            ax.axhline(0, color="black", linewidth=0.8)
+            unit = rows[0]["cost_unit"] if rows else "GPU s"
+            ax.set_xlabel(f"training cost ({unit}, mean [min, max] over seeds)")
+            ax.set_title(f"RL kinds, turn {turn} (SPEC §1.2)")
+            ax.grid(alpha=0.3)
+            if ax.lines or ax.containers:
+                ax.legend(fontsize=7)
+        axes[0].set_ylabel("Pass@1 gain over SFT (pp), 95% interval")
         path.write_bytes(png(fig))

@@ -22,7 +22,7 @@ Mapping notes (TRL 1.16):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,6 +31,11 @@ from sandbox import SandboxConfig
 Preset = Literal["paper", "tiny"]
 Mode = Literal["single_turn", "cobalt", "offline"]
 Objective = Literal["reinforce_loo", "awr", "clipped_ratio"]
+OBJECTIVES: tuple[str, ...] = get_args(Objective)
+# The offline mode's objective unless one is given: the one place that decides it for the flows
+# (`--mode offline`), the pipeline and the learning check. Chosen on the evidence of the learning
+# check (docs/LEARNING.md, "Offline objectives"): awr is the only objective that has learned there.
+DEFAULT_OBJECTIVE: Objective = "awr"
 Generation = Literal["auto", "transformers", "paged", "vllm_colocate", "vllm_server"]
 
 
@@ -63,7 +68,7 @@ class OfflineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     objective: Objective = Field(
-        "reinforce_loo",
+        DEFAULT_OBJECTIVE,
         description="reinforce_loo: -A * log-prob, A = reward - leave-one-out baseline; awr: "
         "advantage-weighted regression, weight min(exp(A / awr_beta), awr_max_weight); "
         "clipped_ratio: PPO's clipped surrogate min(r A, clip(r, 1 - eps, 1 + eps_high) A) "
@@ -96,6 +101,14 @@ class OfflineSettings(BaseModel):
         True,
         description="reinforce_loo and clipped_ratio: leave out rows whose advantage is 0 "
         "(no gradient; they would only dilute the token mean). AWR keeps every row.",
+    )
+
+    diagnostics: bool = Field(
+        False,
+        description="Log, every step, how far the policy has moved from the starting policy "
+        "(kl_ref, logprob_drift, ratio: needs the reference log-probabilities, one no-gradient "
+        "pass over the rows before the first step, as clipped_ratio) and the policy's mean "
+        "token entropy on the completions (a softmax over the vocabulary per micro-batch).",
     )
 
     def clip_high(self) -> float:

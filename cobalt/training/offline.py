@@ -34,7 +34,14 @@ A), `weight` (mean row weight), `weighted_advantage` (mean w * A: 1 for reinforc
 weight, the row's mean ratio for clipped_ratio), `logprob` (mean completion token log-prob),
 `logprob_positive` / `logprob_negative` (the same over the rows whose advantage is > 0 / < 0,
 when the batch has some: the two should part as the policy learns), `reward` (mean logged
-reward) and, for clipped_ratio, `ratio` and `clip_fraction`.
+reward) and, for clipped_ratio, `ratio` and `clip_fraction`. Also, for every objective, what
+the learning check needs to tell why an objective does not learn (docs/LEARNING.md, offline
+objectives): `advantage_std`, `negative_share` (rows with A < 0), `negative_weight_share` (the
+share of sum |w A| carried by those rows: how much of the update pushes probability down),
+`weight_std`, `weight_max` and, for awr, `weight_capped` (rows at `awr_max_weight`); with
+`diagnostics` on, the drift from the starting policy on the logged tokens, `kl_ref` (k3: mean
+exp(l_ref - l) - (l_ref - l) - 1), `logprob_drift` (mean l - l_ref) and `ratio` (every
+objective), and `entropy` (mean token entropy of the policy on the completions).
 """
 
 from __future__ import annotations
@@ -87,6 +94,7 @@ def offline_loss(
     elif objective == "awr":
         weights = awr_weights(adv, settings.awr_beta, settings.awr_max_weight).detach()
         per_token = -weights[:, None] * logprobs
+        metrics["weight_capped"] = float((weights >= settings.awr_max_weight).to(adv.dtype).mean())
     elif objective == "clipped_ratio":
         if ref_logprobs is None:
             raise ValueError("clipped_ratio needs the reference log-probabilities (ref_logprobs)")
@@ -103,14 +111,29 @@ def offline_loss(
         raise ValueError(
             f"offline objective {objective!r}: use reinforce_loo, awr or clipped_ratio"
         )
+    if ref_logprobs is not None and objective != "clipped_ratio":  # diagnostics: drift only
+        log_ratio = (logprobs.detach() - ref_logprobs.to(logprobs.dtype)) * mask
+        metrics["ratio"] = float(((torch.exp(log_ratio) * mask).sum(dim=1) / row_tokens).mean())
+    if ref_logprobs is not None:
+        back = (ref_logprobs.to(logprobs.dtype) - logprobs.detach()) * mask
+        k3 = (torch.exp(back) - back - 1.0) * mask
+        metrics["kl_ref"] = float(k3.sum() / tokens)
+        metrics["logprob_drift"] = float(-back.sum() / tokens)
     loss = (per_token * mask).sum() / tokens
     row_logprob = (logprobs.detach() * mask).sum(dim=1) / row_tokens
     for name, rows in (("logprob_positive", adv > 0), ("logprob_negative", adv < 0)):
         if bool(rows.any()):
             metrics[name] = float(row_logprob[rows].mean())
+    signal = (weights * adv).abs()
+    negative = adv < 0
     metrics |= {
         "advantage": float(adv.mean()),
+        "advantage_std": float(adv.std(unbiased=False)),
+        "negative_share": float(negative.to(adv.dtype).mean()),
+        "negative_weight_share": float(signal[negative].sum() / signal.sum().clamp(min=1e-12)),
         "weight": float(weights.mean()),
+        "weight_std": float(weights.std(unbiased=False)),
+        "weight_max": float(weights.max()),
         "weighted_advantage": float((weights * adv).mean()),
         "logprob": float((logprobs.detach() * mask).sum() / tokens),
     }
@@ -219,12 +242,26 @@ class OfflineCollator:
         return batch
 
 
-def token_logprobs(model: Any, batch: dict[str, Any]) -> Any:
-    """[B, L - 1]: log pi(input_ids[:, p + 1] | input_ids[:, :p + 1]) at temperature 1."""
+def token_logprobs(model: Any, batch: dict[str, Any], logits: Any | None = None) -> Any:
+    """[B, L - 1]: log pi(input_ids[:, p + 1] | input_ids[:, :p + 1]) at temperature 1 (from
+    `logits` when the caller already has them)."""
     from trl.trainer.utils import selective_log_softmax
 
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    if logits is None:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     return selective_log_softmax(logits[:, :-1], batch["input_ids"][:, 1:])
+
+
+def token_entropy(logits: Any, mask: Any) -> float:
+    """Mean entropy (nats) of the next-token distributions at the masked positions; `logits`
+    [B, L, V] of the whole sequence, `mask` [B, L - 1] aligned with the shifted targets."""
+    import torch
+
+    with torch.no_grad():
+        logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        entropy = -(logp.exp() * logp).sum(dim=-1)
+        mask = mask.to(entropy.dtype)
+        return float((entropy * mask).sum() / mask.sum().clamp(min=1.0))
 
 
 # --- the trainer ---------------------------------------------------------------------------------
@@ -241,7 +278,10 @@ class OfflineTrainer(Trainer):
         self._metrics: dict[str, list[float]] = defaultdict(list)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        logprobs = token_logprobs(model, inputs)
+        logits = model(
+            input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]
+        ).logits
+        logprobs = token_logprobs(model, inputs, logits)
         loss, metrics = offline_loss(
             logprobs,
             inputs["completion_mask"][:, 1:],
@@ -250,6 +290,8 @@ class OfflineTrainer(Trainer):
             inputs.get("ref_logprobs"),
         )
         metrics["reward"] = float(inputs["rewards"].mean())
+        if self.settings.diagnostics:
+            metrics["entropy"] = token_entropy(logits, inputs["completion_mask"][:, 1:])
         for key, value in metrics.items():
             self._metrics[key].append(value)
         return (loss, None) if return_outputs else loss
@@ -354,7 +396,7 @@ def train_offline(
         settings=settings,
     )
     ref_seconds = None
-    if settings.objective == "clipped_ratio":
+    if settings.objective == "clipped_ratio" or settings.diagnostics:
         ref_seconds = round(add_reference_logprobs(trainer, settings.batch_size), 3)
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     if config.lora:  # a plain model for the engines: adapters merged into the weights

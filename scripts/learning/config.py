@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.data import synthetic
+from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 
 # Kinds (cobalt.data.synthetic.ALL_KINDS: 13 operations x 4 input formats): SFT sees 28; 12 RL
 # kinds are held out of SFT (GRPO prompts and the offline rows come only from them); 12
@@ -20,15 +21,26 @@ SFT_KINDS: tuple[str, ...] = tuple(synthetic.learning_sft_kinds())
 GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds", "sft_kinds": "SFT kinds"}
 KIND_GROUPS = {"rl_kinds": RL_KINDS, "unseen_kinds": UNSEEN_KINDS, "sft_kinds": SFT_KINDS}
 
-# mode -> (trainer, TRL mode, more GRPOConfig fields). Run in this order, each from the same SFT
-# model, each followed by its evaluation: the main comparison first, the bf16 variant last (a
-# CUDA error there cannot cost the float32 modes).
+# mode -> (trainer, TRL mode, settings). Run in this order, each from the same SFT model, each
+# followed by its evaluation: the main comparison first, the bf16 variant last (a CUDA error there
+# cannot cost the float32 modes). Settings: GRPOConfig fields (grpo); the objective and a
+# learning-rate factor (offline). `offline` is the offline mode with --offline-objective (default:
+# the project's, DEFAULT_OBJECTIVE); offline_<objective> run the objectives side by side (issue
+# 19); offline_grpo is the offline mode followed by --offline-grpo-steps steps of cobalt GRPO from
+# the offline weights (its cost: both phases).
 MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "single_turn": ("grpo", "single_turn", {}),
     "cobalt": ("grpo", "cobalt", {}),
     "offline": ("offline", "offline", {}),
+    "offline_rloo": ("offline", "offline", {"objective": "reinforce_loo"}),
+    "offline_awr": ("offline", "offline", {"objective": "awr"}),
+    "offline_clipped": ("offline", "offline", {"objective": "clipped_ratio"}),
+    # REINFORCE-LOO at a tenth of the learning rate: is the step size what broke it?
+    "offline_rloo_low_lr": ("offline", "offline", {"objective": "reinforce_loo", "lr_scale": 0.1}),
+    "offline_grpo": ("offline_grpo", "cobalt", {}),
     "cobalt_bf16": ("grpo", "cobalt", {"bf16": True}),  # issue 12: the bf16 regression variant
 }
+DEFAULT_MODES = ("single_turn", "cobalt", "offline", "cobalt_bf16")
 GOAL_REWARD_SHARE = 0.10
 
 SMOKE: dict[str, Any] = {
@@ -47,6 +59,7 @@ SMOKE: dict[str, Any] = {
     "n": 2,
     "max_new_tokens": 32,
     "rl_steps": 2,
+    "offline_grpo_steps": 1,
     "rl_prompts": 2,
     "rl_generations": 2,
     "rl_micro_batch": 2,  # two micro-batches per step: the accumulation path runs too
@@ -98,10 +111,12 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     run.add_argument("--no-deterministic", action="store_true", help="skip deterministic kernels")
     run.add_argument(
         "--strict-determinism",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=None,
         help="use_deterministic_algorithms without warn_only: SDPA attention's backward then "
-        "takes its deterministic variant, and an op with none raises, naming itself "
-        "(docs/LEARNING.md: the GPU runs so far differ from SFT on, through that backward)",
+        "takes its deterministic variant, and an op with none raises, naming itself. Default: "
+        "on for a GPU run (seed 0 twice on an H100 gave identical cells and fingerprints), off "
+        "on CPU (identical without it); --no-strict-determinism: warn_only (docs/LEARNING.md)",
     )
     arg("--seed", type=int, default=0, help=argparse.SUPPRESS)  # a child's seed
     arg("--label", default="", help=argparse.SUPPRESS)  # a child's run name
@@ -174,16 +189,29 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     off = parser.add_argument_group("offline")
     off.add_argument(
         "--offline-objective",
-        default="reinforce_loo",
-        choices=["reinforce_loo", "awr", "clipped_ratio"],
+        default=DEFAULT_OBJECTIVE,
+        choices=OBJECTIVES,
+        help="the objective of the modes offline and offline_grpo (default: the project's, "
+        "cobalt.training.config.DEFAULT_OBJECTIVE)",
     )
     off.add_argument("--offline-lr", type=float, help="offline learning rate (default: --rl-lr)")
+    off.add_argument(
+        "--offline-grpo-steps",
+        type=int,
+        default=10,
+        help="offline_grpo: cobalt GRPO steps after the offline phase (prompts and completions "
+        "per step as the GRPO modes)",
+    )
     off.add_argument(
         "--offline-keep-zero-advantage",
         action="store_true",
         help="train offline on rows with advantage 0 too (no gradient for REINFORCE / PPO)",
     )
-    arg("--modes", default=",".join(MODES), help=f"any of {', '.join(MODES)}, in this order")
+    arg(
+        "--modes",
+        default=",".join(DEFAULT_MODES),
+        help=f"any of {', '.join(MODES)}; run in this order",
+    )
     return parser
 
 
@@ -215,8 +243,26 @@ def seeds_of(text: str) -> list[int]:
         raise SystemExit(f"seeds: a comma-separated list of integers, got {text!r}") from None
 
 
+SHORT = {"reinforce_loo": "rloo", "awr": "awr", "clipped_ratio": "clipped"}
+
+
+def offline_twins(objective: str) -> list[str]:
+    """The offline modes that train exactly offline_grpo's offline phase (its objective, the
+    full learning rate): offline_<objective> first, then `offline` (--offline-objective)."""
+    return [f"offline_{SHORT.get(objective, objective)}", "offline"]
+
+
 def mode_list(args: argparse.Namespace) -> list[str]:
-    return [m for m in args.modes.split(",") if m]
+    """--modes in its order, except that offline_grpo runs after the offline mode whose weights
+    it reuses (offline_<--offline-objective>, else `offline`) when that mode is listed later."""
+    modes = [m for m in args.modes.split(",") if m]
+    if "offline_grpo" in modes:
+        twins = offline_twins(getattr(args, "offline_objective", None) or DEFAULT_OBJECTIVE)
+        last = max((modes.index(t) for t in twins if t in modes), default=-1)
+        if last > modes.index("offline_grpo"):
+            modes.remove("offline_grpo")
+            modes.insert(last, "offline_grpo")  # right after it (the list is one shorter now)
+    return modes
 
 
 def as_json(args: argparse.Namespace) -> dict[str, Any]:

@@ -8,7 +8,7 @@ skipped.
 Determinism: every sampler is seeded from the seed (SFT data order and initialisation, the
 trajectories' sampling, bandit shuffling, GRPO and offline data order and sampling, evaluation
 sampling), and torch runs with `use_deterministic_algorithms(True, warn_only=True)` (without
-`warn_only` under `--strict-determinism`) and
+`warn_only` under strict determinism, the default on a GPU) and
 `CUBLAS_WORKSPACE_CONFIG=:4096:8` (set by the parent before torch starts). Fingerprints of every
 model's weights and of every generated text show where two runs of one seed part.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import stages
-from .config import GROUPS, KIND_GROUPS, MODES, as_json, mode_list
+from .config import GROUPS, KIND_GROUPS, MODES, SHORT, as_json, mode_list, offline_twins
 
 log = logging.getLogger("learning_check")
 
@@ -43,9 +43,12 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     from transformers import set_seed
 
     set_seed(args.seed)
+    chosen = getattr(args, "strict_determinism", None)
+    gpu = torch.cuda.is_available() if args.device == "auto" else args.device.startswith("cuda")
+    strict = gpu if chosen is None else bool(chosen)
     if not args.no_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=not args.strict_determinism)
+        torch.use_deterministic_algorithms(True, warn_only=not strict)
         # not the NaN fill of every torch.empty that comes with it: a cost on every allocation,
         # and no part of determinism for code that writes what it allocates
         torch.utils.deterministic.fill_uninitialized_memory = False
@@ -54,10 +57,38 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
         "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "strict": torch.are_deterministic_algorithms_enabled()
+        and not torch.is_deterministic_algorithms_warn_only_enabled(),
+        "strict_source": "default (on for a GPU, off on CPU)" if chosen is None else "flag",
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
     }
+
+
+CODE = (
+    "cobalt.reference",
+    "cobalt.evaluation",
+    "cobalt.trajectories.collect",
+    "cobalt.training.config",
+    "cobalt.training.grpo",
+    "cobalt.training.offline",
+    "cobalt.training.offline_data",
+    "learning.config",
+    "learning.stages",
+    "learning.seed_run",
+)
+
+
+def _code_version() -> str | None:
+    """A hash of the source of the modules a run's numbers come from: two runs of one seed with
+    different hashes ran different code (the same-seed section of the report says so)."""
+    from cobalt.storage import code_version
+
+    try:
+        return code_version(*CODE)
+    except (ImportError, OSError, TypeError):
+        return None
 
 
 class SeedRun:
@@ -88,6 +119,7 @@ class SeedRun:
                 "torch": torch.__version__,
                 "transformers": transformers.__version__,
                 "trl": trl.__version__,
+                "code": _code_version(),
             },
             "settings": as_json(args),
             "groups": GROUPS,
@@ -198,40 +230,149 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
                 "at turn 0): nothing to train on"
             )
             return
-        spent: list[float] = []  # GRPO modes: training + evaluation, seconds
-        for mode in mode_list(args):
-            if too_late(time.time(), spent, eval_s, args.deadline_at, mode == "offline"):
-                doc["training"][mode] = {"outcome": "skipped", "reason": "deadline"}
-                log.warning("%s: %s skipped (deadline)", args.label, mode)
-                run.save()
-                continue
-            t_mode = time.perf_counter()
-            out_dir = work / f"rl-{mode}"
-            t0 = run.begin()
-            doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir)
-            run.end(f"train_{mode}", t0)
-            if doc["training"][mode]["outcome"] != "completed":
-                continue
-            doc["fingerprints"][f"{mode}_weights"] = stages.weights_fingerprint(out_dir)
-            evaluate(mode, out_dir)
-            if not args.work:
+        run_modes(run, args, work, rows, offline_rows, sft, evaluate, eval_s)
+
+
+def run_modes(
+    run: SeedRun,
+    args: argparse.Namespace,
+    work: Path,
+    rows: list[dict[str, Any]],
+    offline_rows: list[dict[str, Any]],
+    sft: Path,
+    evaluate: Any,
+    eval_s: float,
+) -> None:
+    """Every mode in turn: training, fingerprint, evaluation. offline_grpo reuses the weights
+    of the offline mode it would retrain (`reusable`): that mode's directory is kept until
+    offline_grpo has run."""
+    doc = run.doc
+    modes = mode_list(args)
+    spent: list[float] = []  # GRPO modes: training + evaluation, seconds
+    kept: list[Path] = []  # offline_grpo's possible offline phases, removed after it
+    for i, mode in enumerate(modes):
+        kind = MODES[mode][0]
+        reuse = reusable(doc, args, work) if kind == "offline_grpo" else None
+        if too_late(
+            time.time(),
+            spent,
+            eval_s,
+            args.deadline_at,
+            kind,
+            grpo_share(args, kind),
+            offline_reused=reuse is not None,
+        ):
+            doc["training"][mode] = {"outcome": "skipped", "reason": "deadline"}
+            log.warning("%s: %s skipped (deadline)", args.label, mode)
+            run.save()
+            continue
+        t_mode = time.perf_counter()
+        out_dir = work / f"rl-{mode}"
+        t0 = run.begin()
+        doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir, reuse)
+        run.end(f"train_{mode}", t0)
+        if kind == "offline_grpo" and not args.work:
+            for path in kept:
+                shutil.rmtree(path, ignore_errors=True)
+            kept.clear()
+        if doc["training"][mode]["outcome"] != "completed":
+            continue
+        doc["fingerprints"][f"{mode}_weights"] = stages.weights_fingerprint(out_dir)
+        if kind == "offline_grpo":
+            same_phase(doc, mode)
+        evaluate(mode, out_dir)
+        if not args.work:
+            later = "offline_grpo" in modes[i + 1 :]
+            if later and mode in offline_twins(args.offline_objective):
+                kept.append(out_dir)  # offline_grpo starts from these weights
+            else:
                 shutil.rmtree(out_dir, ignore_errors=True)
-            if mode != "offline":
-                spent.append(time.perf_counter() - t_mode)
+        if kind == "grpo":
+            spent.append(time.perf_counter() - t_mode)
+    if not args.work:
+        for path in kept:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def reusable(
+    doc: dict[str, Any], args: argparse.Namespace, work: Path
+) -> tuple[str, Path, dict[str, Any]] | None:
+    """(mode, weights directory, training record) of an offline mode of this seed run that
+    trained exactly offline_grpo's offline phase: the same SFT model and rows (one seed run),
+    --offline-objective at the full learning rate, completed, and its directory still holding
+    the weights it recorded (the same fingerprint); None when none did (not listed, skipped by
+    the deadline, failed): then offline_grpo trains its offline phase itself."""
+    lr = args.offline_lr or args.rl_lr
+    for mode in offline_twins(args.offline_objective):
+        record = doc["training"].get(mode)
+        printed = doc["fingerprints"].get(f"{mode}_weights")
+        path = work / f"rl-{mode}"
+        if not isinstance(record, dict) or record.get("outcome") != "completed" or not printed:
+            continue
+        if record.get("objective") != args.offline_objective:
+            continue
+        if record.get("steps") != args.rl_steps or record.get("learning_rate") != lr:
+            continue
+        if stages.weights_fingerprint(path) == printed:
+            return mode, path, record
+    return None
+
+
+def grpo_share(args: argparse.Namespace, kind: str) -> float:
+    """The share of a GRPO mode's steps that a mode of this trainer kind runs."""
+    if kind == "grpo":
+        return 1.0
+    if kind == "offline_grpo":
+        return args.offline_grpo_steps / max(1, args.rl_steps)
+    return 0.0
+
+
+def same_phase(doc: dict[str, Any], mode: str) -> None:
+    """offline_grpo's offline phase is the offline mode of its objective: the same seed, data
+    and settings give the same weights (recorded: True / False; None when that mode did not
+    run here)."""
+    result = doc["training"][mode]
+    objective = result.get("objective")
+    twins = [
+        m
+        for m, (kind, _, extra) in MODES.items()
+        if kind == "offline" and extra.get("objective") == objective and "lr_scale" not in extra
+    ]
+    twins += ["offline"] if doc["settings"].get("offline_objective") == objective else []
+    printed = [doc["fingerprints"].get(f"{m}_weights") for m in twins]
+    printed = [p for p in printed if p]
+    result["offline_phase_mode"] = f"offline_{SHORT.get(objective, objective)}"
+    result["offline_phase_same_weights"] = (
+        all(p == result.get("offline_phase_weights") for p in printed) if printed else None
+    )
 
 
 def too_late(
-    now: float, spent: list[float], eval_s: float, deadline_at: float, offline: bool = False
+    now: float,
+    spent: list[float],
+    eval_s: float,
+    deadline_at: float,
+    kind: str = "grpo",
+    grpo_share: float = 1.0,
+    offline_reused: bool = False,
 ) -> bool:
     """Would the next mode (training + evaluation) end after `deadline_at` (epoch seconds; 0:
     none)? A GRPO mode's cost is guessed as the mean of the GRPO modes done so far (`spent`), or
-    2.5 evaluations before any (GRPO trains in about 1.5 evaluations' time); the offline mode,
-    which generates nothing, as 2 evaluations (on one H100 with three seeds: ~30 s each); with a
-    10% margin."""
+    2.5 evaluations before any (GRPO trains in about 1.5 evaluations' time); an offline mode,
+    which generates nothing, as 2 evaluations (on one H100 with three seeds: ~30 s each);
+    offline_grpo as an offline mode plus `grpo_share` of a GRPO mode's training, less the offline
+    training (one evaluation's time) when it reuses an offline mode's weights
+    (`offline_reused`); with a 10% margin."""
     if not deadline_at:
         return False
     guess = sum(spent) / len(spent) if spent else 2.5 * eval_s
-    estimate = 2.0 * eval_s if offline else guess
+    if kind == "offline":
+        estimate = 2.0 * eval_s
+    elif kind == "offline_grpo":
+        offline = 1.0 if offline_reused else 2.0  # (offline training +) evaluation
+        estimate = offline * eval_s + grpo_share * max(0.0, guess - eval_s)
+    else:
+        estimate = guess
     return now + 1.1 * estimate > deadline_at
 
 
@@ -242,15 +383,22 @@ def train(
     sft: Path,
     args: argparse.Namespace,
     out_dir: Path,
+    reuse: tuple[str, Path, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """One mode's training; a failure is returned as data (outcome non_finite or failed)."""
+    """One mode's training; a failure is returned as data (outcome non_finite or failed).
+    `reuse`: offline_grpo's offline phase, already trained (`reusable`)."""
     from cobalt.training.guards import NonFiniteError
 
     trainer, trl_mode, extra = MODES[mode]
     started = time.perf_counter()
     try:
         if trainer == "offline":
-            result = stages.train_offline_mode(offline_rows, sft, args, out_dir)
+            result = stages.train_offline_mode(offline_rows, sft, args, out_dir, **extra)
+            result["mode"] = mode
+        elif trainer == "offline_grpo":
+            result = stages.train_offline_then_grpo(
+                offline_rows, rows, sft, args, out_dir, reuse=reuse
+            )
         else:
             result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra)
     except NonFiniteError as exc:

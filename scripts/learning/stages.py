@@ -287,9 +287,11 @@ def train_mode(
     out_dir: Path,
     extra: dict[str, Any] | None = None,
     fields: dict[str, Any] | None = None,
+    steps: int | None = None,
 ) -> dict[str, Any]:
     """GRPO in `mode` (single_turn or cobalt) on the bandit rows; `extra`: more GRPOConfig fields
-    (e.g. bf16), `fields`: more TrainingConfig fields (scripts/bf16_probe.py)."""
+    (e.g. bf16), `fields`: more TrainingConfig fields (scripts/bf16_probe.py), `steps`: other
+    than --rl-steps (offline_grpo's GRPO phase)."""
     from cobalt.training.config import TrainingConfig
     from cobalt.training.cost import CostMeter
     from cobalt.training.grpo import prepare_rows, train
@@ -299,7 +301,7 @@ def train_mode(
     config = TrainingConfig(
         preset="tiny",
         mode=mode,
-        max_steps=args.rl_steps,
+        max_steps=steps or args.rl_steps,
         max_prompt_length=args.max_prompt,
         seed=args.seed,
         sandbox=_sandbox(args),
@@ -367,15 +369,23 @@ def train_mode(
 
 
 def train_offline_mode(
-    rows: list[dict[str, Any]], model: Path, args: argparse.Namespace, out_dir: Path
+    rows: list[dict[str, Any]],
+    model: Path,
+    args: argparse.Namespace,
+    out_dir: Path,
+    objective: str | None = None,
+    lr_scale: float = 1.0,
 ) -> dict[str, Any]:
     """The offline mode from the same SFT model: rl_steps steps of rl_prompts x rl_generations
-    logged rows (as many completions per step as GRPO samples)."""
+    logged rows (as many completions per step as GRPO samples), with `objective` (default
+    --offline-objective) at `lr_scale` x the learning rate; the diagnostics on (docs/LEARNING.md,
+    offline objectives: what each logged figure tests)."""
     from cobalt.training.config import OfflineSettings, TrainingConfig
     from cobalt.training.cost import CostMeter
     from cobalt.training.offline import train_offline
     from cobalt.training.step_timing import StepTimer
 
+    objective = objective or args.offline_objective
     batch = args.rl_prompts * args.rl_generations
     config = TrainingConfig(
         preset="tiny",
@@ -383,13 +393,14 @@ def train_offline_mode(
         max_steps=args.rl_steps,
         seed=args.seed,
         offline=OfflineSettings(
-            objective=args.offline_objective,
+            objective=objective,
             batch_size=micro_batch(args),
             gradient_accumulation_steps=batch // micro_batch(args),
-            learning_rate=args.offline_lr or args.rl_lr,
+            learning_rate=(args.offline_lr or args.rl_lr) * lr_scale,
             # the GRPO modes' prompt limit plus the longest logged completion (and its end token)
             max_length=args.max_prompt + args.max_new_tokens + 1,
             drop_zero_advantage=not args.offline_keep_zero_advantage,
+            diagnostics=True,
         ),
         overrides={
             "logging_steps": 1,
@@ -402,27 +413,18 @@ def train_offline_mode(
         run = train_offline(config, rows, model, out_dir, callbacks=[timer])
     wall = time.perf_counter() - started
     steps = [h for h in run.history if "loss" in h]
-    keep = (
-        "step",
-        "loss",
-        "grad_norm",
-        "advantage",
-        "weight",
-        "weighted_advantage",
-        "logprob",
-        "logprob_positive",
-        "logprob_negative",
-        "reward",
-        "ratio",
-        "clip_fraction",
-    )
     return {
         "mode": "offline",
-        "objective": args.offline_objective,
+        "objective": objective,
         "rows": run.rows,  # after the zero-advantage and length filters (what it trains on)
         "rows_total": len(rows),
         "dropped_zero_advantage": run.dropped_zero_advantage,
+        "dropped_zero_advantage_share": round(run.dropped_zero_advantage / len(rows), 4)
+        if rows
+        else None,
         "dropped_too_long": run.dropped_too_long,
+        # row visits per row: > 1 means the same logged turns again, with no importance weight
+        "passes_over_rows": round(len(steps) * batch / run.rows, 2) if run.rows else None,
         "reference_logprobs_s": run.reference_logprobs_s,
         "steps": len(steps),
         "completions_sampled": 0,
@@ -433,6 +435,87 @@ def train_offline_mode(
         "wall_s": round(wall, 2),
         "cost": cost.summary(),
         "step_time": timer.summary(),
-        "curve": [{k: h[k] for k in keep if k in h} for h in steps],
+        "curve": [{k: h[k] for k in OFFLINE_CURVE if k in h} for h in steps],
         "training_arguments": config.offline_kwargs(out_dir) | {"output_dir": "<work>"},
+    }
+
+
+OFFLINE_CURVE = (
+    "step",
+    "loss",
+    "grad_norm",
+    "advantage",
+    "advantage_std",
+    "negative_share",
+    "negative_weight_share",
+    "weight",
+    "weight_std",
+    "weight_max",
+    "weight_capped",
+    "weighted_advantage",
+    "logprob",
+    "logprob_positive",
+    "logprob_negative",
+    "reward",
+    "ratio",
+    "clip_fraction",
+    "kl_ref",
+    "logprob_drift",
+    "entropy",
+)
+
+
+def train_offline_then_grpo(
+    offline_rows: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    model: Path,
+    args: argparse.Namespace,
+    out_dir: Path,
+    reuse: tuple[str, Path, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """offline_grpo: the offline mode (--offline-objective) into `out_dir/offline`, then
+    --offline-grpo-steps steps of cobalt GRPO from those weights into `out_dir`. `reuse`: (mode,
+    weights directory, training record) of that offline mode already trained in this seed run
+    (seed_run.reusable): its weights are the offline phase and its recorded cost the phase's
+    cost. Its cost is the sum of both phases; its completions: the logged ones trained on plus
+    the sampled ones."""
+    if reuse:
+        source, offline_dir, first = reuse
+        phase = f"reused from {source}"
+    else:
+        offline_dir = out_dir / "offline"
+        first = train_offline_mode(offline_rows, model, args, offline_dir)
+        phase = "trained"
+    offline_weights = weights_fingerprint(offline_dir)  # the GRPO phase's starting weights
+    second = train_mode("cobalt", rows, offline_dir, args, out_dir, steps=args.offline_grpo_steps)
+    cost: dict[str, Any] = {}
+    for key in ("wall_s", "gpu_s", "gpu_busy_s"):
+        parts = [first["cost"].get(key), second["cost"].get(key)]
+        cost[key] = None if None in parts else round(sum(parts), 3)
+    peaks = [
+        x
+        for x in (
+            first["cost"].get("gpu_peak_memory_gib"),
+            second["cost"].get("gpu_peak_memory_gib"),
+        )
+        if x is not None
+    ]
+    cost["gpus"] = second["cost"].get("gpus")
+    cost["gpu_peak_memory_gib"] = max(peaks) if peaks else None
+    return {
+        "mode": "offline_grpo",
+        "objective": first["objective"],
+        "rows": first["rows"],
+        "steps": first["steps"] + second["steps"],
+        "completions_sampled": second["completions_sampled"],
+        "completions_trained": first["completions_trained"] + second["completions_trained"],
+        "wall_s": round(first["wall_s"] + second["wall_s"], 2),
+        "cost": cost,
+        "step_time": second["step_time"],
+        "step_time_per_step": second["step_time_per_step"],
+        "curve": second["curve"],  # the GRPO phase's reward per step
+        "offline_phase": phase,  # "trained" or "reused from offline_<objective>"
+        "offline_phase_result": first,
+        "offline_phase_weights": offline_weights,
+        "grpo_phase": second,
     }

@@ -181,3 +181,77 @@ def test_a_run_without_evaluations_and_no_runs() -> None:
     assert "# Learning check" in render(summary)
     with pytest.raises(ValueError, match="no seed results"):
         aggregate([])
+
+
+def test_every_report_states_the_same_seed_repeat(tmp_path: Path) -> None:
+    """No repeat: the report says so and how to get one. A repeat: identical (every cell and
+    fingerprint) or not, with the cells that differ and the likely cause."""
+    alone = aggregate([seed_result(0)], 200)
+    assert alone["spread"] == [] and "--repeat 0" in alone["repeat_hint"]
+    assert "## Same seed, twice" in render(alone) and "`--repeat 0`" in render(alone)
+
+    strict = {"deterministic_algorithms": True, "warn_only": False, "strict": True}
+    loose = {"deterministic_algorithms": True, "warn_only": True, "strict": False}
+    a = seed_result(0) | {"determinism": strict}
+    same = seed_result(0, "seed0-r1") | {"determinism": strict}
+    summary = aggregate([a, same], 200)
+    (r,) = summary["spread"]
+    assert r["identical"] is True and r["differing_cells"] == [] and r["cause"] is None
+    assert "- Seed 0 (seed0 and seed0-r1): identical, every cell and every fingerprint." in render(
+        summary
+    )
+
+    other = seed_result(0, "seed0-r1") | {"determinism": loose}
+    other["evaluation"]["cobalt"]["problems"]["p0"]["c"] = [3, 4, 4]  # one sample, turn 0
+    other["fingerprints"]["eval_sft_texts"] = "other"
+    (r,) = aggregate([a, other], 200)["spread"]
+    assert r["identical"] is False and r["first_differing_fingerprint"] == "eval_sft_texts"
+    # (cobalt_bf16's evaluation is cobalt's in these hand-made runs: both differ)
+    assert r["differing_cells"] == [
+        {"model": m, "protocol": "spec", "group": "rl_kinds", "turn": 0, "a": 100.0, "b": 93.75}
+        for m in ("cobalt", "cobalt_bf16")
+    ]
+    assert r["cause"].startswith("strict determinism off in seed0-r1")
+    text = render(aggregate([a, other], 200))
+    assert f"| 0 | seed0 / seed0-r1 | no | {r['cells'] - 2} of {r['cells']} |" in text
+    assert "not identical; 2 cells differ (cobalt rl_kinds turn 0 (spec) 100.0 vs 93.8" in text
+
+    # both strict: other settings, then other code, are named
+    changed = seed_result(0, "seed0-r1") | {"determinism": strict}
+    changed["evaluation"]["cobalt"]["problems"]["p0"]["c"] = [3, 4, 4]
+    changed["settings"] = changed["settings"] | {"rl_problems": 3, "label": "x"}
+    (r,) = aggregate([a, changed], 200)["spread"]
+    assert r["cause"] == "different settings: rl_problems"
+    changed["settings"] = a["settings"]
+    changed["machine"] = a["machine"] | {"code": "other"}
+    (r,) = aggregate([a, changed], 200)["spread"]
+    assert r["cause"] == "different code, libraries or machine: code"
+
+
+def test_gain_per_gpu_second_from_known_numbers() -> None:
+    """single_turn gains +50 points at turn 0 on the RL kinds (2 of 4 -> 4 of 4 samples) and 0
+    at turn 2 (0 -> 2 of 4: +50 too); cobalt +50 / +100. GPU seconds 20 and 40 (mean of 10 and
+    30 for cobalt): per 100 GPU s, 250 and 125 points at turn 0."""
+    runs = [seed_result(0), seed_result(1)]
+    for r in runs:
+        for mode, gpu_s in (("single_turn", 20.0), ("cobalt", 10.0 + 20.0 * r["seed"])):
+            r["training"][mode] = r["training"][mode] | {
+                "cost": {"wall_s": 99.0, "gpu_s": gpu_s, "gpu_busy_s": None,
+                         "gpu_peak_memory_gib": None},
+            }  # fmt: skip
+    summary = aggregate(runs, 200)
+    rows = {(g["mode"], g["turn"]): g for g in summary["gain_per_cost"]}
+    single, cobalt = rows[("single_turn", 0)], rows[("cobalt", 2)]
+    assert single["cost_unit"] == "GPU s" and single["seeds"] == 2
+    assert single["gain"] == {"mean": 50.0, "low": 50.0, "high": 50.0}
+    assert single["per_100_s"] == {"mean": 250.0, "low": 250.0, "high": 250.0}
+    assert cobalt["cost_s"] == {"mean": 20.0, "min": 10.0, "max": 30.0}
+    assert cobalt["gain"]["mean"] == 100.0 and cobalt["per_100_s"]["mean"] == 500.0
+    assert rows[("cobalt", 0)]["per_100_s"]["mean"] == 250.0
+    text = render(summary)
+    assert "## Gain per cost (RL kinds, SPEC §1.2)" in text
+    assert "| single_turn | 0 | 2 | +50.0 [+50.0, +50.0] | 20.0 [20.0, 20.0] GPU s | " in text
+    assert "+250.00 [+250.00, +250.00] |" in text
+    # no GPU: wall seconds, and the unit says so
+    cpu = aggregate([seed_result(0)], 200)["gain_per_cost"]
+    assert {g["cost_unit"] for g in cpu} == {"wall s"}

@@ -20,6 +20,7 @@ from prefect.client.schemas.filters import (
 from prefect_states import task_run_states
 
 from cobalt.pipeline import PipelineParams
+from cobalt.training.config import DEFAULT_OBJECTIVE
 from flows.pipeline import main, pipeline_flow
 
 pytestmark = pytest.mark.slow
@@ -249,8 +250,9 @@ def test_offline_mode_end_to_end(tmp_path, fitted_model, capsys):
     argv += [str(storage), "--train-limit", "16", "--eval-limit", "12", "--max-steps", "3"]
     assert main([*argv, "--backend", "namespace", "--sandbox-concurrency", "2"]) == 0
     out = capsys.readouterr().out
-    assert "after 3 offline (reinforce_loo) steps on" in out
-    assert "| offline dataset |" in out and "| 3 offline steps (reinforce_loo) |" in out
+    # the objective nobody named: the project's default, one constant
+    assert f"after 3 offline ({DEFAULT_OBJECTIVE}) steps on" in out
+    assert "| offline dataset |" in out and f"| 3 offline steps ({DEFAULT_OBJECTIVE}) |" in out
     assert "| all | 2 |" in out  # the before/after table, to the last evaluation turn
 
     # the offline dataset: every logged turn of the 16 training problems (4 samples, 3 turns)

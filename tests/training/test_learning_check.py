@@ -17,7 +17,10 @@ import pytest
 from cobalt.data import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
-MODELS = ["sft", "single_turn", "cobalt", "offline", "cobalt_bf16"]
+TRAINED = ["single_turn", "cobalt", "offline", "offline_rloo", "offline_awr", "offline_clipped"]
+TRAINED += ["offline_grpo", "cobalt_bf16"]
+MODELS = ["sft", *TRAINED]
+MODES = ["--modes", ",".join(TRAINED)]
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +44,11 @@ def check(tmp_path: Path, *argv: str) -> str:
 @pytest.mark.timeout(900)
 def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
     first, second, merged = tmp_path / "call1", tmp_path / "call2", tmp_path / "merged"
-    out = check(tmp_path, "--smoke", "--out", str(first), "--seeds", "0,1", "--parallel", "2")
+    out = check(
+        tmp_path, "--smoke", "--out", str(first), "--seeds", "0,1", "--parallel", "2", *MODES
+    )
     assert "# Learning check" in out and "learning check: 2 runs" in out
-    check(tmp_path, "--smoke", "--out", str(second), "--seeds", "0", "--parallel", "2")
+    check(tmp_path, "--smoke", "--out", str(second), "--seeds", "0", "--parallel", "2", *MODES)
 
     runs = {p.stem: json.loads(p.read_text()) for p in (first / "runs").glob("*.json")}
     assert set(runs) == {"seed0", "seed1"}
@@ -64,7 +69,11 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
         ("offline", "single_turn"),
         ("cobalt_bf16", "cobalt"),
     } <= pairs
+    assert {("offline_awr", "offline_rloo"), ("offline_grpo", "offline_awr")} <= pairs
     assert all(d["verdict"] for d in summary["differences"])
+    assert {(g["mode"], g["turn"]) for g in summary["gain_per_cost"]} == {
+        (m, t) for m in TRAINED for t in (0, turns)
+    }
 
     # the same seed twice (another call, another process): identical to the last bit
     (spread,) = summary["spread"]
@@ -82,6 +91,8 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
         "## What feedback turns do to programs",
         "## Training and cost per mode",
         "## Same seed, twice",
+        "## Gain per cost (RL kinds, SPEC §1.2)",
+        "## Offline modes: what they trained on and how the policy moved",
     ):
         assert heading in text, heading
     assert (
@@ -89,7 +100,8 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
         and "| cobalt_bf16 | completed 2 |" in text
     )
     assert (merged / "REPORT.md").read_text() in text
-    for png in ("pass_at_1.png", "differences.png", "reward_curves.png"):
+    assert "- Seed 0 (seed0 and seed0): identical, every cell and every fingerprint." in text
+    for png in ("pass_at_1.png", "differences.png", "reward_curves.png", "gain_vs_cost.png"):
         data = (merged / png).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000, png
 
@@ -157,7 +169,33 @@ def check_seed_result(label: str, run: dict) -> None:
     assert offline["outcome"] == "completed" and offline["completions_sampled"] == 0
     assert offline["completions_trained"] == single["completions_sampled"]
     assert run["offline"]["rows"] == offline["rows_total"]
-    for mode in ("single_turn", "cobalt", "offline", "cobalt_bf16"):
+    # the offline objectives from one SFT model; `offline` is the default objective's mode and
+    # offline_grpo's offline phase the same computation (equal weights)
+    prints = run["fingerprints"]
+    for mode, objective in (("offline_rloo", "reinforce_loo"), ("offline_awr", "awr")):
+        assert training[mode]["objective"] == objective and training[mode]["mode"] == mode
+    assert training["offline"]["objective"] == settings["offline_objective"] == "awr"
+    assert prints["offline_weights"] == prints["offline_awr_weights"]
+    # every smoke advantage is 0: REINFORCE and PPO do not move, AWR (weight 1) does an SFT step
+    # (the objectives on real advantages: tests/training/test_offline_trainer.py)
+    assert (
+        prints["offline_rloo_weights"] == prints["offline_clipped_weights"] == prints["sft_weights"]
+    )
+    assert prints["offline_awr_weights"] != prints["sft_weights"]
+    both = training["offline_grpo"]
+    assert both["offline_phase_mode"] == "offline_awr" and both["offline_phase_same_weights"]
+    assert both["steps"] == settings["rl_steps"] + settings["offline_grpo_steps"]
+    assert both["completions_sampled"] == settings["offline_grpo_steps"] * batch
+    # its offline phase: offline_awr's weights (run before it), not trained again
+    assert both["offline_phase"] == "reused from offline_awr"
+    assert both["offline_phase_weights"] == prints["offline_awr_weights"]
+    assert both["offline_phase_result"]["cost"] == training["offline_awr"]["cost"]
+    phases = both["offline_phase_result"]["cost"]["wall_s"] + both["grpo_phase"]["cost"]["wall_s"]
+    assert both["cost"]["wall_s"] == pytest.approx(phases, abs=1e-3)
+    for key in ("kl_ref", "entropy", "negative_weight_share", "grad_norm"):
+        assert key in training["offline_rloo"]["curve"][-1], key
+    assert run["determinism"]["strict"] is False  # the CPU default (identical without it)
+    for mode in TRAINED:
         cost = training[mode]["cost"]
         assert cost["wall_s"] > 0 and cost["gpus"] == 0 and cost["gpu_s"] is None, mode
         assert f"{mode}_weights" in run["fingerprints"] and f"train_{mode}" in run["phases_s"]

@@ -85,20 +85,37 @@ def test_a_mode_is_skipped_when_it_would_end_after_the_deadline() -> None:
     assert not too_late(100.0, [], 10.0, 130.0)
     assert too_late(100.0, [30.0, 50.0], 10.0, 143.0)  # then the mean of the modes so far
     assert not too_late(100.0, [30.0, 50.0], 10.0, 145.0)
-    # the offline mode generates nothing: 2 evaluations, whatever GRPO took
-    assert not too_late(100.0, [300.0], 10.0, 123.0, offline=True)
-    assert too_late(100.0, [300.0], 10.0, 121.0, offline=True)
+    # an offline mode generates nothing: 2 evaluations, whatever GRPO took
+    assert not too_late(100.0, [300.0], 10.0, 123.0, "offline")
+    assert too_late(100.0, [300.0], 10.0, 121.0, "offline")
+    # offline_grpo: 2 evaluations + its share of a GRPO mode's training (60 s - 10 s of eval)
+    assert not too_late(100.0, [60.0], 10.0, 100 + 1.1 * (20 + 0.5 * 50) + 0.1, "offline_grpo", 0.5)
+    assert too_late(100.0, [60.0], 10.0, 100 + 1.1 * (20 + 0.5 * 50) - 0.1, "offline_grpo", 0.5)
+    # reusing an offline mode's weights: no offline training in the guess (1 evaluation)
+    late = 100 + 1.1 * (10 + 0.5 * 50)
+    assert not too_late(100.0, [60.0], 10.0, late + 0.1, "offline_grpo", 0.5, offline_reused=True)
+    assert too_late(100.0, [60.0], 10.0, late - 0.1, "offline_grpo", 0.5, offline_reused=True)
 
 
-@pytest.mark.parametrize("strict", [False, True])
-def test_strict_determinism_turns_warn_only_off(strict: bool) -> None:
+@pytest.mark.parametrize(
+    ("flags", "device", "strict"),
+    [
+        ([], "cpu", False),  # the default: off on CPU (identical runs without it)
+        ([], "cuda", True),  # the default: on for a GPU (issue 19)
+        (["--strict-determinism"], "cpu", True),
+        (["--no-strict-determinism"], "cuda", False),
+    ],
+)
+def test_strict_determinism_turns_warn_only_off(flags: list, device: str, strict: bool) -> None:
     import torch
 
-    argv = ["--out", "x"] + (["--strict-determinism"] if strict else [])
+    args = build_parser().parse_args(["--out", "x", *flags])
+    args.device = device  # resolved by the run before this (no GPU needed to set the mode)
     try:
-        got = _determinism(build_parser().parse_args(argv))
+        got = _determinism(args)
         assert got["deterministic_algorithms"] is True
-        assert got["warn_only"] is (not strict)
+        assert got["warn_only"] is (not strict) and got["strict"] is strict
+        assert got["strict_source"] == ("flag" if flags else "default (on for a GPU, off on CPU)")
         # an op without a deterministic implementation raises now, else it only warns
         put = lambda: torch.zeros(4).put_(torch.tensor([0, 0]), torch.ones(2))  # noqa: E731
         if strict:
@@ -109,3 +126,93 @@ def test_strict_determinism_turns_warn_only_off(strict: bool) -> None:
                 put()
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+class FakeRun:
+    def __init__(self, args) -> None:
+        self.doc = {"training": {}, "fingerprints": {}, "phases_s": {}}
+        self.doc["settings"] = vars(args)
+
+    def begin(self) -> float:
+        return 0.0
+
+    def end(self, name: str, t0: float) -> float:
+        return 0.0
+
+    def save(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("modes", ["offline_grpo,offline_rloo,offline_awr", "offline_rloo"])
+def test_offline_grpo_reuses_the_default_objectives_weights(
+    tmp_path: Path, monkeypatch, modes: str
+) -> None:
+    """offline_grpo starts its GRPO phase from offline_awr's weights (run first, whatever the
+    --modes order; its directory kept until then, removed after) and adds their recorded cost;
+    without offline_awr it trains the offline phase itself."""
+    from learning import seed_run, stages
+    from learning.config import mode_list
+
+    trained, grpo_from = [], []
+
+    def offline(rows, model, args, out_dir, objective=None, lr_scale=1.0):
+        objective = objective or args.offline_objective
+        trained.append(objective)
+        out_dir.mkdir(parents=True)
+        (out_dir / "w.safetensors").write_text(f"{model.name}-{objective}-{lr_scale}")
+        lr = (args.offline_lr or args.rl_lr) * lr_scale
+        cost = {"wall_s": 3.0, "gpu_s": None, "gpu_busy_s": None, "gpus": 0}
+        return {
+            "objective": objective,
+            "steps": args.rl_steps,
+            "learning_rate": lr,
+            "rows": 1,
+            "completions_trained": 4,
+            "wall_s": 3.0,
+            "cost": cost,
+        }
+
+    def grpo(mode, rows, model, args, out_dir, extra=None, fields=None, steps=None):
+        grpo_from.append(stages.weights_fingerprint(model))
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "w.safetensors").write_text(f"grpo-{steps}")
+        cost = {"wall_s": 2.0, "gpu_s": None, "gpu_busy_s": None, "gpus": 0}
+        return {
+            "steps": steps,
+            "completions_sampled": 4,
+            "completions_trained": 4,
+            "wall_s": 2.0,
+            "cost": cost,
+            "step_time": {},
+            "step_time_per_step": [],
+            "curve": [],
+        }
+
+    monkeypatch.setattr(stages, "train_offline_mode", offline)
+    monkeypatch.setattr(stages, "train_mode", grpo)
+    args = args_for(tmp_path, "--smoke", "--modes", modes)
+    args.deadline_at, args.work, args.label = 0.0, None, "seed0"
+    if modes == "offline_rloo":
+        args.modes = "offline_rloo,offline_grpo"
+    assert mode_list(args)[-1] == "offline_grpo"  # after offline_awr, where it is listed
+    run, work, sft = FakeRun(args), tmp_path / "work", tmp_path / "work" / "sft"
+    evaluated = []
+
+    def evaluate(name: str, model: Path) -> float:
+        evaluated.append(name)
+        assert model.is_dir()
+        return 1.0
+
+    seed_run.run_modes(run, args, work, [{}], [{}], sft, evaluate, 1.0)
+    both, prints = run.doc["training"]["offline_grpo"], run.doc["fingerprints"]
+    assert both["outcome"] == "completed" and evaluated[-1] == "offline_grpo"
+    if "offline_awr" in args.modes:
+        assert both["offline_phase"] == "reused from offline_awr"
+        assert trained == ["reinforce_loo", "awr"]  # no second AWR training
+        assert grpo_from == [prints["offline_awr_weights"]] == [both["offline_phase_weights"]]
+    else:
+        assert both["offline_phase"] == "trained" and trained == ["reinforce_loo", "awr"]
+        assert grpo_from == [both["offline_phase_weights"]]
+    assert both["offline_phase_same_weights"] in (True, None) and both["cost"]["wall_s"] == 5.0
+    assert both["offline_phase_result"]["cost"]["wall_s"] == 3.0
+    assert not work.exists() or not any(work.glob("rl-*"))  # every mode directory removed

@@ -260,7 +260,9 @@ def test_prepare_drops_zero_advantages_and_long_rows() -> None:
     def tokenize(row):
         return {"input_ids": [1] * row["n"], "prompt_length": 1}
 
-    got = prepare_offline_rows(rows, OfflineSettings(), tokenize, max_length=8)
+    got = prepare_offline_rows(
+        rows, OfflineSettings(objective="reinforce_loo"), tokenize, max_length=8
+    )
     assert (len(got.rows), got.dropped_zero_advantage, got.dropped_too_long) == (1, 1, 1)
     awr = prepare_offline_rows(rows, OfflineSettings(objective="awr"), tokenize, max_length=8)
     assert (len(awr.rows), awr.dropped_zero_advantage) == (2, 0)  # AWR keeps A = 0 (weight 1)
@@ -275,3 +277,23 @@ def test_presets_map_to_training_arguments(tmp_path) -> None:
     tiny = TrainingConfig(mode="offline", max_steps=3, save_steps=1).training_arguments(tmp_path)
     assert (tiny.learning_rate, tiny.max_steps, tiny.save_steps) == (1e-5, 3, 1)
     assert tiny.remove_unused_columns is False  # the collator needs the rows' own columns
+
+
+def test_one_default_objective_for_flows_pipeline_and_learning_check(monkeypatch) -> None:
+    """`--mode offline` without an objective: the flows, the pipeline's embedded default and the
+    learning check all take `DEFAULT_OBJECTIVE` (one constant to change)."""
+    import sys
+    from pathlib import Path
+
+    from cobalt.pipeline import tiny_training
+    from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+
+    assert DEFAULT_OBJECTIVE in OBJECTIVES
+    assert OfflineSettings().objective == DEFAULT_OBJECTIVE
+    assert tiny_training("offline").offline.objective == DEFAULT_OBJECTIVE
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "scripts"))
+    monkeypatch.delitem(sys.modules, "learning", raising=False)
+    from learning.config import build_parser
+
+    args = build_parser().parse_args(["--out", "x"])
+    assert args.offline_objective == DEFAULT_OBJECTIVE
