@@ -26,14 +26,44 @@ __all__ = [
     "SamplingConfig",
     "Usage",
     "make_engine",
+    "resolve_kind",
     "split_thinking",
     "sum_usage",
     "thinking_text",
 ]
 
 
+def resolve_kind(kind: str, *, vllm_installed: bool | None = None, gpu: bool | None = None) -> str:
+    """The engine kind to make: `auto` is `vllm` when vLLM is importable and a GPU is visible
+    (vLLM decodes 7-8B models 6-22x faster than the transformers engine, docs/BENCHMARKS.md),
+    else `transformers`; other kinds are kept. The probes can be given (tests)."""
+    if kind != "auto":
+        return kind
+    if vllm_installed is None:
+        import importlib.util
+
+        vllm_installed = importlib.util.find_spec("vllm") is not None
+    if gpu is None:
+        gpu = _gpu_visible()
+    return "vllm" if vllm_installed and gpu else "transformers"
+
+
+def _gpu_visible() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
 def make_engine(config: EngineConfig) -> Engine:
-    """The engine for `config.kind`; heavy dependencies are imported only for the chosen kind."""
+    """The engine for `config.kind` (`auto` resolved by `resolve_kind`); heavy dependencies are
+    imported only for the chosen kind."""
+    if config.kind == "auto":
+        import logging
+
+        config = config.resolved()
+        logging.getLogger(__name__).info("engine kind auto: %s", config.kind)
     if config.kind == "transformers":
         from .transformers_engine import TransformersEngine
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-EngineKind = Literal["transformers", "litellm", "vllm"]
+EngineKind = Literal["transformers", "litellm", "vllm", "auto"]
 
 
 class SamplingConfig(BaseModel):
@@ -51,7 +51,8 @@ class EngineConfig(BaseModel):
     kind: EngineKind = Field(
         "transformers",
         description="transformers: local model in this process; litellm: an API model or any "
-        "OpenAI-compatible server; vllm: vLLM offline engine in this process (GPU).",
+        "OpenAI-compatible server; vllm: vLLM offline engine in this process (GPU); auto: vllm "
+        "when vLLM is importable and a GPU is visible, else transformers (engines.resolve_kind).",
     )
     model: str = Field(
         description="Local engines: a model directory (loaded with from_pretrained). litellm: a "
@@ -135,6 +136,14 @@ class EngineConfig(BaseModel):
         if self.api_base is not None and self.kind != "litellm":
             raise ValueError("api_base only applies to kind='litellm'")
         return self
+
+    def resolved(self) -> EngineConfig:
+        """This config with `kind="auto"` replaced by the kind it means here (`resolve_kind`)."""
+        if self.kind != "auto":
+            return self
+        from . import resolve_kind
+
+        return self.model_copy(update={"kind": resolve_kind("auto")})
 
     def api_key(self) -> str | None:
         """The API key from `api_key_env`, or None when no variable is configured.

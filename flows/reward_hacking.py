@@ -94,7 +94,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     arg("--table", help="set of a problem-set bundle: train (default) or dev")
     arg("--limit", type=int, help="only the first N problems")
     policy = parser.add_argument_group("policy (the model whose repairs are analysed)")
-    policy.add_argument("--engine", choices=["transformers", "litellm", "vllm"])
+    policy.add_argument("--engine", choices=["transformers", "litellm", "vllm", "auto"])
     policy.add_argument(
         "--model", help=f"model directory, {FITTED} (default), tiny, or LiteLLM name"
     )
@@ -111,7 +111,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     policy.add_argument("--seed", type=int, help="sampling seed (0)")
     policy.add_argument("--system-prompt", metavar="TEXT", help="system message ('' for none)")
     judge = parser.add_argument_group("judge (the LLM that classifies each error)")
-    judge.add_argument("--judge-engine", choices=["transformers", "litellm", "vllm"])
+    judge.add_argument("--judge-engine", choices=["transformers", "litellm", "vllm", "auto"])
     judge.add_argument("--judge-model", help=f"model directory, {FITTED} (default), LiteLLM name")
     judge.add_argument("--judge-api-base", metavar="URL", help="OpenAI-compatible server")
     judge.add_argument("--judge-api-key-env", metavar="VAR", help="variable holding the key")

@@ -77,7 +77,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     arg("--table", help="set of a problem-set bundle: train (default), dev, test")
     arg("--perturbed", action="store_true", help="feedback from perturbed public tests")
     arg("--limit", type=int, help="only the first N problems")
-    arg("--engine", choices=["transformers", "litellm", "vllm"], help="engine kind")
+    arg("--engine", choices=["transformers", "litellm", "vllm", "auto"], help="engine kind")
     arg("--model", help="model directory (local engines) or LiteLLM model name")
     arg("--api-base", metavar="URL", help="OpenAI-compatible server (litellm)")
     arg("--api-key-env", metavar="VAR", help="environment variable holding the API key")

@@ -194,6 +194,7 @@ class Ready(BaseModel):
 
 def check_engine(engine: EngineConfig, what: str) -> None:
     """A local engine's model is 'fitted', 'tiny' or a directory; a LiteLLM key is set."""
+    engine = engine.resolved()
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
     elif engine.kind == "transformers" and engine.model in LOCAL_MODELS:
@@ -250,7 +251,8 @@ def probe_judge(engine: EngineConfig) -> None:
 
 def resolve_engine(engine: EngineConfig, params: HackingParams, logger: Logger) -> EngineConfig:
     """The engine with 'fitted' / 'tiny' replaced by the local model's directory (fitted or
-    built once into the storage, reused after)."""
+    built once into the storage, reused after); kind auto resolved."""
+    engine = engine.resolved()
     if engine.kind != "transformers" or engine.model not in LOCAL_MODELS:
         return engine
     path = reference_model(engine.model, params.storage, params.work_dir, logger=logger)

@@ -148,7 +148,7 @@ def preflight(params: TrajectoryParams) -> Ready:
     set). Raises StorageError / ProblemSetError / MissingAPIKeyError naming what to set."""
     storage = open_storage(params.storage)
     storage.check()
-    engine = params.engine
+    engine = params.engine.resolved()  # kind auto: vllm on a GPU with vLLM, else transformers
     if engine.kind == "transformers" and engine.model == TINY:
         engine = engine.model_copy(
             update={"model": str(tiny_model(params.storage, params.work_dir))}

@@ -47,3 +47,30 @@ def test_missing_key_names_the_variable(monkeypatch):
 def test_vllm_engine_says_what_is_missing():
     with pytest.raises(ImportError, match=r"vLLM.*\[gpu\].*litellm"):
         make_engine(EngineConfig(kind="vllm", model="/nonexistent"))
+
+
+# --- engine choice (kind="auto") -------------------------------------------------------------
+
+
+def test_auto_picks_vllm_only_with_vllm_and_a_gpu():
+    from engines import resolve_kind
+
+    assert resolve_kind("auto", vllm_installed=True, gpu=True) == "vllm"
+    assert resolve_kind("auto", vllm_installed=True, gpu=False) == "transformers"
+    assert resolve_kind("auto", vllm_installed=False, gpu=True) == "transformers"
+    assert resolve_kind("auto", vllm_installed=False, gpu=False) == "transformers"
+    for kind in ("transformers", "litellm", "vllm"):  # a named kind is never second-guessed
+        assert resolve_kind(kind, vllm_installed=False, gpu=False) == kind
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None, reason="vLLM is installed")
+def test_auto_without_vllm_makes_the_transformers_engine(tiny_model_dir):
+    """No vLLM here (CI): auto is the transformers engine, and it generates."""
+    config = EngineConfig(kind="auto", model=str(tiny_model_dir))
+    assert config.resolved().kind == "transformers"
+    with make_engine(config) as engine:
+        assert engine.kind == "transformers"
+        out = engine.generate(
+            [[{"role": "user", "content": "hi"}]], SamplingConfig(n=2, seed=0, max_new_tokens=4)
+        )
+    assert len(out[0]) == 2
