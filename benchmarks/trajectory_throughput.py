@@ -295,14 +295,7 @@ def run_mode(
         if "load_format" in vllm_args(args, model):
             extra += ["--load-format", "dummy"]
         with local_server(model, work, kind="vllm", extra_args=extra) as server:
-            server.wait_until_up(timeout_s=600)
-            config = EngineConfig(
-                kind="litellm",
-                model=server.litellm_model,
-                api_base=server.api_base,
-                concurrency=args.llm_concurrency,
-            )
-            result = _run(mode, config, problems, args, work)
+            result = _run_served(mode, server, problems, args, work, timeout_s=600)
         result["engine"] = f"vllm serve + LiteLLM, {args.llm_concurrency} requests in flight"
         result["server_start_s"] = round(time.perf_counter() - started - result["wall_s"], 1)
         return result
@@ -318,14 +311,7 @@ def run_mode(
             dtype=None if args.dtype == "auto" else args.dtype,
             continuous_batching=args.serve_continuous,
         ) as server:
-            server.wait_until_up()
-            config = EngineConfig(
-                kind="litellm",
-                model=server.litellm_model,
-                api_base=server.api_base,
-                concurrency=args.llm_concurrency,
-            )
-            result = _run(mode, config, problems, args, work)
+            result = _run_served(mode, server, problems, args, work)
         result["engine"] = (
             f"transformers serve ({'continuous batching' if args.serve_continuous else 'generate'}) "
             f"+ LiteLLM, {args.llm_concurrency} requests in flight"
@@ -339,6 +325,25 @@ def run_mode(
         dtype=args.dtype,
         batch_size=args.batch_size,
         continuous_batching=mode == "continuous",
+    )
+    return _run(mode, config, problems, args, work)
+
+
+def _run_served(
+    mode: str,
+    server: Any,
+    problems: list[BenchProblem],
+    args: argparse.Namespace,
+    work: Path,
+    timeout_s: float = 300,
+) -> dict[str, Any]:
+    """The workload through the LiteLLM engine against a local server, once it is up."""
+    server.wait_until_up(timeout_s=timeout_s)
+    config = EngineConfig(
+        kind="litellm",
+        model=server.litellm_model,
+        api_base=server.api_base,
+        concurrency=args.llm_concurrency,
     )
     return _run(mode, config, problems, args, work)
 

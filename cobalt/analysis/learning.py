@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.analysis.intervals import bootstrap_difference, bootstrap_mean, verdict
+from cobalt.analysis.run_stats import offline_diagnostics, phases, spread_of
 from cobalt.analysis.transitions import merge, summarize
 
 MODEL_ORDER = (
@@ -46,21 +47,6 @@ COMPARISONS = (
     ("offline_rloo_low_lr", "offline_rloo"),
     ("offline_grpo", "cobalt"),
     ("cobalt_bf16", "cobalt"),
-)
-# What the offline trainer logs to tell why an objective does not learn (docs/LEARNING.md,
-# offline objectives); the aggregate keeps each one's first and last step, mean over seeds.
-OFFLINE_DIAGNOSTICS = (
-    "loss",
-    "grad_norm",
-    "advantage_std",
-    "negative_weight_share",
-    "weight_std",
-    "weight_capped",
-    "kl_ref",
-    "ratio",
-    "entropy",
-    "logprob_positive",
-    "logprob_negative",
 )
 
 
@@ -363,11 +349,11 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             "steps": _mean(values(lambda t: t["steps"])),
             "completions_sampled": _mean(values(lambda t: t["completions_sampled"])),
             "completions_trained": _mean(values(lambda t: t["completions_trained"])),
-            "wall_s": _spread(values(lambda t: t["cost"]["wall_s"])),
-            "gpu_s": _spread(values(lambda t: t["cost"]["gpu_s"])),
-            "gpu_busy_s": _spread(values(lambda t: t["cost"]["gpu_busy_s"])),
-            "gpu_peak_memory_gib": _spread(values(lambda t: t["cost"]["gpu_peak_memory_gib"])),
-            "step_s_median": _spread(step_medians),
+            "wall_s": spread_of(values(lambda t: t["cost"]["wall_s"])),
+            "gpu_s": spread_of(values(lambda t: t["cost"]["gpu_s"])),
+            "gpu_busy_s": spread_of(values(lambda t: t["cost"]["gpu_busy_s"])),
+            "gpu_peak_memory_gib": spread_of(values(lambda t: t["cost"]["gpu_peak_memory_gib"])),
+            "step_s_median": spread_of(step_medians),
             "reward_share": _mean(values(lambda t: t["step_time"]["reward_share"])),
             "objective": next((t.get("objective") for t in done.values()), None),
             "passes_over_rows": _mean(values(lambda t: t["passes_over_rows"])),
@@ -381,32 +367,6 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             ],
         }
     return out
-
-
-def offline_diagnostics(done: Iterable[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """Per logged figure (OFFLINE_DIAGNOSTICS): its first and last step, mean over the seeds."""
-    curves = [t.get("curve", []) for t in done]
-    out = {}
-    for key in OFFLINE_DIAGNOSTICS:
-        first = [c[0][key] for c in curves if c and key in c[0]]
-        last = [c[-1][key] for c in curves if c and key in c[-1]]
-        if first or last:
-            out[key] = {"first": _mean4(first), "last": _mean4(last)}
-    return out
-
-
-def _mean4(xs: Sequence[float]) -> float | None:
-    return round(statistics.fmean(xs), 4) if xs else None
-
-
-def _spread(xs: Sequence[float]) -> dict[str, float] | None:
-    if not xs:
-        return None
-    return {
-        "mean": round(statistics.fmean(xs), 2),
-        "min": round(min(xs), 2),
-        "max": round(max(xs), 2),
-    }
 
 
 def new_programs(primary: dict[int, dict], models: list[str]) -> dict[str, dict[str, int]]:
@@ -511,20 +471,3 @@ def repeat_cause(a: dict[str, Any], b: dict[str, Any]) -> str:
         "differing fingerprint names the phase (the sandbox's time limit under load can flip a "
         "slow program)"
     )
-
-
-def phases(runs: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Phase wall seconds and GPU memory (GiB, peak reserved) over every run: mean and max."""
-    names = dict.fromkeys(k for r in runs for k in r.get("phases_s", {}))
-    return {
-        "seconds": {
-            k: _spread([r["phases_s"][k] for r in runs if k in r.get("phases_s", {})])
-            for k in names
-        },
-        "gpu_memory_gib": {
-            k: _spread([r["gpu_memory_gib"][k] for r in runs if k in r.get("gpu_memory_gib", {})])
-            for k in names
-            if any(k in r.get("gpu_memory_gib", {}) for r in runs)
-        },
-        "wall_s": _spread([r["wall_s"] for r in runs if isinstance(r.get("wall_s"), int | float)]),
-    }

@@ -9,7 +9,14 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.analysis.learning import COMPARISONS, aggregate, load_runs
-from cobalt.plots import figure, png
+from cobalt.analysis.learning_plots import (
+    index_by,
+    model_label,
+    plot_differences,
+    plot_gain_per_cost,
+    plot_pass,
+    plot_rewards,
+)
 
 PROTOCOL_NAMES = {
     "spec": "SPEC §1.2 protocol (feedback after every turn, also after all public tests pass)",
@@ -35,10 +42,6 @@ def aggregate_dirs(dirs: list[Path], out: Path) -> str:
     return write(aggregate(load_runs(dirs)), out)
 
 
-def _name(model: str) -> str:
-    return "SFT (before)" if model == "sft" else f"after {model}"
-
-
 def _ci(c: dict[str, Any] | None) -> str:
     if c is None:
         return "–"
@@ -53,10 +56,6 @@ def _signed(c: dict[str, Any] | None, digits: int = 1) -> str:
 
 def _f(x: Any, digits: int = 1) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
-
-
-def _index(rows: list[dict[str, Any]], *keys: str) -> dict[tuple, dict[str, Any]]:
-    return {tuple(r[k] for k in keys): r for r in rows}
 
 
 def render(s: dict[str, Any]) -> str:
@@ -120,10 +119,10 @@ def settings_line(s: dict[str, Any]) -> str:
 
 
 def pass_table(s: dict[str, Any], protocol: str) -> list[str]:
-    cells = _index(s["cells"], "protocol", "group", "turn", "model")
+    cells = index_by(s["cells"], "protocol", "group", "turn", "model")
     models = s["models"]
     lines = [
-        "| kinds | turn | " + " | ".join(_name(m) for m in models) + " |",
+        "| kinds | turn | " + " | ".join(model_label(m) for m in models) + " |",
         "|---|---|" + "---|" * len(models),
     ]
     for group, label in s["groups"].items():
@@ -134,7 +133,7 @@ def pass_table(s: dict[str, Any], protocol: str) -> list[str]:
 
 
 def difference_table(s: dict[str, Any]) -> list[str]:
-    diffs = _index(s["differences"], "a", "b", "protocol", "group", "turn")
+    diffs = index_by(s["differences"], "a", "b", "protocol", "group", "turn")
     lines = [
         "| comparison | kinds | turn | Δ SPEC §1.2 | verdict | Δ stop on public pass | verdict |",
         "|---|---|---|---|---|---|---|",
@@ -155,7 +154,7 @@ def difference_table(s: dict[str, Any]) -> list[str]:
 
 
 def gain_table(s: dict[str, Any]) -> list[str]:
-    diffs = _index(s["differences"], "a", "b", "protocol", "group", "turn")
+    diffs = index_by(s["differences"], "a", "b", "protocol", "group", "turn")
     modes = [m for m in s["models"] if m != "sft"]
     turns = sorted({0, s["turns"]})
     lines = [
@@ -235,10 +234,10 @@ def _short(text: str, model: str) -> str:
 
 
 def seed_table(s: dict[str, Any]) -> list[str]:
-    rows = _index(s["per_seed"], "seed", "model", "group", "turn")
+    rows = index_by(s["per_seed"], "seed", "model", "group", "turn")
     models, last = s["models"], s["turns"]
     lines = [
-        "| seed | kinds | " + " | ".join(_name(m) for m in models) + " |",
+        "| seed | kinds | " + " | ".join(model_label(m) for m in models) + " |",
         "|---|---|" + "---|" * len(models),
     ]
     for seed in s["seeds"]:
@@ -252,10 +251,10 @@ def seed_table(s: dict[str, Any]) -> list[str]:
 
 
 def kind_table(s: dict[str, Any]) -> list[str]:
-    rows = _index(s["per_kind"], "kind", "model")
+    rows = index_by(s["per_kind"], "kind", "model")
     models, last = s["models"], s["turns"]
     lines = [
-        "| kind | group | " + " | ".join(_name(m) for m in models) + " |",
+        "| kind | group | " + " | ".join(model_label(m) for m in models) + " |",
         "|---|---|" + "---|" * len(models),
     ]
     for group in ("rl_kinds", "unseen_kinds"):
@@ -434,124 +433,3 @@ def phase_lines(s: dict[str, Any]) -> list[str]:
 
 
 # --- plots ---------------------------------------------------------------------------------------
-
-
-def plot_pass(s: dict[str, Any], path: Path) -> None:
-    cells = _index(s["cells"], "protocol", "group", "turn", "model")
-    groups, turns = list(s["groups"]), range(s["turns"] + 1)
-    with figure(
-        2, len(groups), figsize=(4.2 * len(groups), 7.0), dpi=100, sharey=True, layout="constrained"
-    ) as (fig, axes):
-        for row, protocol in enumerate(("spec", "stop")):
-            for col, group in enumerate(groups):
-                ax = axes[row][col]
-                for i, m in enumerate(s["models"]):
-                    got = [(t, cells.get((protocol, group, t, m))) for t in turns]
-                    got = [(t, c) for t, c in got if c]
-                    if not got:
-                        continue
-                    xs = [t + 0.04 * (i - 2) for t, _ in got]
-                    ys = [c["mean"] for _, c in got]
-                    err = [
-                        [c["mean"] - c["low"] for _, c in got],
-                        [c["high"] - c["mean"] for _, c in got],
-                    ]
-                    ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=_name(m))
-                ax.set_title(
-                    f"{s['groups'][group]} ({'SPEC §1.2' if protocol == 'spec' else 'stop on pass'})"
-                )
-                ax.set_xticks(list(turns))
-                ax.set_xlabel("turn")
-                ax.grid(alpha=0.3)
-            axes[row][0].set_ylabel("Pass@1 (%)")
-        axes[0][0].legend(fontsize=7)
-        path.write_bytes(png(fig))
-
-
-def plot_differences(s: dict[str, Any], path: Path) -> None:
-    diffs = _index(s["differences"], "a", "b", "protocol", "group", "turn")
-    groups, turns = list(s["groups"]), range(s["turns"] + 1)
-    with figure(1, len(groups), figsize=(4.2 * len(groups), 3.6), dpi=100, sharey=True) as (
-        fig,
-        axes,
-    ):
-        for ax, group in zip(axes, groups, strict=True):
-            for i, (a, b) in enumerate(COMPARISONS):
-                got = [(t, diffs.get((a, b, "spec", group, t))) for t in turns]
-                got = [(t, d) for t, d in got if d]
-                if not got:
-                    continue
-                xs = [t + 0.06 * (i - 1) for t, _ in got]
-                err = [
-                    [d["mean"] - d["low"] for _, d in got],
-                    [d["high"] - d["mean"] for _, d in got],
-                ]
-                ax.errorbar(
-                    xs,
-                    [d["mean"] for _, d in got],
-                    yerr=err,
-                    marker="o",
-                    capsize=3,
-                    label=f"{a} − {b}",
-                )
-            ax.axhline(0, color="black", linewidth=0.8)
-            ax.set_title(f"{s['groups'][group]} (SPEC §1.2)")
-            ax.set_xticks(list(turns))
-            ax.set_xlabel("turn")
-            ax.grid(alpha=0.3)
-        axes[0].set_ylabel("Δ Pass@1 (pp), 95% interval")
-        axes[0].legend(fontsize=7)
-        path.write_bytes(png(fig))
-
-
-def plot_rewards(s: dict[str, Any], path: Path) -> None:
-    with figure(figsize=(7.0, 4.0), dpi=100) as (fig, ax):
-        for mode, t in s["training"].items():
-            ys = t.get("curve_mean") or []
-            if t.get("curve_key") == "loss" or not ys:
-                continue
-            ax.plot(
-                range(1, len(ys) + 1),
-                ys,
-                marker=".",
-                label=f"{mode} ({len(t['seeds_completed'])} seeds)",
-            )
-        ax.set_xlabel("GRPO step")
-        ax.set_ylabel("mean correctness reward (mean over seeds)")
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend()
-        path.write_bytes(png(fig))
-
-
-def plot_gain_per_cost(s: dict[str, Any], path: Path) -> None:
-    """Gain over SFT on the RL kinds (95% interval) against each mode's training cost, turn 0
-    and the last turn side by side."""
-    rows = s.get("gain_per_cost", [])
-    turns = sorted({r["turn"] for r in rows}) or [0]
-    with figure(1, len(turns), figsize=(5.2 * len(turns), 4.0), dpi=100, sharey=True) as (
-        fig,
-        axes,
-    ):
-        axes = list(axes) if len(turns) > 1 else [axes]
-        for ax, turn in zip(axes, turns, strict=True):
-            for r in (r for r in rows if r["turn"] == turn):
-                g, c = r["gain"], r["cost_s"]
-                ax.errorbar(
-                    [c["mean"]],
-                    [g["mean"]],
-                    yerr=[[g["mean"] - g["low"]], [g["high"] - g["mean"]]],
-                    xerr=[[c["mean"] - c["min"]], [c["max"] - c["mean"]]],
-                    marker="o",
-                    capsize=3,
-                    label=f"{r['mode']} ({r['seeds']} seeds)",
-                )
-            ax.axhline(0, color="black", linewidth=0.8)
-            unit = rows[0]["cost_unit"] if rows else "GPU s"
-            ax.set_xlabel(f"training cost ({unit}, mean [min, max] over seeds)")
-            ax.set_title(f"RL kinds, turn {turn} (SPEC §1.2)")
-            ax.grid(alpha=0.3)
-            if ax.lines or ax.containers:
-                ax.legend(fontsize=7)
-        axes[0].set_ylabel("Pass@1 gain over SFT (pp), 95% interval")
-        path.write_bytes(png(fig))
