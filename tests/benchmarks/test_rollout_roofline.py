@@ -46,7 +46,18 @@ def test_cpu_smoke_measures_and_a_failing_engine_is_reported_not_fatal(tmp_path,
 
     # vLLM is not installed here: its child fails, the run still ends with what it has
     out2 = tmp_path / "vllm.json"
-    argv = ["--shapes", "tiny", "--engines", "vllm", "--batches", "2", "--prompt", "4", "--gen", "4"]
+    argv = [
+        "--shapes",
+        "tiny",
+        "--engines",
+        "vllm",
+        "--batches",
+        "2",
+        "--prompt",
+        "4",
+        "--gen",
+        "4",
+    ]
     assert main([*argv, "--json", str(out2)]) == 0
     failed = json.loads(out2.read_text())
     assert failed["results"] == [] and "vllm/tiny" in failed["failures"]
