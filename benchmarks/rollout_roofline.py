@@ -100,7 +100,12 @@ class Shape:
         return self.params() - (0 if self.tied else self.vocab * self.hidden)
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
-        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+        """The engines' own rule (`engines.memory`), on this shape's config."""
+        from types import SimpleNamespace
+
+        from engines.memory import kv_bytes_per_token
+
+        return kv_bytes_per_token(SimpleNamespace(**self.hf_config()), dtype_bytes)
 
 
 SHAPES: dict[str, Shape] = {
