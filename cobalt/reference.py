@@ -137,11 +137,14 @@ def fit_tiny_model(
     max_epochs: int = 50,
     threads: int | None = None,
     device: str = "cpu",
+    save_dtype: str = "float32",
 ) -> Path:
     """Fit (or reuse) the tiny model in `path`; returns `path`. `device`: "cpu" (the default,
     float32) or "cuda" (bf16 mixed precision; part of the recipe, so not the CPU model's hash).
     `kinds`: the family it is fitted on, minus `held_out` (default: the 30 `synthetic.KINDS`;
-    the learning check passes `synthetic.ALL_KINDS`); the tokenizer's corpus covers all of them."""
+    the learning check passes `synthetic.ALL_KINDS`); the tokenizer's corpus covers all of them.
+    `save_dtype`: the dtype of the saved weights ("bfloat16": a checkpoint as the paper's models
+    ship, which training must not train in pure bf16; cobalt.training.precision)."""
     from cobalt.data import synthetic
 
     path = Path(path)
@@ -167,6 +170,7 @@ def fit_tiny_model(
         batch_size=batch_size,
         max_epochs=max_epochs,
         **({} if device == "cpu" else {"device": device}),
+        **({} if save_dtype == "float32" else {"save_dtype": save_dtype}),
     )
     cached = cached_recipe(path)
     if cached is not None and cached.get("hash") == recipe["hash"]:
@@ -177,6 +181,7 @@ def fit_tiny_model(
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
+    from cobalt.training.precision import Numerics, cast_saved, decide
     from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from engines.tiny import build_tiny_model, builtin_corpus
 
@@ -234,6 +239,12 @@ def fit_tiny_model(
             return control
 
     out_dir = path / "_trainer"
+    # the SFT's numerics from the one place that decides them: fp32 on CPU, fp32 master weights
+    # with bf16 autocast on a GPU
+    numerics = decide(
+        "fp32" if device == "cpu" else "mixed", "float32", gpu=device != "cpu", paper=False
+    )
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(path / "tensorboard")
     config = SFTConfig(
         output_dir=str(out_dir),
         per_device_train_batch_size=batch_size,
@@ -246,9 +257,9 @@ def fit_tiny_model(
         packing=False,
         logging_steps=50,
         save_strategy="no",
-        report_to="none",
+        report_to=["tensorboard"],
         use_cpu=device == "cpu",
-        bf16=device != "cpu",
+        **numerics.trainer_kwargs(),
         gradient_checkpointing=False,
         seed=seed,
         data_seed=seed,
@@ -268,6 +279,8 @@ def fit_tiny_model(
     model.generation_config.temperature = 0.6
     model.generation_config.top_p = 0.95
     model.save_pretrained(path)
+    if save_dtype != "float32":
+        cast_saved(path, Numerics(**{**numerics.as_dict(), "saved": save_dtype}))
     tokenizer.save_pretrained(path)
     stats = {
         "steps": trainer.state.global_step,

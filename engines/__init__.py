@@ -12,7 +12,7 @@ from __future__ import annotations
 from .base import Completion, Conversation, Engine, Message, Usage, sum_usage
 from .config import EngineConfig, EngineKind, MissingAPIKeyError, SamplingConfig
 from .memory import InsufficientMemoryError
-from .thinking import split_thinking, thinking_text
+from .thinking import opens_thinking, split_thinking, thinking_text, with_open_thinking
 
 __all__ = [
     "Completion",
@@ -26,10 +26,12 @@ __all__ = [
     "SamplingConfig",
     "Usage",
     "make_engine",
+    "opens_thinking",
     "resolve_kind",
     "split_thinking",
     "sum_usage",
     "thinking_text",
+    "with_open_thinking",
 ]
 
 

@@ -131,3 +131,22 @@ class Engine(abc.ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def reopen_thinking(
+    results: list[list[Completion]], tokenizer: object, sampling: SamplingConfig
+) -> list[list[Completion]]:
+    """Local engines: when the chat template opened `<think>` in the prompt (R1-Distill), put it
+    back in front of every completion's text, so that a response cut before `</think>` reads as
+    reasoning without an answer (`engines.thinking`)."""
+    from .thinking import template_opens_thinking, with_open_thinking
+
+    if not template_opens_thinking(tokenizer, **sampling.chat_template_kwargs()):
+        return results
+    return [
+        [
+            c.model_copy(update={"text": with_open_thinking(c.text, True)}) if c.ok else c
+            for c in row
+        ]
+        for row in results
+    ]

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Completion, Conversation, Engine, validate_conversations
+from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
 from .config import EngineConfig, SamplingConfig
 from .memory import FIXES, Footprint, check_fits, is_out_of_memory, plan_batches
 
@@ -147,6 +147,12 @@ class TransformersEngine(Engine):
         validate_conversations(conversations)
         if not conversations:
             return []
+        results = self._generate(conversations, sampling)
+        return reopen_thinking(results, self.tokenizer, sampling)
+
+    def _generate(
+        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+    ) -> list[list[Completion]]:
         prompts = self._encode(conversations, sampling)
         budget = self.memory_budget()
         if self._cb_available:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Completion, Conversation, Engine, validate_conversations
+from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
 from .config import EngineConfig, SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class VLLMEngine(Engine):
                     )
                 )
             results.append(row)
-        return results
+        return reopen_thinking(results, self.llm.get_tokenizer(), sampling)
 
     def close(self) -> None:
         """Stop vLLM's engine process and free its GPU memory (another engine may follow)."""

@@ -7,8 +7,13 @@ are `OfflineSettings` (`TrainingConfig.offline`), mapped to `TrainingArguments` 
 
 Mapping notes (TRL 1.16):
 
-- KL coefficient = `beta`; TRL only has the k3 estimator (exp(r) - r - 1), not verl's "mse"
-  (k2 = 0.5 * r^2) estimator, so the paper's "mse" KL loss is approximated by k3.
+- KL coefficient = `beta`; TRL only has the k3 estimator (exp(r) - r - 1); the paper's "mse" (k2
+  = 0.5 * r^2, verl's `low_var_kl` sibling) is `kl_estimator="k2"` (the paper preset's), added by
+  `cobalt.training.kl.K2GRPOTrainer`, a small subclass of TRL's trainer.
+- Numerics: fp32 master weights with bf16 compute on a GPU (`precision`, decided in
+  `cobalt.training.precision` for every trainer), whatever the checkpoint's dtype.
+- TRL's vLLM importance-sampling correction (on by default in TRL) is off: the recipe has none,
+  and TRL's default mode zeroes sequences whose ratio leaves [0, 3] (`vllm_is_correction`).
 - Clip ratio low/high = `epsilon` / `epsilon_high`; loss_type "dapo" (token-level mean, as verl).
 - `GRPOConfig` has no `max_prompt_length`: rows whose templated prompt is longer are dropped.
 - 128 prompts x 16 samples = `generation_batch_size` 2048 completions; mini-batch 64 prompts =
@@ -16,7 +21,11 @@ Mapping notes (TRL 1.16):
   so 2 optimizer steps per generation batch (`steps_per_generation` = 2 x grad accum).
 - Generation: `generation` picks vLLM (colocated or a `trl vllm-serve` server) when vLLM is
   importable, transformers otherwise (`paged`: continuous batching); LoRA via `lora` (peft).
-  Validation sampling (temperature 0.6 / top-p 0.95) is not set here.
+  Validation (temperature 0.6 / top-p 0.95) is the evaluation stage's, not a step of training
+  (docs/TRAINING.md, the recipe table).
+- Micro-batch: the paper preset plans `per_device_train_batch_size` from the model's config and
+  free GPU memory at the start of training (`cobalt.training.memory`), keeping 1024 completions
+  per optimizer step; vLLM's context is the prompt limit plus the completion limit.
 """
 
 from __future__ import annotations
@@ -26,9 +35,17 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from cobalt.training.precision import Precision
 from sandbox import SandboxConfig
 
 Preset = Literal["paper", "tiny"]
+KLEstimator = Literal["k3", "k2"]
+# GRPOConfig / TrainingArguments fields that other settings own: refused in `overrides`
+OWNED = {
+    "bf16": "training.precision (mixed, fp32 or bf16)",
+    "fp16": "training.precision (mixed, fp32 or bf16)",
+    "report_to": "training.report_to",
+}
 Mode = Literal["single_turn", "cobalt", "offline"]
 Objective = Literal["reinforce_loo", "awr", "clipped_ratio"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
@@ -133,7 +150,35 @@ class TrainingConfig(BaseModel):
     offline: OfflineSettings = Field(
         default_factory=OfflineSettings, description="The offline mode's objective and loop."
     )
-    use_format_reward: bool = Field(False, description="Add the thinking-model format term.")
+    use_format_reward: bool | None = Field(
+        None,
+        description="Add the thinking-model format term (SPEC §1.5). None: on with the paper "
+        "preset when the policy's tokenizer knows `</think>` (both paper models think), off "
+        "otherwise.",
+    )
+    precision: Precision = Field(
+        "auto",
+        description="Numerics (cobalt.training.precision): mixed = fp32 master weights and bf16 "
+        "autocast (the recipe), fp32, or bf16 = pure bf16 weights (small updates vanish: only "
+        "when asked for). auto: mixed on a GPU with the paper preset, else fp32.",
+    )
+    kl_estimator: KLEstimator | None = Field(
+        None,
+        description="KL penalty's estimator: k3 (TRL's exp(r) - r - 1) or k2 (0.5 r^2, the "
+        "recipe's 'mse'). None: the preset's (paper k2, tiny k3).",
+    )
+    vllm_is_correction: bool = Field(
+        False,
+        description="TRL's importance-sampling correction between vLLM's and the trainer's "
+        "probabilities (sequence_mask: sequences with a ratio above 3 get no gradient). Off: "
+        "the recipe has none.",
+    )
+    report_to: list[str] = Field(
+        default_factory=lambda: ["tensorboard"],
+        description="Where training curves go (transformers' report_to): tensorboard (event "
+        "files in the run's directory, <output>/tensorboard), wandb, mlflow, trackio when "
+        "installed; [] for none.",
+    )
     max_prompt_length: int | None = Field(
         None, description="Drop rows whose templated prompt has more tokens (preset default)."
     )
@@ -189,7 +234,30 @@ class TrainingConfig(BaseModel):
                 "use_format_reward: the offline mode's reward is the logged correctness reward "
                 "only; train with mode cobalt or single_turn for the format term"
             )
+        owned = sorted(k for k in self.overrides if k in OWNED)
+        if owned:
+            raise ValueError(
+                f"training.overrides {owned[0]}: set {OWNED[owned[0]]} instead (one place "
+                "decides it)"
+            )
         return self
+
+    def resolved_precision(self) -> str:
+        """`precision` with auto made concrete on this machine (mixed, fp32 or bf16)."""
+        import torch
+
+        from cobalt.training.precision import resolve
+
+        return resolve(self.precision, gpu=torch.cuda.is_available(), paper=self.preset == "paper")
+
+    def kl(self) -> KLEstimator:
+        """The KL estimator in use: the setting, else the preset's (paper k2, tiny k3)."""
+        return self.kl_estimator or ("k2" if self.preset == "paper" else "k3")
+
+    def numerics_kwargs(self) -> dict[str, Any]:
+        """Trainer fields that follow from the precision and the curves' destination."""
+        mixed = self.resolved_precision() == "mixed"
+        return {"bf16": mixed, "fp16": False, "report_to": self.report_to or "none"}
 
     def prompt_limit(self) -> int:
         if self.max_prompt_length is not None:
@@ -227,8 +295,6 @@ class TrainingConfig(BaseModel):
             or (max(1, 1024 // o.batch_size) if paper else 1),
             "seed": self.seed,
             "data_seed": self.seed,
-            "bf16": gpu,
-            "report_to": "none",
             "logging_steps": 1,
             "remove_unused_columns": False,  # the collator needs the row's own columns
             "gradient_checkpointing": paper,
@@ -242,7 +308,7 @@ class TrainingConfig(BaseModel):
             kwargs["max_steps"] = self.max_steps
         if self.save_steps is not None:
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
-        return kwargs | self.overrides
+        return kwargs | self.numerics_kwargs() | self.overrides
 
     def training_arguments(self, output_dir: str | Path) -> Any:
         """The offline mode's `TrainingArguments`; an override that is a GRPO setting (or no
@@ -283,8 +349,6 @@ class TrainingConfig(BaseModel):
             "temperature": 1.0,
             "loss_type": "dapo",
             "seed": self.seed,
-            "bf16": gpu,
-            "report_to": "none",
             "logging_steps": 1,
         }
         if self.preset == "paper":
@@ -320,7 +384,15 @@ class TrainingConfig(BaseModel):
         if self.save_steps is not None:
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
             kwargs.setdefault("save_total_limit", 2)
-        return kwargs | self.generation_kwargs(gpu) | self.overrides
+        kwargs |= self.numerics_kwargs() | self.generation_kwargs(gpu) | self.overrides
+        if kwargs.get("use_vllm"):
+            kwargs.setdefault("vllm_importance_sampling_correction", self.vllm_is_correction)
+            # vLLM's context: what training can feed it, not the model's own (131k for
+            # R1-Distill-Llama would not fit vLLM's share of the GPU)
+            kwargs.setdefault(
+                "vllm_max_model_length", self.prompt_limit() + int(kwargs["max_completion_length"])
+            )
+        return kwargs
 
     def generation_kwargs(self, gpu: bool) -> dict[str, Any]:
         """GRPOConfig fields of the chosen generation backend."""

@@ -10,7 +10,10 @@ Settings: `cobalt/training/config.py`.
 from __future__ import annotations
 
 import json
+import logging
+import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,11 @@ from cobalt.training.config import Mode, TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
 from cobalt.training.reward import correctness_reward, format_reward
 from cobalt.trajectories.prompts import extract_code
+from engines import split_thinking, with_open_thinking
+from engines.thinking import template_opens_thinking
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge, TestSuite
+
+log = logging.getLogger(__name__)
 
 # --- rewards -------------------------------------------------------------------------------------
 
@@ -46,7 +53,8 @@ def _clip(x: float) -> float:
 class CobaltRewards:
     """TRL reward callables sharing one sandbox judge; use as a context manager.
 
-    `correctness` judges every completion of the batch concurrently (`judge_many`) and returns
+    `correctness` judges the program of every completion of the batch concurrently
+    (`judge_many`; the program after `</think>`, `program`) and returns
     `correctness_reward(pass_rate or None, prev_best_pass_rate, training=True)`; `format` is
     `format_reward` with `correct` = correctness reward >= 0 (pass rates are cached per program).
 
@@ -55,10 +63,23 @@ class CobaltRewards:
     SPEC §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
     contribution (0 when correctness is already -1)."""
 
-    def __init__(self, sandbox: SandboxConfig, count_tokens: Callable[[str], int] | None = None):
+    def __init__(
+        self,
+        sandbox: SandboxConfig,
+        count_tokens: Callable[[str], int] | None = None,
+        opened_thinking: bool = False,
+    ):
         self.judge = SyncJudge(sandbox)
         self.count_tokens = count_tokens
+        self.opened_thinking = opened_thinking
         self._cache: dict[tuple[str, str], float] = {}
+
+    def program(self, text: str) -> str | None:
+        """The program a completion submits, as the trajectory stage takes it: the last code
+        block of the answer after `</think>` (the whole answer, not the 6000-character cap);
+        None when the reasoning never closed (cut by the token limit, or a template that opened
+        `<think>` in the prompt and a response without `</think>`)."""
+        return extract_code(split_thinking(with_open_thinking(text, self.opened_thinking), None))
 
     def __enter__(self) -> CobaltRewards:
         self.judge.__enter__()
@@ -68,7 +89,7 @@ class CobaltRewards:
         self.judge.__exit__(*exc)
 
     def pass_rates(self, texts: Sequence[str], test_cases: Sequence[Any]) -> list[float | None]:
-        codes = [extract_code(t) for t in texts]
+        codes = [self.program(t) for t in texts]
         suites = [as_suite(tc) for tc in test_cases]
         keys = [
             (c, s.model_dump_json()) if c is not None else None
@@ -161,19 +182,50 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
 
 
+@dataclass
+class GRPORun:
+    """What `train` did: the trainer's log history, the numerics it trained in, the memory plan
+    (paper preset on a GPU), and whether the format reward was on."""
+
+    history: list[dict[str, Any]]
+    numerics: dict[str, str]
+    plan: dict[str, Any] | None = None
+    format_reward: bool = False
+
+
+def uses_format_reward(config: TrainingConfig, tokenizer: Any) -> bool:
+    """The setting, or (None) on for the paper preset when the tokenizer knows `</think>`."""
+    if config.use_format_reward is not None:
+        return config.use_format_reward
+    return config.preset == "paper" and "</think>" in tokenizer.get_vocab()
+
+
 def train(
     config: TrainingConfig,
     dataset_rows: Sequence[dict[str, Any]],
     model_path: str | Path,
     output_dir: str | Path,
     callbacks: Sequence[Any] = (),
-) -> list[dict[str, Any]]:
+    logger: Any = log,
+) -> GRPORun:
     """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
-    `output_dir` if there is one; save the final model and tokenizer to `output_dir`; return the
-    trainer's log history."""
+    `output_dir` if there is one; save the final model (in the checkpoint's dtype) and tokenizer
+    to `output_dir`. Numerics from `cobalt.training.precision`, the paper preset's micro-batch
+    from `cobalt.training.memory`, the KL estimator from `cobalt.training.kl`."""
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
+
+    from cobalt.training.kl import CobaltGRPOTrainer
+    from cobalt.training.precision import (
+        cast_saved,
+        cast_trainable,
+        checkpoint_dtype,
+        decide,
+        load_dtype,
+        trainable_dtypes,
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
     if tokenizer.pad_token is None:
@@ -191,38 +243,76 @@ def train(
             f"no training rows left after the mode ({config.mode}) and prompt-length "
             f"(max_prompt_length {config.prompt_limit()}) filters"
         )
-    dataset = Dataset.from_list(rows)
-    args = GRPOConfig(**config.grpo_kwargs(output_dir))
+    gpu = torch.cuda.is_available()
+    numerics = decide(
+        config.precision, checkpoint_dtype(model_path), gpu=gpu, paper=config.preset == "paper"
+    )
+    kwargs = config.grpo_kwargs(output_dir)
+    if not config.lora and kwargs.get("beta"):
+        # TRL builds its frozen reference model from these (not in fp32: it is never trained);
+        # TRL's warning that they are "ignored" concerns the policy, which is passed loaded
+        kwargs.setdefault("model_init_kwargs", {"dtype": numerics.frozen})
     if not config.cudnn_attention:
-        import torch
-
         torch.backends.cuda.enable_cudnn_sdp(False)
     attention = (
         {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
     )
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), **attention)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_path), dtype=load_dtype(numerics, config.lora is not None), **attention
+    )
+    plan = None
+    if config.preset == "paper" and gpu and "per_device_train_batch_size" not in config.overrides:
+        from cobalt.training.memory import fit_micro_batch
+
+        longest = max(prompt_tokens(r["prompt"]) for r in rows)
+        plan = fit_micro_batch(config, kwargs, model, numerics, longest)
+        kwargs |= {
+            "per_device_train_batch_size": plan.micro_batch,
+            "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        }
+        logger.info(plan.describe())
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
+    args = GRPOConfig(**kwargs)
+    dataset = Dataset.from_list(rows)
 
     def count_tokens(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    use_format = uses_format_reward(config, tokenizer)
     guard = NonFiniteGuard()
-    with CobaltRewards(config.sandbox, count_tokens) as rewards:
-        trainer = GRPOTrainer(
+    opened = template_opens_thinking(tokenizer)
+    with CobaltRewards(config.sandbox, count_tokens, opened_thinking=opened) as rewards:
+        trainer = CobaltGRPOTrainer(
             model=model,
-            reward_funcs=rewards.reward_funcs(config.use_format_reward),
+            reward_funcs=rewards.reward_funcs(use_format),
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
             callbacks=[*callbacks, guard],
             peft_config=config.lora.peft_config() if config.lora else None,
+            kl_estimator=config.kl(),
+        )
+        cast_trainable(trainer.model, numerics)
+        logger.info(
+            "%s; trainable parameters in %s; KL %s; format reward %s",
+            numerics.describe(),
+            sorted(trainable_dtypes(trainer.model)),
+            config.kl(),
+            "on" if use_format else "off",
         )
         trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
-    guard.check("Mixed precision was " + ("bf16" if args.bf16 else "off") + ".")
+    guard.check(numerics.describe() + ".")
     if config.lora:  # a plain model for the engines: adapters merged into the weights
         if trainer.is_world_process_zero():
             trainer.model.merge_and_unload().save_pretrained(str(output_dir))
     else:
         trainer.save_model(str(output_dir))  # every process takes part (sharded states)
     if trainer.is_world_process_zero():
+        cast_saved(output_dir, numerics)
         tokenizer.save_pretrained(str(output_dir))
-    return list(trainer.state.log_history)
+    return GRPORun(
+        history=list(trainer.state.log_history),
+        numerics=numerics.as_dict(),
+        plan=plan.as_dict() if plan else None,
+        format_reward=use_format,
+    )

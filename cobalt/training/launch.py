@@ -100,9 +100,13 @@ def train_here(job: Job, processes: int = 1) -> Result:
                 "dropped_zero_advantage": run.dropped_zero_advantage,
                 "dropped_too_long": run.dropped_too_long,
                 "reference_logprobs_s": run.reference_logprobs_s,
+                "numerics": run.numerics,
             }
         else:
-            history = train(config, rows, job.model, output, callbacks=callbacks)
+            run = train(config, rows, job.model, output, callbacks=callbacks)
+            history = run.history
+            extra = {"numerics": run.numerics, "memory_plan": run.plan}
+            extra["format_reward"] = run.format_reward
     return history, timer.summary(), extra
 
 

@@ -46,6 +46,8 @@ objective), and `entropy` (mean token entropy of the policy on the completions).
 
 from __future__ import annotations
 
+import logging
+import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -59,6 +61,8 @@ from transformers import Trainer
 from cobalt.plots import figure, png
 from cobalt.training.config import OfflineSettings, TrainingConfig
 from cobalt.training.grpo import last_checkpoint
+
+log = logging.getLogger(__name__)
 
 # --- objectives ----------------------------------------------------------------------------------
 
@@ -345,6 +349,7 @@ class OfflineRun:
     dropped_zero_advantage: int
     dropped_too_long: int
     reference_logprobs_s: float | None = None
+    numerics: dict[str, str] | None = None
 
 
 def train_offline(
@@ -357,8 +362,18 @@ def train_offline(
     """Train the policy at `model_path` on offline rows with `config.offline`'s objective,
     resuming from the last checkpoint in `output_dir` if there is one; save the final model and
     tokenizer to `output_dir`."""
+    import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from cobalt.training.precision import (
+        cast_saved,
+        cast_trainable,
+        checkpoint_dtype,
+        decide,
+        load_dtype,
+        trainable_dtypes,
+    )
 
     settings = config.offline
     tokenizer = AutoTokenizer.from_pretrained(str(model_path))
@@ -378,14 +393,25 @@ def train_offline(
             f"drop_zero_advantage) and {prepared.dropped_too_long} are longer than "
             f"{config.max_length()} tokens (training.offline.max_length)"
         )
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
     args = config.training_arguments(output_dir)
-    model = AutoModelForCausalLM.from_pretrained(str(model_path))
+    numerics = decide(
+        config.precision,
+        checkpoint_dtype(model_path),
+        gpu=torch.cuda.is_available(),
+        paper=config.preset == "paper",
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        str(model_path), dtype=load_dtype(numerics, config.lora is not None)
+    )
     if config.lora:
         from peft import get_peft_model
 
         if args.gradient_checkpointing:
             model.enable_input_require_grads()
         model = get_peft_model(model, config.lora.peft_config())
+    cast_trainable(model, numerics)
+    log.info("%s; trainable parameters in %s", numerics.describe(), sorted(trainable_dtypes(model)))
     trainer = OfflineTrainer(
         model=model,
         args=args,
@@ -403,6 +429,7 @@ def train_offline(
         trainer.model.merge_and_unload().save_pretrained(str(output_dir))
     else:
         trainer.save_model(str(output_dir))
+    cast_saved(output_dir, numerics)
     tokenizer.save_pretrained(str(output_dir))
     return OfflineRun(
         history=list(trainer.state.log_history),
@@ -410,6 +437,7 @@ def train_offline(
         dropped_zero_advantage=prepared.dropped_zero_advantage,
         dropped_too_long=prepared.dropped_too_long,
         reference_logprobs_s=ref_seconds,
+        numerics=numerics.as_dict(),
     )
 
 

@@ -18,9 +18,13 @@ Choices where SPEC §1.5 is open (kept here so the tests can pin them):
   both) on top of that.
 - For correct answers the -0.01 is applied once, whichever limit(s) are exceeded.
 - Thinking = text before the single `</think>`; answer = text after it; explanation = answer text
-  after the closing fence of the code block. A well-formed block is ```` ```python ```` (or `py`,
-  `python3`, `py3`) on its own opening line, and the answer holds exactly two ```` ``` ```` fences;
-  the code must not contain a backtick. Inline single backticks in prose are allowed.
+  after the closing fence of the python block. A well-formed block is ```` ```python ```` (or `py`,
+  `python3`, `py3`) on its own opening line, closed by a ```` ``` ````, its code without a
+  backtick. The answer holds exactly one such block; other complete fenced blocks (```` ```text ````
+  sample output, a shell line in the explanation) are allowed, but every fence must be closed (an
+  odd number of ```` ``` ```` fences is a broken answer). Inline single backticks are allowed.
+  (Until issue 23 the answer had to hold exactly two fences: an extra block in the explanation
+  cost -0.9, which the SPEC's "exactly one well-formed fenced python block" does not ask.)
 - The repetition check looks at the whole raw response (thinking included).
 """
 
@@ -90,14 +94,12 @@ def _split(response: str) -> tuple[str, str, str] | None:
     if response.count("</think>") != 1:
         return None
     thinking, answer = response.split("</think>")
-    if answer.count("```") != 2:
+    if answer.count("```") % 2:
         return None
-    block = _FENCE.search(answer)
-    if block is None or block.group(1).strip().lower() not in _PYTHON_TAGS:
+    blocks = [b for b in _FENCE.finditer(answer) if b.group(1).strip().lower() in _PYTHON_TAGS]
+    if len(blocks) != 1 or "`" in blocks[0].group(2):
         return None
-    if "`" in block.group(2):
-        return None
-    return thinking, answer, answer[block.end() :]
+    return thinking, answer, answer[blocks[0].end() :]
 
 
 def keyword_bonus(thinking: str) -> float:

@@ -56,16 +56,23 @@ log = logging.getLogger(__name__)
 TRAINING_CODE = (
     "cobalt.training.config",
     "cobalt.training.grpo",
+    "cobalt.training.kl",
+    "cobalt.training.precision",
     "cobalt.training.reward",
     "cobalt.trajectories.prompts.extract_code",
 )
-OFFLINE_TRAINING_CODE = ("cobalt.training.config", "cobalt.training.offline")
+OFFLINE_TRAINING_CODE = (
+    "cobalt.training.config",
+    "cobalt.training.offline",
+    "cobalt.training.precision",
+)
 
 
-# settings of the other kind of mode, left out of a training key (changing them changes nothing)
+# settings of the other kind of mode, left out of a training key (changing them changes nothing);
+# report_to only says where the curves go
 _OTHER_MODES = (
-    {"offline"},
-    {"generation", "vllm_server_base_url", "num_processes", "max_prompt_length"},
+    {"offline", "report_to"},
+    {"generation", "vllm_server_base_url", "num_processes", "max_prompt_length", "report_to"},
 )
 
 
@@ -281,13 +288,16 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     else:
         name = "rewards.png"
         plot = plot_rewards(history, f"GRPO ({config.mode}, {config.preset}): reward per step")
-        stats = reward_stats(history)
+        stats = {**reward_stats(history), **extra}
     (local / name).write_bytes(plot)
     (local / "log_history.json").write_text(json.dumps(history, indent=1))
     if not runtime.storage.is_local:
         for path in sorted(local.iterdir()):
             if path.is_file():
                 st.fs.put_file(str(path), f"{directory}/{path.name}")
+        for events in sorted(local.glob("tensorboard/**/*")):  # the curves (report_to)
+            if events.is_file():
+                st.fs.put_file(str(events), f"{directory}/{events.relative_to(local)}")
     steps = max((int(h.get("step", 0)) for h in history), default=0)
     stats |= {
         "mode": config.mode,

@@ -135,7 +135,8 @@ _CONTEXT_ERRORS = (
 
 
 def make_turn(turn: int, completion: Completion, max_answer_chars: int = 6000) -> Turn:
-    """A turn from one completion: answer (thinking stripped and capped), code, outcome."""
+    """A turn from one completion: answer (thinking stripped and capped), code (the last block of
+    the whole answer, before the cap), outcome."""
     usage = TurnUsage(
         prompt_tokens=completion.prompt_tokens,
         completion_tokens=completion.completion_tokens,
@@ -152,8 +153,9 @@ def make_turn(turn: int, completion: Completion, max_answer_chars: int = 6000) -
             error=completion.error,
             usage=usage,
         )
-    answer = split_thinking(completion.text, max_answer_chars)
-    code = extract_code(answer)
+    whole = split_thinking(completion.text, None)
+    code = extract_code(whole)  # from the whole answer: the cap is for the conversation only
+    answer = whole[:max_answer_chars]
     if code is not None:
         outcome: Outcome = "code"
     elif not answer:

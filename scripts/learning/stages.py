@@ -324,7 +324,8 @@ def train_mode(
     used = prepare_rows(rows, mode, _prompt_counter(model), config.prompt_limit())
     started = time.perf_counter()
     with StepTimer() as timer, CostMeter() as cost:
-        history = train(config, rows, model, out_dir, callbacks=[timer])
+        run = train(config, rows, model, out_dir, callbacks=[timer])
+        history = run.history
     wall = time.perf_counter() - started
     steps = [h for h in history if "loss" in h]
     summary = timer.summary()

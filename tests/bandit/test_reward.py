@@ -75,11 +75,19 @@ def test_repetition() -> None:
         "t </think>```python\nx = 1\n```\n```python\ny = 2\n```",  # two blocks
         "t </think>```bash\nls\n```",  # not python
         "t </think>```python\nprint(1)\n",  # unclosed fence
+        "t </think>```python\nprint(1)\n```\n```text\n1\n",  # an unclosed fence after it
     ],
 )
 def test_format_broken(response: str) -> None:
     assert format_reward(response, words, correct=True) == -0.9
     assert format_reward(response, words, correct=False) == -0.9
+
+
+def test_an_extra_block_in_the_explanation_is_not_broken() -> None:
+    """SPEC §1.5 asks for exactly one well-formed python block: a sample-output block after it
+    is allowed (it used to cost -0.9), and the explanation starts after the python block."""
+    response = "t </think>```python\nprint(1)\n```\nOutput:\n```text\n1\n```"
+    assert format_reward(response, words, correct=True) == 0.0
 
 
 def test_long_thinking() -> None:

@@ -101,9 +101,9 @@ def test_grpo_tiny_two_steps(tmp_path) -> None:
     config = TrainingConfig(
         preset="tiny", mode="single_turn", use_format_reward=True, sandbox=SANDBOX
     )
-    history = train(config, rows(), model_dir, out)
+    run = train(config, rows(), model_dir, out)
 
-    steps = [h for h in history if "loss" in h]
+    steps = [h for h in run.history if "loss" in h]
     assert [h["step"] for h in steps] == [1, 2]
     for name in ("correctness", "format"):
         values = [h[f"rewards/{name}/mean"] for h in steps]
@@ -129,7 +129,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path) -> None:
 
     again = first.model_copy(update={"max_steps": 2})
     with StepTimer() as timer:
-        history = train(again, rows(), model_dir, out, callbacks=[timer])
+        history = train(again, rows(), model_dir, out, callbacks=[timer]).history
     assert len(timer.steps) == 1  # step 1 came from the checkpoint
     assert [h["step"] for h in history if "loss" in h] == [1, 2]
     assert last_checkpoint(out) == str(out / "checkpoint-2")

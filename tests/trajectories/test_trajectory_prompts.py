@@ -65,8 +65,10 @@ def test_make_turn_strips_thinking_caps_the_answer_and_classifies():
     assert make_turn(0, completion("")).outcome == "empty"
     assert make_turn(0, completion("I cannot help with that.")).outcome == "no_code"
     assert make_turn(0, completion("```python\nwhile True:", "length")).outcome == "truncated"
+    # the conversation keeps 6000 characters, but the program comes from the whole answer (a
+    # long explanation before the code does not cost the code)
     capped = make_turn(0, completion("x" * 7000 + "\n```python\nprint(1)\n```"))
-    assert len(capped.answer) == 6000 and capped.code is None and capped.outcome == "no_code"
+    assert len(capped.answer) == 6000 and capped.code == "print(1)" and capped.outcome == "code"
     assert make_turn(0, completion("a" * 50), max_answer_chars=10).answer == "a" * 10
 
 

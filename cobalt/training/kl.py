@@ -1,0 +1,85 @@
+"""The recipe's KL penalty in TRL's GRPO trainer: a small subclass (issue 23).
+
+TRL 1.16's `GRPOTrainer` has one KL estimator, k3 = exp(r) - r - 1 with r = log pi_ref - log pi
+(Schulman's unbiased, low-variance estimator). The paper's verl run uses `kl_loss_type="mse"`:
+k2 = 0.5 (log pi - log pi_ref)^2, whose gradient is (log pi - log pi_ref), linear in the drift (k3's
+is 1 - pi_ref / pi). At the start of training both are 0; they differ as the policy drifts.
+
+`CobaltGRPOTrainer(kl_estimator="k2")` computes TRL's loss with the KL term switched off (beta
+set to 0 for that call), then adds beta * k2 aggregated exactly as TRL aggregates the policy term
+of the configured loss type (dapo: a token sum over the accumulation window's token count), and
+logs it as `kl`. The policy's per-token log-probabilities come from the loss's own forward pass
+(captured, not recomputed), so k2 costs no extra forward. With `kl_estimator="k3"` it is TRL's
+trainer unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
+
+
+class CobaltGRPOTrainer(GRPOTrainer):
+    """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's)."""
+
+    def __init__(self, *args: Any, kl_estimator: str = "k3", **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        if kl_estimator not in ("k3", "k2"):
+            raise ValueError(f"training.kl_estimator {kl_estimator!r}: use k3 or k2")
+        if kl_estimator == "k2" and self.loss_type not in K2_LOSS_TYPES:
+            raise ValueError(
+                f"training.kl_estimator k2 is implemented for loss types {K2_LOSS_TYPES}, not "
+                f"{self.loss_type!r}: use k3, or one of those loss types"
+            )
+        self.kl_estimator = kl_estimator
+        self._policy_logps: Any = None
+
+    def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
+        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self.kl_estimator == "k2" and kwargs.get("compute_entropy"):
+            self._policy_logps = out[0]  # only the loss's own forward asks for the entropy
+        return out
+
+    def _compute_loss(self, model: Any, inputs: dict[str, Any]):
+        if self.kl_estimator == "k3" or self.beta == 0.0:
+            return super()._compute_loss(model, inputs)
+        beta, self.beta = self.beta, 0.0
+        try:
+            loss = super()._compute_loss(model, inputs)
+        finally:
+            self.beta = beta
+        logps, self._policy_logps = self._policy_logps, None
+        per_token_kl = 0.5 * (logps - inputs["ref_per_token_logps"]) ** 2
+        mask = inputs["completion_mask"]
+        if "tool_mask" in inputs:
+            mask = mask * inputs["tool_mask"]
+        mode = "train" if self.model.training else "eval"
+        kl_loss = self._aggregate(per_token_kl, mask, inputs, mode)
+        totals = self.accelerator.reduce(
+            torch.stack([(per_token_kl.detach() * mask).sum(), mask.sum().float()]), reduction="sum"
+        )
+        self._metrics[mode]["kl"].append((totals[0] / totals[1].clamp(min=1.0)).item())
+        return loss + beta * kl_loss
+
+    def _aggregate(self, per_token: Any, mask: Any, inputs: dict[str, Any], mode: str) -> Any:
+        """`per_token` reduced as TRL reduces the policy term of `self.loss_type` (1.16)."""
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        if self.loss_type in ("dapo", "cispo", "vespo"):
+            normalizer = (
+                inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            )
+            if mode == "train":
+                normalizer = normalizer * accumulation / self.args.steps_per_generation
+            return (per_token * mask).sum() / normalizer
+        if self.loss_type in ("grpo", "sapo"):
+            per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+            return per_sequence.mean() / accumulation
+        if self.loss_type == "bnpo":
+            return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
+        # dr_grpo
+        total = per_token.size(0) * self.max_completion_length
+        return (per_token * mask).sum() / total / accumulation

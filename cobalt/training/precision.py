@@ -1,0 +1,154 @@
+"""The numerics of training, decided in one place for every trainer (GRPO, offline, SFT): the dtype
+of the trainable weights, of the compute, of frozen weights and of the saved model (issue 23).
+
+The paper's recipe (verl with FSDP) keeps fp32 master weights and computes in bf16. A bf16
+checkpoint (Qwen3-8B, R1-Distill-8B) loaded as it is would train in pure bf16: at learning rate
+1e-6 most Adam updates are below bf16's resolution (8 bits of mantissa: a weight of 0.02 moves only
+by steps of ~1e-4) and vanish (one step moved 1.7% of the weights, tests/training/test_precision.py).
+So, whatever the checkpoint's dtype:
+
+| precision | trainable weights (optimizer's master copy) | compute | frozen base (LoRA) | saved |
+| --- | --- | --- | --- | --- |
+| `mixed` | float32 | bf16 autocast | the checkpoint's dtype | the checkpoint's dtype |
+| `fp32` | float32 | float32 | float32 | the checkpoint's dtype |
+| `bf16` | bfloat16 (pure: small updates vanish) | bfloat16 | bfloat16 | the checkpoint's dtype |
+
+`auto` (the default) is `mixed` on a GPU with the `paper` preset and `fp32` otherwise: the `tiny`
+preset's models are small enough for float32, and bf16 autocast with the tiny preset's learning
+rate produced non-finite gradients on a GPU (docs/TRAINING.md). `bf16` is only used when a setting
+asks for it. The run's log and the training stats say which (`Numerics.describe`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["auto", "mixed", "fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("auto", "mixed", "fp32", "bf16")
+_FLOATS = {"float32", "bfloat16", "float16"}
+
+
+@dataclass(frozen=True)
+class Numerics:
+    """What `decide` chose; `trainable`/`frozen`/`saved` are torch dtype names."""
+
+    precision: str  # mixed, fp32 or bf16 (never auto)
+    trainable: str
+    compute: str  # "bf16 autocast", "float32" or "bfloat16"
+    frozen: str
+    saved: str
+    checkpoint: str
+
+    @property
+    def autocast(self) -> bool:
+        return self.compute == "bf16 autocast"
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """The `TrainingArguments` fields that follow from it: bf16 autocast or none. Pure bf16
+        runs without autocast (the weights are already bf16)."""
+        return {"bf16": self.autocast, "fp16": False}
+
+    def describe(self) -> str:
+        return (
+            f"numerics: {self.precision}: trainable weights {self.trainable}, compute "
+            f"{self.compute}, frozen weights {self.frozen}, saved as {self.saved} (checkpoint "
+            f"{self.checkpoint})"
+        )
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def checkpoint_dtype(model_path: str | Path) -> str:
+    """The floating dtype a saved model declares in its config.json (`dtype`, or transformers
+    4's `torch_dtype`); float32 when it declares none."""
+    try:
+        config = json.loads(Path(model_path, "config.json").read_text())
+    except (OSError, ValueError):
+        return "float32"
+    declared = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return declared if declared in _FLOATS else "float32"
+
+
+def resolve(precision: Precision, *, gpu: bool, paper: bool) -> str:
+    """`auto` made concrete: mixed on a GPU with the paper preset, else fp32."""
+    if precision != "auto":
+        return precision
+    return "mixed" if gpu and paper else "fp32"
+
+
+def decide(precision: Precision, checkpoint: str, *, gpu: bool, paper: bool) -> Numerics:
+    """The numerics of a run from the setting, the checkpoint's dtype and the hardware. Raises
+    ValueError for bf16 compute on a machine without bf16 support."""
+    chosen = resolve(precision, gpu=gpu, paper=paper)
+    if chosen == "mixed":
+        if not gpu:
+            raise ValueError(
+                "training.precision 'mixed' computes in bf16 autocast, which needs a GPU: use "
+                "'fp32' (or 'auto') on a CPU"
+            )
+        frozen = checkpoint if checkpoint != "float32" else "bfloat16"
+        return Numerics(chosen, "float32", "bf16 autocast", frozen, checkpoint, checkpoint)
+    if chosen == "fp32":
+        return Numerics(chosen, "float32", "float32", "float32", checkpoint, checkpoint)
+    return Numerics(chosen, "bfloat16", "bfloat16", "bfloat16", checkpoint, checkpoint)
+
+
+def load_dtype(numerics: Numerics, lora: bool) -> Any:
+    """The dtype to load the policy in: the frozen dtype under LoRA (the adapters get the
+    trainable dtype, `cast_trainable`), the trainable dtype otherwise."""
+    import torch
+
+    return getattr(torch, numerics.frozen if lora else numerics.trainable)
+
+
+def cast_trainable(model: Any, numerics: Numerics) -> int:
+    """Give every trainable parameter the trainable dtype (LoRA adapters created over a bf16
+    base, or a model loaded in another dtype); returns how many tensors were cast. Call it before
+    the optimizer is created (before `train()`)."""
+    import torch
+
+    dtype = getattr(torch, numerics.trainable)
+    cast = 0
+    for param in model.parameters():
+        if param.requires_grad and param.dtype != dtype:
+            param.data = param.data.to(dtype)
+            cast += 1
+    return cast
+
+
+def trainable_dtypes(model: Any) -> set[str]:
+    """The dtypes of the trainable parameters (what a test or the log checks)."""
+    return {str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.requires_grad}
+
+
+def cast_saved(output_dir: str | Path, numerics: Numerics) -> None:
+    """Rewrite a saved model's weights (`*.safetensors`) and config in the checkpoint's dtype, so
+    the engines load what the user's checkpoint was (an 8B bf16 checkpoint stays 16 GB, not 32).
+    Works on files, after any trainer saved them (sharded states included); a no-op when they
+    already are in that dtype."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    dtype = getattr(torch, numerics.saved)
+    directory = Path(output_dir)
+    for path in sorted(directory.glob("*.safetensors")):
+        tensors = load_file(str(path))
+        if all(not t.is_floating_point() or t.dtype == dtype for t in tensors.values()):
+            continue
+        cast = {k: t.to(dtype) if t.is_floating_point() else t for k, t in tensors.items()}
+        tmp = path.with_suffix(".tmp")
+        save_file(cast, str(tmp), metadata={"format": "pt"})
+        tmp.replace(path)
+    config_path = directory / "config.json"
+    if config_path.exists():
+        config = json.loads(config_path.read_text())
+        config["dtype"] = numerics.saved
+        config.pop("torch_dtype", None)
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,180 @@
+"""Numerics of training (issue 23, cobalt.training.precision): a bf16 checkpoint trains with fp32
+master weights, so every Adam update at the paper's learning rate lands; pure bf16 (only when
+asked) loses most of them; the saved model keeps the checkpoint's dtype. Real trainers, CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from cobalt.training.config import OfflineSettings, TrainingConfig
+from cobalt.training.precision import checkpoint_dtype, decide
+
+LR = 1e-6  # SPEC §1.6
+PROMPT = [{"role": "user", "content": "Print the sum of two integers."}]
+
+
+def offline_rows() -> list[dict]:
+    common = {"prompt": PROMPT, "stopped": True, "turn": 0, "example_id": "p"}
+    good = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    return [
+        {**common, "completion": good, "reward": 1.0, "advantage": 1.0, "sample": 0},
+        {**common, "completion": "I think it is 3.", "reward": -1.0, "advantage": -1.0},
+    ]
+
+
+@pytest.fixture(scope="module")
+def bf16_checkpoint(tmp_path_factory) -> Path:
+    """The tiny model saved as the paper's models ship: bfloat16 weights, config dtype bf16."""
+    from transformers import AutoModelForCausalLM
+
+    from engines.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path_factory.mktemp("bf16") / "model", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16)
+    model.save_pretrained(str(path))
+    assert checkpoint_dtype(path) == "bfloat16"
+    return path
+
+
+class Moves(TrainerCallback):
+    """Per optimizer step: the trainable parameters' dtypes, and how far each weight with a
+    nonzero gradient moved (read before and after the optimizer's update)."""
+
+    def __init__(self) -> None:
+        self.dtypes: set[str] = set()
+        self.before: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.moved: list[torch.Tensor] = []  # |delta| of weights whose gradient was nonzero
+        self.grads: list[torch.Tensor] = []
+
+    def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+        for name, p in model.named_parameters():
+            if p.requires_grad:
+                self.dtypes.add(str(p.dtype).removeprefix("torch."))
+                if p.grad is not None:
+                    self.before[name] = (p.detach().float().clone(), p.grad.detach().float().clone())
+
+    def on_optimizer_step(self, args, state, control, model=None, **kwargs):
+        for name, p in model.named_parameters():
+            if name in self.before:
+                old, grad = self.before.pop(name)
+                nonzero = grad != 0
+                self.moved.append((p.detach().float() - old)[nonzero].abs())
+                self.grads.append(grad[nonzero].abs())
+
+
+def offline_config(precision: str) -> TrainingConfig:
+    return TrainingConfig(
+        mode="offline",
+        precision=precision,
+        max_steps=1,
+        report_to=[],
+        offline=OfflineSettings(objective="awr", batch_size=2, learning_rate=LR),
+    )
+
+
+def test_master_weights_keep_fp32_and_every_update_lands(bf16_checkpoint, tmp_path) -> None:
+    """One AdamW step at lr 1e-6 from a bf16 checkpoint: the trainable weights are fp32 master
+    copies, and every weight whose gradient is not tiny moves by lr (Adam's first step is
+    lr * g / (|g| + eps)); the saved model is bf16 again."""
+    from safetensors.torch import load_file
+
+    from cobalt.training.offline import train_offline
+
+    moves = Moves()
+    run = train_offline(offline_config("auto"), offline_rows(), bf16_checkpoint, tmp_path, [moves])
+    assert moves.dtypes == {"float32"}
+    assert run.numerics["trainable"] == "float32" and run.numerics["saved"] == "bfloat16"
+    moved, grads = torch.cat(moves.moved), torch.cat(moves.grads)
+    clear = grads > 1e-5  # Adam's eps (1e-8) is negligible beside these
+    assert clear.sum() > 10_000
+    # each by lr, up to fp32's spacing at the weight (about 1e-7 at 1.0: the norm weights)
+    assert ((moved[clear] > 0.5 * LR) & (moved[clear] < 1.5 * LR)).all()
+    assert moved[clear].median().item() == pytest.approx(LR, rel=0.01)
+    assert (moved > 0).float().mean() > 0.99  # practically every weight with a gradient moved
+    assert checkpoint_dtype(tmp_path) == "bfloat16"
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    assert {t.dtype for t in weights.values() if t.is_floating_point()} == {torch.bfloat16}
+
+
+def test_pure_bf16_loses_most_updates_at_the_papers_learning_rate(bf16_checkpoint, tmp_path):
+    """What fp32 master weights prevent: in pure bf16 (asked for explicitly) most updates of
+    1e-6 are below a weight's resolution and vanish."""
+    from cobalt.training.offline import train_offline
+
+    moves = Moves()
+    run = train_offline(offline_config("bf16"), offline_rows(), bf16_checkpoint, tmp_path, [moves])
+    assert moves.dtypes == {"bfloat16"} and run.numerics["precision"] == "bf16"
+    moved = torch.cat(moves.moved)
+    assert (moved > 0).float().mean() < 0.2
+
+
+def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
+    bf16_checkpoint, tmp_path
+) -> None:
+    """TRL's GRPOTrainer gets the same numerics: fp32 trainable weights from a bf16 checkpoint,
+    the run's stats say so, the saved model is bf16."""
+    from cobalt.training.grpo import train
+    from sandbox import SandboxConfig, TestSuite
+
+    moves = Moves()
+    rows = [
+        {
+            "prompt": PROMPT,
+            "test_cases": TestSuite(inputs=["1 2\n"], outputs=["3\n"]).model_dump(),
+            "prev_best_pass_rate": 0.0,
+        }
+    ]
+    config = TrainingConfig(
+        mode="single_turn",
+        max_steps=1,
+        report_to=[],
+        sandbox=SandboxConfig(backend="namespace", concurrency=2),
+        overrides={"learning_rate": LR},
+    )
+    run = train(config, rows, bf16_checkpoint, tmp_path, callbacks=[moves])
+    assert moves.dtypes == {"float32"}
+    assert run.numerics == {
+        "precision": "fp32",
+        "trainable": "float32",
+        "compute": "float32",
+        "frozen": "float32",
+        "saved": "bfloat16",
+        "checkpoint": "bfloat16",
+    }
+    assert checkpoint_dtype(tmp_path) == "bfloat16"
+
+
+def test_the_numerics_table() -> None:
+    """auto: mixed on a GPU with the paper preset (fp32 master, bf16 autocast, frozen base in the
+    checkpoint's dtype), fp32 otherwise; mixed needs a GPU; bf16 only when asked."""
+    mixed = decide("auto", "bfloat16", gpu=True, paper=True)
+    assert (mixed.precision, mixed.trainable, mixed.compute, mixed.frozen, mixed.saved) == (
+        "mixed",
+        "float32",
+        "bf16 autocast",
+        "bfloat16",
+        "bfloat16",
+    )
+    assert mixed.trainer_kwargs() == {"bf16": True, "fp16": False}
+    assert decide("auto", "bfloat16", gpu=True, paper=False).precision == "fp32"
+    assert decide("auto", "float32", gpu=False, paper=True).trainable == "float32"
+    assert decide("mixed", "float32", gpu=True, paper=False).frozen == "bfloat16"
+    pure = decide("bf16", "float32", gpu=True, paper=True)
+    assert (pure.trainable, pure.saved, pure.trainer_kwargs()["bf16"]) == (
+        "bfloat16",
+        "float32",
+        False,
+    )
+    with pytest.raises(ValueError, match="needs a GPU"):
+        decide("mixed", "bfloat16", gpu=False, paper=True)
+
+
+def test_trainer_precision_is_owned_by_one_setting() -> None:
+    with pytest.raises(ValueError, match=r"overrides bf16: set training.precision"):
+        TrainingConfig(overrides={"bf16": True})
+    kwargs = TrainingConfig(preset="paper").grpo_kwargs("out")
+    assert kwargs["bf16"] is torch.cuda.is_available() and kwargs["fp16"] is False
