@@ -30,7 +30,7 @@ def test_the_kv_cache_and_the_batch_move_the_limit_the_right_way():
     long, _ = roofline(shape, 64, 8192, 256, *h200)
     bigger, _ = roofline(shape, 256, 512, 256, *h200)
     assert long < short < bigger  # more KV to read per step; more tokens per weight read
-    huge, bound = roofline(shape, 8192, 16, 16, *h200)
+    _huge, bound = roofline(shape, 8192, 16, 16, *h200)
     assert bound == "compute"  # 2 x params x batch FLOPs outgrow the weight reads
     assert gpu_limits("cpu") is None
 

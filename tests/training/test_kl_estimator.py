@@ -91,7 +91,7 @@ def test_k2_and_k3_values_and_gradients(tiny, tmp_path, shift) -> None:
         seen = []
         forward = t._get_per_token_logps_and_entropies
 
-        def keep(*args, **kwargs):
+        def keep(*args, forward=forward, seen=seen, **kwargs):
             out = forward(*args, **kwargs)
             out[0].retain_grad()
             seen.append(out[0])

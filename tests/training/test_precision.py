@@ -55,7 +55,10 @@ class Moves(TrainerCallback):
             if p.requires_grad:
                 self.dtypes.add(str(p.dtype).removeprefix("torch."))
                 if p.grad is not None:
-                    self.before[name] = (p.detach().float().clone(), p.grad.detach().float().clone())
+                    self.before[name] = (
+                        p.detach().float().clone(),
+                        p.grad.detach().float().clone(),
+                    )
 
     def on_optimizer_step(self, args, state, control, model=None, **kwargs):
         for name, p in model.named_parameters():
