@@ -118,8 +118,8 @@ def feedback_template(trainer: Any, feedback: str) -> tuple[int, list[int]]:
     if ids[: len(head_ids)] != head_ids or end is None:
         raise ValueError(
             "the chat template does not render a conversation as its first turns followed by "
-            "an assistant turn closed with an end-of-sequence token: multi_turn needs such a "
-            "template (ChatML, Llama 3, DeepSeek-R1 and Qwen3 templates are)"
+            "an assistant turn closed with one of the model's end-of-sequence tokens "
+            f"{sorted(eos)}: multi_turn needs a template that does (ChatML does)"
         )
     return ids[end], ids[end + 1 :]
 
@@ -184,7 +184,7 @@ def repair_rollout(
             judge_turns([(r.problem, r.turns[-1]) for r in live], judge)
             for row in live:
                 end, suffix = feedback_template(trainer, row.turns[-1].feedback or "")
-                closing = [] if row.completion_ids[-1] in trainer.eos_token_ids else [end]
+                closing = [] if row.turns[-1].finish_reason == "stop" else [end]
                 grown = len(row.context()) + len(closing) + len(suffix)
                 if max_context_tokens is not None and grown > max_context_tokens:
                     row.open = False

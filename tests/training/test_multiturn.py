@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import pytest
 
@@ -287,7 +288,7 @@ def test_a_long_conversation_stops_and_every_turn_samples(scripted_run, rewards)
     assert out["program"] == [p[0] for p in out["programs"]]
 
 
-def test_rows_must_be_turn0_contexts_of_known_problems(scripted_run, rewards) -> None:
+def test_rows_templates_and_problems_that_cannot_be_used(scripted_run, rewards) -> None:
     trainer, _, _ = scripted_run
     rollout = repair_rollout([DOUBLE], rewards.judge)
     later = [*first_messages(SYSTEM, DOUBLE.instruction), {"role": "assistant", "content": "x"}]
@@ -300,12 +301,22 @@ def test_rows_must_be_turn0_contexts_of_known_problems(scripted_run, rewards) ->
     other = twin.model_copy(update={"public_tests": SUM.public_tests})
     with pytest.raises(ValueError, match="hand/double and hand/twin have the same instruction"):
         problem_index([DOUBLE, other])
+    # a template that ends an assistant turn with no end-of-sequence token cannot be continued
+    plain = SimpleNamespace(
+        processing_class=trainer.processing_class,
+        chat_template="{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}",
+        chat_template_kwargs={},
+        eos_token_ids=trainer.eos_token_ids,
+    )
+    with pytest.raises(ValueError, match="closed with one of the model's end-of-sequence"):
+        feedback_template(plain, "Your program failed.")
 
 
 @pytest.mark.timeout(300)
 def test_grpo_two_steps_with_the_rollout(tiny_model, tmp_path, rewards) -> None:
     """TRL's GRPOTrainer trains 2 optimizer steps with the rollout, sampling from the tiny model
-    itself; TRL reads the env_mask (its completion lengths count only the model's tokens)."""
+    itself (transformers here; vLLM colocated where a GPU and vLLM are); TRL reads the env_mask
+    (its completion lengths count only the model's tokens)."""
     inner = repair_rollout(PROBLEMS, rewards.judge, turns=2)
     seen: list[dict] = []
 
@@ -332,8 +343,15 @@ def test_grpo_two_steps_with_the_rollout(tiny_model, tmp_path, rewards) -> None:
         assert step["completions/mean_length"] == pytest.approx(
             sum(model_tokens) / len(model_tokens)
         )
+        # vLLM (colocated, on a GPU) reports each sampled token's logprob; transformers none
+        assert (batch["logprobs"] is not None) == trainer.use_vllm
         for k, ids in enumerate(batch["completion_ids"]):
             assert len(batch["programs"][k]) == 3 and len(batch["feedback"][k]) == 2
+            if trainer.use_vllm:
+                logprobs, mask = batch["logprobs"][k], batch["env_mask"][k]
+                assert len(logprobs) == len(ids)
+                assert all(lp == 0.0 for lp, m in zip(logprobs, mask, strict=True) if not m)
+                assert all(lp <= 0.0 for lp in logprobs) and any(lp < 0 for lp in logprobs)
             masked = tokenizer.decode(
                 [x for x, m in zip(ids, batch["env_mask"][k], strict=True) if not m]
             )
