@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cobalt.training.config import Mode, TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
@@ -50,18 +50,28 @@ def _clip(x: float) -> float:
     return max(-1.0, min(1.0, x))
 
 
+class Judged(NamedTuple):
+    """A program's result on all tests of its row: pass rate and per-test pass flags."""
+
+    pass_rate: float
+    passed: tuple[bool, ...]
+
+
 class CobaltRewards:
     """TRL reward callables sharing one sandbox judge; use as a context manager.
 
     `correctness` judges the program of every completion of the batch concurrently
     (`judge_many`; the program after `</think>`, `program`) and returns
     `correctness_reward(pass_rate or None, prev_best_pass_rate, training=True)`; `format` is
-    `format_reward` with `correct` = correctness reward >= 0 (pass rates are cached per program).
+    `format_reward` with `correct` = correctness reward >= 0 (results are cached per program).
 
     TRL sums the reward functions (weights 1) without clipping, so `format` returns the clipped
     contribution clip(correctness + format_term, -1, 1) - correctness: the sum TRL trains on is
     SPEC §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
-    contribution (0 when correctness is already -1)."""
+    contribution (0 when correctness is already -1).
+
+    Rows from the multi-turn rollout (cobalt/training/multiturn.py) carry the rewarded `program`
+    and its `response`: those are judged and formatted instead of the decoded completion."""
 
     def __init__(
         self,
@@ -72,7 +82,7 @@ class CobaltRewards:
         self.judge = SyncJudge(sandbox)
         self.count_tokens = count_tokens
         self.opened_thinking = opened_thinking
-        self._cache: dict[tuple[str, str], float] = {}
+        self._cache: dict[tuple[str, str], Judged] = {}
 
     def program(self, text: str) -> str | None:
         """The program a completion submits, as the trajectory stage takes it: the last code
@@ -88,8 +98,10 @@ class CobaltRewards:
     def __exit__(self, *exc) -> None:
         self.judge.__exit__(*exc)
 
-    def pass_rates(self, texts: Sequence[str], test_cases: Sequence[Any]) -> list[float | None]:
-        codes = [self.program(t) for t in texts]
+    def results(
+        self, codes: Sequence[str | None], test_cases: Sequence[Any]
+    ) -> list[Judged | None]:
+        """Each program on all tests of its row (None: no program), judged concurrently once."""
         suites = [as_suite(tc) for tc in test_cases]
         keys = [
             (c, s.model_dump_json()) if c is not None else None
@@ -101,24 +113,38 @@ class CobaltRewards:
                 JudgeRequest(id=str(i), code=k[0], tests=s) for i, (k, s) in enumerate(todo.items())
             ]
             for key, verdict in zip(todo, self.judge.judge_many(requests), strict=True):
-                self._cache[key] = verdict.pass_rate
+                self._cache[key] = Judged(verdict.pass_rate, tuple(verdict.passed))
         if len(self._cache) > 50_000:
             self._cache.clear()
         return [self._cache.get(k) if k else None for k in keys]
 
-    def correctness_rewards(self, completions, test_cases, prev_best_pass_rate) -> list[float]:
-        texts = [completion_text(c) for c in completions]
-        rates = self.pass_rates(texts, test_cases)
+    def programs(
+        self, completions: Sequence[Any], program: Sequence[str | None] | None = None
+    ) -> list[str | None]:
+        """The program each row is rewarded on: the rollout's `program`, else the completion's
+        (`program`)."""
+        if program is not None:
+            return list(program)
+        return [self.program(completion_text(c)) for c in completions]
+
+    def correctness_rewards(
+        self, completions, test_cases, prev_best_pass_rate, program=None
+    ) -> list[float]:
+        results = self.results(self.programs(completions, program), test_cases)
         return [
-            correctness_reward(p, float(b or 0.0), training=True)
-            for p, b in zip(rates, prev_best_pass_rate, strict=True)
+            correctness_reward(r.pass_rate if r else None, float(b or 0.0), training=True)
+            for r, b in zip(results, prev_best_pass_rate, strict=True)
         ]
 
-    def format_rewards(self, completions, test_cases, prev_best_pass_rate) -> list[float]:
+    def format_rewards(
+        self, completions, test_cases, prev_best_pass_rate, program=None, response=None
+    ) -> list[float]:
         if self.count_tokens is None:
             raise ValueError("the format reward needs count_tokens")
-        texts = [completion_text(c) for c in completions]
-        correct = self.correctness_rewards(completions, test_cases, prev_best_pass_rate)
+        texts = (
+            list(response) if response is not None else [completion_text(c) for c in completions]
+        )
+        correct = self.correctness_rewards(completions, test_cases, prev_best_pass_rate, program)
         return [
             _clip(r + format_reward(t, self.count_tokens, correct=r >= 0)) - r
             for t, r in zip(texts, correct, strict=True)
@@ -127,11 +153,17 @@ class CobaltRewards:
     def reward_funcs(self, use_format: bool = False) -> list[Callable[..., list[float]]]:
         """TRL reward callables (named `correctness` and `format` in the logs)."""
 
-        def correctness(completions, test_cases, prev_best_pass_rate, **kwargs) -> list[float]:
-            return self.correctness_rewards(completions, test_cases, prev_best_pass_rate)
+        def correctness(
+            completions, test_cases, prev_best_pass_rate, program=None, **kwargs
+        ) -> list[float]:
+            return self.correctness_rewards(completions, test_cases, prev_best_pass_rate, program)
 
-        def format(completions, test_cases, prev_best_pass_rate, **kwargs) -> list[float]:  # noqa: A001
-            return self.format_rewards(completions, test_cases, prev_best_pass_rate)
+        def format(  # noqa: A001
+            completions, test_cases, prev_best_pass_rate, program=None, response=None, **kwargs
+        ) -> list[float]:
+            return self.format_rewards(
+                completions, test_cases, prev_best_pass_rate, program, response
+            )
 
         return [correctness, format] if use_format else [correctness]
 

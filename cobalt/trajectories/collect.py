@@ -6,6 +6,8 @@ public tests, the first failing test goes back to the model, and the model repai
 - `collect_multiturn`: from those records, `turns` feedback turns per sample, batched: one
   `generate` call per turn over every live conversation of a chunk of problems, and one
   `judge_many` per turn over their programs.
+- `judge_turns`: runs turns' programs on the feedback tests and writes each turn's feedback (the
+  one rule, shared with the multi-turn GRPO rollout, cobalt/training/multiturn.py).
 
 Every record is appended to a `RecordLog` (cobalt/trajectories/records.py) as soon as it is done;
 a rerun skips the problem ids already in the file. No Prefect and no storage layer here
@@ -354,7 +356,8 @@ def _run_chunk(
                             sample.ended = turn.outcome
                     live = [x for x in live if x[1].ended is None]
                 if live:
-                    pending[i] = pool.submit(_judge_turn, live, judge, sandbox_gate)
+                    last = [(problem, sample.turns[-1]) for problem, sample, _ in live]
+                    pending[i] = pool.submit(judge_turns, last, judge, sandbox_gate)
         for future in pending.values():
             _wait(future, stats)
 
@@ -403,14 +406,18 @@ def _turn_seed(seed: int | None, turn: int) -> int | None:
     return None if seed is None else seed + turn
 
 
-def _judge_turn(live: Live, judge: SyncJudge, gate: Gate | None) -> tuple[int, float]:
-    """Judge the last turn of every live sample on its problem's feedback tests (fail-fast) and
-    write its feedback. Identical programs of one problem are judged once. Returns the number of
-    programs judged and the seconds it took."""
+def judge_turns(
+    turns: Sequence[tuple[ProblemLike, Turn]], judge: SyncJudge, gate: Gate | None = None
+) -> tuple[int, float]:
+    """Judge each turn's program on its problem's feedback tests (fail-fast) and write the turn's
+    `public` verdict and `feedback` (the next user turn, SPEC §1.2). Identical programs of one
+    problem are judged once; a sandbox failure is retried once on a fresh worker. Used by
+    trajectory collection and by the multi-turn GRPO rollout (cobalt/training/multiturn.py).
+    Returns the number of programs judged and the seconds it took."""
     busy = 0.0
     requests: dict[tuple[str, str], JudgeRequest] = {}
-    for problem, sample, _ in live:
-        code = sample.turns[-1].code
+    for problem, turn in turns:
+        code = turn.code
         tests = problem.feedback_tests
         if code is not None and tests.inputs:
             key = (problem.id, code)
@@ -432,8 +439,7 @@ def _judge_turn(live: Live, judge: SyncJudge, gate: Gate | None) -> tuple[int, f
                     results[i] = verdict
         busy = time.perf_counter() - started
         verdicts = dict(zip(requests, results, strict=True))
-    for problem, sample, _ in live:
-        turn = sample.turns[-1]
+    for problem, turn in turns:
         total = len(problem.feedback_tests.inputs)
         if turn.code is None:
             turn.feedback = no_code_feedback()
