@@ -95,7 +95,6 @@ def config(args: argparse.Namespace, processes: int, generation: str) -> Trainin
         "generation_batch_size": args.per_device * processes,
         "max_completion_length": args.max_completion,
         "learning_rate": 1e-5,
-        "bf16": gpu and args.bf16,
         "use_cpu": not gpu,
         "logging_steps": 1,
         "gradient_checkpointing": args.gradient_checkpointing,
@@ -111,6 +110,7 @@ def config(args: argparse.Namespace, processes: int, generation: str) -> Trainin
         generation=generation,
         lora=LoraSettings() if args.lora else None,
         accelerate_config=args.accelerate_config,
+        precision="mixed" if gpu and args.bf16 else "fp32",
         overrides=overrides,
     )
 
@@ -131,8 +131,10 @@ def run(
         model=str(model),
         output_dir=str(work / f"out-{processes}-{generation}"),
     )
-    history, timing, _ = run_job(job)
-    peak = torch.cuda.max_memory_reserved() if torch.cuda.is_available() else None
+    history, timing, extra = run_job(job)
+    # on a GPU the training runs in a process of its own (cobalt.training.launch), which reports
+    # its peak reserved memory
+    peak = (extra.get("gpu_peak_reserved_gib") or 0) * 2**30 if torch.cuda.is_available() else None
     steps = timing["step_s"][args.warmup :] or timing["step_s"]
     step_s = statistics.median(steps)
     completions = args.per_device * processes

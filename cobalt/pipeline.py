@@ -25,7 +25,7 @@ from cobalt.evaluation import plot_pass_at_1
 from cobalt.judging import SandboxRuntime
 from cobalt.reference import FIT_STEPS, FITTED, TINY
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
-from cobalt.training.config import Mode, OfflineSettings, TrainingConfig
+from cobalt.training.config import MODES, Mode, OfflineSettings, TrainingConfig
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
 from cobalt.trajectories.collect import BatchConfig, CollectConfig
 from cobalt.trajectories.runs import TrajectorySummary
@@ -72,18 +72,81 @@ def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
     )
 
 
+PipelinePreset = Literal["tiny", "paper"]
+# the settings a preset decides, unless the parameters set them (a partial nested object merges
+# over them: {"collect": {"turns": 3}} keeps the preset's sampling)
+PRESET_FIELDS = ("collect", "eval_turns", "bandit", "training", "engine")
+
+
+def paper_collect() -> CollectConfig:
+    """SPEC §1.2: 16 samples, T 0.6 / top-p 0.95, 6144 new tokens, 2 feedback turns, the SPEC's
+    system prompt."""
+    return CollectConfig(
+        sampling=SamplingConfig(n=16, temperature=0.6, top_p=0.95, max_new_tokens=6144, seed=0),
+        turns=2,
+    )
+
+
+def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, Any]:
+    """The fields of PRESET_FIELDS for a preset, as JSON (what a user's values merge over).
+    tiny: the embedded run (CPU minutes); paper: SPEC §1.2-§1.6 for a real model (16 samples, 8
+    evaluation turns, 10,000-token contexts, the paper training preset)."""
+    if preset == "tiny":
+        values = {
+            "collect": _tiny_collect(),
+            "eval_turns": 2,
+            "bandit": BanditConfig(max_prompt_tokens=1024),
+            "training": tiny_training(mode),
+        }
+    else:
+        values = {
+            "collect": paper_collect(),
+            "eval_turns": 8,
+            "bandit": BanditConfig(max_prompt_tokens=10_000),
+            "training": TrainingConfig(preset="paper", mode=mode),
+        }
+    values["engine"] = EngineConfig(kind="auto", model=FITTED)
+    return {
+        k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in values.items()
+    }
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on top of `base`, nested objects merged key by key (lists and values replaced)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 class PipelineParams(BaseModel):
     """Parameters of the pipeline flow, validated before any work starts. The defaults are the
-    embedded run: bundled synthetic problems, the tiny model fitted on CPU, local storage."""
+    embedded run: bundled synthetic problems, the tiny model fitted on CPU, local storage. A
+    real reference model (a directory) gets the paper preset's settings (`preset`) unless the
+    parameters set them."""
 
     model_config = ConfigDict(extra="forbid")
+
+    preset: PipelinePreset | None = Field(
+        None,
+        description="Settings of trajectories, evaluation, bandit contexts, training and engine "
+        "(PRESET_FIELDS) that the parameters do not set: tiny (the embedded run) or paper (SPEC "
+        "§1.2-§1.6). None: tiny for the embedded reference models, paper for a model directory.",
+    )
 
     sources: Sources = Field(
         default_factory=lambda: [SourceSpec.parse(s) for s in SYNTHETIC_SOURCES],
         min_length=1,
         description="Data sources (see the data flow); default: the bundled synthetic problems.",
     )
-    rules: CleanRules = Field(default_factory=lambda: SYNTHETIC_RULES)
+    rules: CleanRules = Field(
+        default_factory=lambda: SYNTHETIC_RULES,
+        description="Cleaning rules; default: SPEC §1.1's for given sources, 40 alphanumerics "
+        "instead of 100 for the bundled synthetic problems (their statements are short).",
+    )
     reference: str = Field(
         FITTED,
         description=f"The reference model that collects trajectories and is trained: "
@@ -97,8 +160,9 @@ class PipelineParams(BaseModel):
         description="Optimizer steps of the reference model's fit (about 75 s on 2 CPU cores).",
     )
     engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(kind="transformers", model=FITTED),
-        description="Engine options (device, dtype, batch size); its model is the reference.",
+        default_factory=lambda: EngineConfig(kind="auto", model=FITTED),
+        description="Engine of every generating stage (kind auto: vLLM on a GPU where it is "
+        "installed, else transformers; device, dtype, batch size); its model is the reference.",
     )
     train_table: str = Field("train", description="Problem set the trajectories come from.")
     eval_table: str = Field("test", description="Problem set evaluated before and after.")
@@ -150,6 +214,30 @@ class PipelineParams(BaseModel):
         description="The analysis' LLM judge; None: the reference model, in this process "
         "(greedy; 48 tokens per reply for the embedded default's model, else 1024).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _preset_defaults(cls, values: Any) -> Any:
+        """Fill what the parameters leave unset from the preset (see `preset_defaults`)."""
+        if not isinstance(values, dict):
+            return values
+        reference = values.get("reference", FITTED)
+        preset = values.get("preset") or ("tiny" if reference in (FITTED, TINY) else "paper")
+        if preset not in ("tiny", "paper"):
+            return values  # the field's own validation names the error
+        training = values.get("training")
+        mode = training.get("mode", "cobalt") if isinstance(training, dict) else "cobalt"
+        defaults = preset_defaults(preset, mode if mode in MODES else "cobalt")
+        merged = {**values, "preset": preset}
+        for field in PRESET_FIELDS:
+            given = values.get(field)
+            if field not in values:
+                merged[field] = defaults[field]
+            elif isinstance(given, dict) and isinstance(defaults[field], dict):
+                merged[field] = merge(defaults[field], given)
+        if "rules" not in values and "sources" in values:
+            merged["rules"] = CleanRules().model_dump()  # SPEC §1.1 for the user's sources
+        return merged
 
     @model_validator(mode="after")
     def _offline_has_no_perturbed_mixing(self) -> PipelineParams:
@@ -242,6 +330,41 @@ class PipelineParams(BaseModel):
             work_dir=self.work_dir,
             refresh=self.refresh,
         )
+
+
+def settings_text(params: PipelineParams) -> str:
+    """What the run will use, printed before it starts (the preset's choices and the user's)."""
+    from engines import resolve_kind
+
+    c, s, t = params.collect, params.collect.sampling, params.training
+    kind = params.engine.kind
+    engine = f"{kind} -> {resolve_kind(kind)}" if kind == "auto" else kind
+    lines = [
+        f"preset {params.preset}: reference and policy {params.reference}; engine {engine}",
+        f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "
+        f"tokens, T {s.temperature} top-p {s.top_p}, "
+        + ("the SPEC's system prompt" if c.system_prompt else "no system prompt"),
+        f"evaluation: {params.eval_turns} feedback turns on '{params.eval_table}'"
+        + (f" (first {params.eval_limit})" if params.eval_limit else ""),
+        f"bandit contexts up to {params.bandit.max_prompt_tokens} tokens; cleaning: statements "
+        f"of {params.rules.min_statement_alnum}+ alphanumerics, {params.rules.min_tests}+ tests",
+    ]
+    if t.mode == "offline":
+        lines.append(
+            f"training: offline {t.offline.objective}, {t.preset} preset, precision "
+            f"{t.precision}" + (", LoRA" if t.lora else "")
+        )
+    else:
+        kw = t.grpo_kwargs("out")
+        lines.append(
+            f"training: {t.mode} GRPO, {t.preset} preset: lr {kw['learning_rate']}, "
+            f"{kw['num_generations']} samples per prompt, {kw['max_completion_length']} "
+            f"completion tokens, {kw.get('max_steps') or str(kw.get('num_train_epochs')) + ' epochs'}"
+            f"{' steps' if kw.get('max_steps') else ''}, reward {t.reward}, KL {t.kl()} "
+            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}"
+            + (", LoRA" if t.lora else "")
+        )
+    return "\n".join("  " + line for line in ["settings:", *lines]).lstrip()
 
 
 def check_sets(data: DataSummary, params: PipelineParams) -> str:

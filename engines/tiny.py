@@ -353,6 +353,7 @@ def build_tiny_model(
     device: str = "cpu",
     dtype: str = "float32",
     save_weights: bool = True,
+    pad_vocab_to: int | None = None,
 ) -> Path:
     """Build the tiny chat model into `path` (created; existing files are overwritten).
 
@@ -366,7 +367,9 @@ def build_tiny_model(
     Large shapes (benchmarks of 7-8B models): `device="cuda"` initialises the weights on the GPU
     and `dtype="bfloat16"` saves them in half the bytes; `save_weights=False` writes the config,
     generation config and tokenizer only, for vLLM's `load_format="dummy"` (random weights made
-    by vLLM itself; no end-of-turn taste then).
+    by vLLM itself; no end-of-turn taste then). `pad_vocab_to` grows the vocabulary to a real
+    model's (Qwen3: 151,936) with placeholder tokens `<|v123|>` that decode to text, so the
+    logits (and their memory) have a real model's width and every sampled id decodes.
     """
     import torch
     from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
@@ -374,6 +377,8 @@ def build_tiny_model(
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(vocab_size=vocab_size, corpus=corpus)
+    if pad_vocab_to is not None and pad_vocab_to > len(tokenizer):
+        tokenizer.add_tokens([f"<|v{i}|>" for i in range(len(tokenizer), pad_vocab_to)])
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen2Config(

@@ -5,8 +5,10 @@ start on a busy machine."""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
@@ -20,9 +22,37 @@ from cobalt.storage import StorageError
 from cobalt.trajectories.problemsets import ProblemSetError
 from engines import MissingAPIKeyError
 
+
+class ConfigError(ValueError):
+    """A --config file that cannot be read as a JSON object; the message names file and place."""
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A --config file's JSON object; `ConfigError` (one line: the file, line and column) when it
+    is missing, not JSON or not an object."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot be read ({exc.strerror or exc})") from None
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--config {path}: not valid JSON at line {exc.lineno} column {exc.colno} "
+            f"({exc.msg}); the file holds one JSON object of parameter fields"
+        ) from None
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"--config {path}: holds a JSON {type(values).__name__}, not an object of parameter "
+            'fields (e.g. {"collect": {"turns": 3}})'
+        )
+    return values
+
+
 EPHEMERAL_START_S = 90  # Prefect's 20 s default is too short on a loaded 2-core machine
 # what a user can fix: printed as one line, exit status 2, no traceback
 USER_ERRORS = (
+    ConfigError,
     StorageError,
     SourceError,
     ProblemSetError,

@@ -22,13 +22,14 @@ from typing import Any
 from prefect import flow
 
 from cobalt.data import stages as data_stage
-from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, tiny_training
+from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
 from cobalt.reference import FITTED, check_reference
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
-from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
+from cobalt.training.precision import PRECISIONS
 from cobalt.training.stages import check_training
-from flows.cli import add_storage_args, run_flow_cli, storage_values
+from flows.cli import add_storage_args, read_config, run_flow_cli, storage_values
 from flows.data import data_flow
 from flows.reward_hacking import reward_hacking_flow
 from flows.training import training_flow
@@ -49,6 +50,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """Problems -> reference trajectories -> bandit dataset -> GRPO (offline mode: offline
     dataset -> offline training) -> before/after Pass@1."""
     preflight(params)
+    print(settings_text(params))
     model = reference_model(params)
     data = data_flow.with_options(flow_run_name="data")(params.data())
     sets = check_sets(data, params)
@@ -88,13 +90,31 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
 # --- CLI ------------------------------------------------------------------------------------------
 
 EPILOG = """\
-The default is the embedded run: samples/synthetic_{train,test}.jsonl (generated list problems,
-scripts/make_synthetic_samples.py), a ~1M-parameter model fitted on CPU for --fit-steps to
-24 of the 30 problem kinds, 4 samples x 2 feedback turns, 8 GRPO steps (--mode offline: one
-epoch over the logged turns, objective --objective, batch 16). Other sources as in the
-data flow (--source URI[:KIND][?key=value]); another reference model with --reference DIR.
-Any field of PipelineParams via --config FILE.json (flags override it).
+Two presets decide the settings that flags and --config leave unset:
+  tiny   the embedded run (default for --model fitted|tiny): samples/synthetic_{train,test}.jsonl,
+         a ~1M-parameter model fitted on CPU for --fit-steps to 24 of the 30 synthetic kinds,
+         4 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 8 GRPO steps (--mode
+         offline: one epoch over the logged turns, objective --objective, batch 16).
+  paper  SPEC §1.2-§1.6 (default for --model DIR, a real model): 16 samples x 2 feedback turns of
+         up to 6144 tokens with the SPEC's system prompt, 8 evaluation turns, contexts up to
+         10,000 tokens, the paper GRPO preset (lr 1e-6, 16 samples per prompt, fp32 master
+         weights with bf16 compute, k2 KL 1e-4, 2 epochs; --lora on one GPU).
+The engine of every generating stage is --engine (auto: vLLM on a GPU where it is installed,
+else transformers). The run prints the settings it uses before it starts.
+
+A real run on one GPU (TACO-verified for training, LiveCodeBench v6 for evaluation):
+  python -m flows.pipeline --model /models/Qwen3-8B --lora \\
+      --source hf:likaixin/TACO-verified --source 'hf:livecodebench/code_generation_lite?version_tag=v6'
+Other sources as in the data flow (--source URI[:KIND][?key=value]). Any field of PipelineParams
+via --config FILE.json (nested objects merge over the preset's; flags override the file).
 """
+
+
+def _json_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
 
 
 def parse_params(argv: list[str] | None = None) -> PipelineParams:
@@ -108,18 +128,46 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     )
     arg = parser.add_argument
     arg("--config", type=Path, help="JSON file with PipelineParams fields")
+    arg(
+        "--preset",
+        choices=["tiny", "paper"],
+        help="settings preset (tiny for the embedded models, paper for a model directory)",
+    )
+    arg(
+        "--model",
+        "--reference",
+        dest="reference",
+        metavar="DIR",
+        help=f"the reference model, and the policy trained from it: {FITTED} (default), tiny, "
+        "or a model directory",
+    )
+    arg(
+        "--engine",
+        choices=["auto", "transformers", "vllm", "litellm"],
+        help="engine of every generating stage (auto)",
+    )
+    arg("--api-base", metavar="URL", help="litellm: an OpenAI-compatible server")
     arg("--source", action="append", metavar="URI[:KIND]", help="data source (repeatable)")
-    arg("--reference", metavar="DIR", help=f"reference model: {FITTED} (default), tiny, or a dir")
     arg("--fit-steps", type=int, help="optimizer steps of the tiny model's fit (240)")
     arg("--train-limit", type=int, help="only the first N training problems")
     arg("--eval-limit", type=int, help="only the first N evaluation problems")
-    arg("--n", type=int, help="samples per problem (4)")
+    arg("--n", type=int, help="samples per problem (tiny 4, paper 16)")
     arg("--turns", type=int, help="feedback turns of the training trajectories (2)")
-    arg("--eval-turns", type=int, help="feedback turns when evaluating (2)")
-    arg("--max-new-tokens", type=int, help="tokens per turn (128)")
-    arg("--mode", choices=["cobalt", "single_turn", "offline"], help="training mode (cobalt)")
+    arg("--eval-turns", type=int, help="feedback turns when evaluating (tiny 2, paper 8)")
+    arg("--max-new-tokens", type=int, help="tokens per turn (tiny 128, paper 6144)")
+    arg("--mode", choices=MODES, help="training mode (cobalt)")
     arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
-    arg("--max-steps", type=int, help="optimizer steps (GRPO: 8; offline: one epoch)")
+    arg("--reward", choices=["correctness", "dense"], help="GRPO reward (correctness)")
+    arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 8; offline: one epoch)")
+    arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
+    arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
+    arg(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a GRPOConfig field (offline: TrainingArguments), e.g. --set learning_rate=2e-6",
+    )
     arg("--perturbed-ratio", type=float, help="share of repair contexts from perturbed feedback")
     arg(
         "--reward-hacking",
@@ -137,50 +185,53 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
 
-    values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
-    if args.source:
-        values["sources"] = args.source
-    for flag in ("reference", "fit_steps", "train_limit", "eval_limit", "eval_turns"):
+    values: dict[str, Any] = read_config(args.config) if args.config else {}
+    for flag in ("preset", "reference", "fit_steps", "train_limit", "eval_limit", "eval_turns"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
-    for flag in ("work_dir", "cluster"):
-        if getattr(args, flag):
+    if args.source:
+        values["sources"] = args.source
+    for flag in ("work_dir", "cluster", "hacking_table", "hacking_limit"):
+        if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.refresh:
         values["refresh"] = True
     if args.reward_hacking:
         values["reward_hacking"] = True
-    for flag in ("hacking_table", "hacking_limit"):
+    engine = values.setdefault("engine", {})
+    for flag, field in (("engine", "kind"), ("api_base", "api_base"), ("device", "device")):
         if getattr(args, flag) is not None:
-            values[flag] = getattr(args, flag)
-    defaults = PipelineParams.model_fields
-    collect = values.setdefault("collect", defaults["collect"].default_factory().model_dump())
+            engine[field] = getattr(args, flag)
+    collect = values.setdefault("collect", {})
     if args.n is not None:
-        collect["sampling"]["n"] = args.n
+        collect.setdefault("sampling", {})["n"] = args.n
     if args.max_new_tokens is not None:
-        collect["sampling"]["max_new_tokens"] = args.max_new_tokens
+        collect.setdefault("sampling", {})["max_new_tokens"] = args.max_new_tokens
     if args.turns is not None:
         collect["turns"] = args.turns
-    training = values.setdefault("training", tiny_training(args.mode or "cobalt").model_dump())
-    if args.mode:
-        training["mode"] = args.mode
+    training = values.setdefault("training", {})
+    for flag in ("mode", "max_steps", "reward", "precision"):
+        if getattr(args, flag) is not None:
+            training[flag] = getattr(args, flag)
     if args.objective:
         training.setdefault("offline", {})["objective"] = args.objective
-    if args.max_steps is not None:
-        training["max_steps"] = args.max_steps
+    if args.lora:
+        training["lora"] = {}
+    for item in args.set:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set {item!r}: use KEY=JSON, e.g. --set max_completion_length=256")
+        training.setdefault("overrides", {})[key] = _json_value(text)
     if args.perturbed_ratio is not None:
-        values.setdefault("bandit", {"max_prompt_tokens": 1024})["perturbed_ratio"] = (
-            args.perturbed_ratio
-        )
-    if args.device:
-        values.setdefault("engine", {"kind": "transformers", "model": FITTED})["device"] = (
-            args.device
-        )
+        values.setdefault("bandit", {})["perturbed_ratio"] = args.perturbed_ratio
     if args.backend is not None:
         values.setdefault("sandbox", {})["backend"] = args.backend
     if args.sandbox_concurrency is not None:
         values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
     storage_values(args, values)
+    for field in ("engine", "collect", "training"):  # nothing given: the preset's
+        if not values[field]:
+            del values[field]
     return PipelineParams.model_validate(values)
 
 

@@ -158,10 +158,10 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
             values[flag] = getattr(args, flag)
     running_values(args, values)
     defaults = HackingParams.model_fields
-    engine = dict(values.get("engine") or {"kind": "transformers", "model": FITTED})
+    engine = dict(values.get("engine") or {"kind": "auto", "model": FITTED})
     _engine_flags(args, engine, "")
-    if engine.get("kind") != "transformers" and engine.get("model") == FITTED:
-        parser.error(f"--model is needed with --engine {engine['kind']}")
+    if engine.get("kind") == "litellm" and engine.get("model") == FITTED:
+        parser.error("--model is needed with --engine litellm (the served model's name)")
     values["engine"] = engine
     local = engine.get("model") in (FITTED, TINY)  # the embedded default's settings, else SPEC's
     base = defaults["collect"].default_factory() if local else CollectConfig()
@@ -175,7 +175,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     if args.system_prompt is not None:
         collect["system_prompt"] = args.system_prompt
     judge_values = values.setdefault("judge", {})
-    judge_engine = dict(judge_values.get("engine") or {"kind": "transformers", "model": FITTED})
+    judge_engine = dict(judge_values.get("engine") or {"kind": "auto", "model": FITTED})
     _engine_flags(args, judge_engine, "judge_")
     if "sampling" not in judge_values:
         local = judge_engine.get("model") in (FITTED, TINY)
@@ -183,8 +183,8 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
             defaults["judge"].default_factory() if local else JudgeConfig()
         ).sampling.model_dump()
     judge_values["engine"] = judge_engine
-    if judge_engine.get("kind") != "transformers" and judge_engine.get("model") == FITTED:
-        parser.error(f"--judge-model is needed with --judge-engine {judge_engine['kind']}")
+    if judge_engine.get("kind") == "litellm" and judge_engine.get("model") == FITTED:
+        parser.error("--judge-model is needed with --judge-engine litellm")
     judge_sampling = judge_values.setdefault("sampling", {})
     for flag, name in (
         ("judge_max_new_tokens", "max_new_tokens"),

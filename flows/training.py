@@ -28,7 +28,8 @@ from typing import Any
 
 from prefect import flow
 
-from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
+from cobalt.training.precision import PRECISIONS
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
 from flows.cli import add_storage_args, run_flow_cli, storage_values
 from tasks.training import Stages, report
@@ -77,9 +78,13 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--model", metavar="DIR", help="policy model directory (default: the reference model)")
     arg(
         "--mode",
-        choices=["cobalt", "single_turn", "offline"],
-        help="GRPO on the bandit contexts or the turn-0 prompts only; offline: the logged turns",
+        choices=MODES,
+        help="GRPO on the bandit contexts (cobalt) or the turn-0 prompts only (single_turn); "
+        "multi_turn: online GRPO over whole repair conversations; offline: the logged turns",
     )
+    arg("--reward", choices=["correctness", "dense"], help="dense: + VeRPO-style test weights")
+    arg("--turns", type=int, help="multi_turn: feedback turns per conversation (2)")
+    arg("--precision", choices=PRECISIONS, help="numerics (auto: mixed on GPU + paper preset)")
     arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
     arg("--offline", action="append", default=[], metavar="KEY=JSON", help="offline setting")
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
@@ -114,6 +119,9 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         ("save_steps", "save_steps"),
         ("num_processes", "num_processes"),
         ("accelerate_config", "accelerate_config"),
+        ("reward", "reward"),
+        ("turns", "turns"),
+        ("precision", "precision"),
     ):
         if getattr(args, flag) is not None:
             training[name] = getattr(args, flag)

@@ -132,7 +132,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     if args.perturbed:
         values["perturbed"] = True
     running_values(args, values)
-    engine = dict(values.get("engine") or {"kind": "transformers", "model": TINY})
+    engine = dict(values.get("engine") or {"kind": "auto", "model": TINY})
     for flag, name in (
         ("engine", "kind"),
         ("model", "model"),
@@ -147,11 +147,8 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
             engine[name] = getattr(args, flag)
     if args.continuous_batching:
         engine["continuous_batching"] = True
-    if engine.get("kind") != "transformers" and engine.get("model") == TINY:
-        parser.error(
-            f"--model is needed with --engine {engine['kind']} (only the transformers "
-            "engine has the built-in tiny model)"
-        )
+    if engine.get("kind") == "litellm" and engine.get("model") == TINY:
+        parser.error("--model is needed with --engine litellm (the served model's name)")
     values["engine"] = engine
     collect = values.setdefault("collect", {})
     sampling = collect.setdefault("sampling", {"n": 16, "seed": 0})

@@ -143,7 +143,7 @@ class JudgeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(kind="transformers", model=FITTED),
+        default_factory=lambda: EngineConfig(kind="auto", model=FITTED),
         description=f"The judge model. Model '{FITTED}' (or 'tiny') with the transformers engine: "
         "the embedded default's local model; a model directory; or --judge-engine litellm with "
         "an OpenAI-compatible endpoint (--judge-api-base) or a hosted API (--judge-api-key-env).",

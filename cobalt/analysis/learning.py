@@ -35,6 +35,9 @@ MODEL_ORDER = (
     "offline_clipped",
     "offline_rloo_low_lr",
     "offline_grpo",
+    "multi_turn",
+    "multi_turn_dense",
+    "cobalt_dense",
     "cobalt_bf16",
 )
 PROTOCOLS = {"spec": "c", "stop": "c_stop"}  # SPEC §1.2 / stop on public pass
@@ -46,6 +49,12 @@ COMPARISONS = (
     ("offline_awr", "offline_clipped"),
     ("offline_rloo_low_lr", "offline_rloo"),
     ("offline_grpo", "cobalt"),
+    # the paper's comparison (issue 25): cobalt against the multi-turn online baselines
+    ("cobalt", "multi_turn"),
+    ("cobalt", "multi_turn_dense"),
+    ("multi_turn", "single_turn"),
+    ("multi_turn_dense", "multi_turn"),
+    ("cobalt_dense", "cobalt"),
     ("cobalt_bf16", "cobalt"),
 )
 

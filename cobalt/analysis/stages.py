@@ -81,7 +81,7 @@ def embedded_judge() -> JudgeConfig:
     """The fitted model as judge, 48 tokens per reply (its labels are poor; the machinery is
     the real one)."""
     return JudgeConfig(
-        engine=EngineConfig(kind="transformers", model=FITTED),
+        engine=EngineConfig(kind="auto", model=FITTED),
         sampling=SamplingConfig(n=1, temperature=0.0, max_new_tokens=48, seed=0),
     )
 
@@ -105,7 +105,7 @@ class HackingParams(BaseModel):
     )
     limit: int | None = Field(None, ge=1, description="Only the first N problems.")
     engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(kind="transformers", model=FITTED),
+        default_factory=lambda: EngineConfig(kind="auto", model=FITTED),
         description=f"The policy (or reference model) whose repairs are analysed: '{FITTED}' "
         f"(the embedded default's model, fitted once into the storage), '{TINY}', a model "
         "directory, or a LiteLLM model with --api-base.",
@@ -197,7 +197,7 @@ def check_engine(engine: EngineConfig, what: str) -> None:
     engine = engine.resolved()
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
-    elif engine.kind == "transformers" and engine.model in LOCAL_MODELS:
+    elif engine.model in LOCAL_MODELS:
         check_reference(engine.model)
     elif not Path(engine.model, "config.json").exists():
         flag = "--judge-model" if what == "judge" else "--model"
@@ -253,7 +253,7 @@ def resolve_engine(engine: EngineConfig, params: HackingParams, logger: Logger) 
     """The engine with 'fitted' / 'tiny' replaced by the local model's directory (fitted or
     built once into the storage, reused after); kind auto resolved."""
     engine = engine.resolved()
-    if engine.kind != "transformers" or engine.model not in LOCAL_MODELS:
+    if engine.kind == "litellm" or engine.model not in LOCAL_MODELS:
         return engine
     path = reference_model(engine.model, params.storage, params.work_dir, logger=logger)
     return engine.model_copy(update={"model": path})

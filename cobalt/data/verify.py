@@ -3,7 +3,9 @@
 A problem is kept only if one of its (seeded-shuffled, at most 16) reference solutions passes
 every kept test. Solutions are tried in rounds: round k judges the k-th solution of every problem
 still undecided, all in one `judge_many` (bounded by the sandbox's concurrency, `fail_fast`).
-Problems without reference solutions are kept and marked `no_reference`.
+A problem without reference solutions cannot be verified: dropped (`no_reference`) when
+`require_reference` (training and dev sources: SPEC §1.1 keeps only verified problems), kept and
+marked `no_reference` otherwise (test sources: LiveCodeBench publishes no solutions).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ class VerifyConfig(BaseModel):
 
     enabled: bool = Field(True, description="Run reference solutions; off marks problems not_run.")
     limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
+    require_reference: bool = Field(
+        True,
+        description="Drop problems without a reference solution (their tests cannot be "
+        "verified). The data flow turns it off for test-role sources.",
+    )
 
 
 def verify_problems(
@@ -32,9 +39,13 @@ def verify_problems(
     tally = Tally()
     status: dict[int, str] = {}
     todo = {i: p for i, p in enumerate(problems) if p.solutions and config.enabled}
-    for i in range(len(problems)):
+    unverifiable: set[int] = set()
+    for i, problem in enumerate(problems):
         if i not in todo:
-            status[i] = "no_reference" if config.enabled else "not_run"
+            if config.enabled and config.require_reference and not problem.solutions:
+                unverifiable.add(i)
+            else:
+                status[i] = "no_reference" if config.enabled else "not_run"
     failures: dict[int, str] = {}
     if todo:
         with (
@@ -63,6 +74,13 @@ def verify_problems(
         if i in status:
             kept.append(problem.model_copy(update={"verification": status[i]}))
             tally.keep(problem.source, problem.difficulty, status[i])
+        elif i in unverifiable:
+            tally.drop(
+                problem.source,
+                problem.difficulty,
+                Rejected("no_reference", "no reference solution to verify its tests with"),
+                problem.id,
+            )
         else:
             n = len(problem.solutions)
             tally.drop(

@@ -46,7 +46,9 @@ OWNED = {
     "fp16": "training.precision (mixed, fp32 or bf16)",
     "report_to": "training.report_to",
 }
-Mode = Literal["single_turn", "cobalt", "offline"]
+Mode = Literal["single_turn", "cobalt", "multi_turn", "offline"]
+MODES: tuple[str, ...] = get_args(Mode)
+Reward = Literal["correctness", "dense"]
 Objective = Literal["reinforce_loo", "awr", "clipped_ratio"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 # The offline mode's objective unless one is given: the one place that decides it for the flows
@@ -145,7 +147,21 @@ class TrainingConfig(BaseModel):
     mode: Mode = Field(
         "cobalt",
         description="cobalt: GRPO on every bandit context; single_turn: GRPO on the turn-0 "
-        "prompts; offline: no generation, the logged turns and rewards (`offline`).",
+        "prompts; multi_turn: online GRPO over whole repair conversations from the turn-0 "
+        "prompts (the paper's multi-turn baseline, `turns` feedback turns); offline: no "
+        "generation, the logged turns and rewards (`offline`).",
+    )
+    reward: Reward = Field(
+        "correctness",
+        description="correctness: SPEC §1.5's reward; dense: plus a VeRPO-style dense term "
+        "(tests weighted by how rarely the group passes them; cobalt.training.dense_reward), "
+        "for cobalt, single_turn and multi_turn.",
+    )
+    turns: int = Field(
+        2,
+        ge=0,
+        le=16,
+        description="multi_turn: feedback turns per training conversation (the trajectories' 2).",
     )
     offline: OfflineSettings = Field(
         default_factory=OfflineSettings, description="The offline mode's objective and loop."
@@ -229,10 +245,10 @@ class TrainingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _offline_combinations(self) -> TrainingConfig:
-        if self.mode == "offline" and self.use_format_reward:
+        if self.mode == "offline" and (self.use_format_reward or self.reward == "dense"):
             raise ValueError(
-                "use_format_reward: the offline mode's reward is the logged correctness reward "
-                "only; train with mode cobalt or single_turn for the format term"
+                "use_format_reward / reward: the offline mode's reward is the logged correctness "
+                "reward only; train with mode cobalt, single_turn or multi_turn for the others"
             )
         owned = sorted(k for k in self.overrides if k in OWNED)
         if owned:

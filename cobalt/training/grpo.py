@@ -185,7 +185,7 @@ def prepare_rows(
     """Rows for `Dataset.from_list`: filtered by mode and prompt length, test_cases as JSON text."""
     out = []
     for row in rows:
-        if mode == "single_turn" and not is_turn0(row):
+        if mode in ("single_turn", "multi_turn") and not is_turn0(row):
             continue
         too_long = max_prompt_length is not None and prompt_tokens is not None
         if too_long and prompt_tokens(row["prompt"]) > max_prompt_length:
@@ -239,6 +239,7 @@ def train(
     output_dir: str | Path,
     callbacks: Sequence[Any] = (),
     logger: Any = log,
+    problems: Sequence[Any] | None = None,
 ) -> GRPORun:
     """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
     `output_dir` if there is one; save the final model (in the checkpoint's dtype) and tokenizer
@@ -313,10 +314,30 @@ def train(
     use_format = uses_format_reward(config, tokenizer)
     guard = NonFiniteGuard()
     opened = template_opens_thinking(tokenizer)
+    if config.mode == "multi_turn" and problems is None:
+        raise ValueError(
+            "multi_turn training needs the problems (their public tests give feedback)"
+        )
     with CobaltRewards(config.sandbox, count_tokens, opened_thinking=opened) as rewards:
+        funcs = rewards.reward_funcs(use_format)
+        if config.reward == "dense":
+            from cobalt.training.dense_reward import dense_reward_func
+
+            funcs.append(dense_reward_func(rewards, args.num_generations))
+        rollout = None
+        if config.mode == "multi_turn":
+            from cobalt.training.multiturn import repair_rollout
+
+            rollout = repair_rollout(
+                problems or (),
+                rewards.judge,
+                turns=config.turns,
+                max_context_tokens=kwargs.get("vllm_max_model_length"),
+            )
         trainer = CobaltGRPOTrainer(
             model=model,
-            reward_funcs=rewards.reward_funcs(use_format),
+            reward_funcs=funcs,
+            rollout_func=rollout,
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,

@@ -32,6 +32,7 @@ from cobalt.bandit.dataset import BanditRef, read_bandit_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import Logger, StorageConfig, open_storage
 from cobalt.training.config import TrainingConfig
+from cobalt.trajectories.problemsets import ProblemSource, load_problems
 
 log = logging.getLogger(__name__)
 LAUNCH_DIR = ".launch"  # inside the output directory: the job, each process's log, the results
@@ -49,6 +50,7 @@ class Job(BaseModel):
     model: str
     output_dir: str
     upload_dir: str | None = None  # checkpoints uploaded here as they are saved (S3 runs)
+    problems: ProblemSource | None = None  # multi_turn: whose public tests give the feedback
 
 
 class LaunchError(RuntimeError):
@@ -60,18 +62,22 @@ Result = tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]
 
 def run_job(job: Job, logger: Logger = log) -> Result:
     """Train (GRPO, or the offline objective in offline mode); return the trainer's log history,
-    the step timing (StepTimer.summary) and what the offline trainer reports of its rows. One
-    process on a machine with several GPUs is launched too: the Trainer would otherwise wrap the
-    model in nn.DataParallel, which GRPO does not support."""
-    if job.config.num_processes == 1 and not _several_gpus():
+    the step timing (StepTimer.summary) and what the trainer reports (rows, numerics, memory).
+
+    On a GPU the training runs in a process of its own, also with one process: its model,
+    optimizer and colocated vLLM engine are handed back to the GPU when it exits, so the stages
+    after it (the evaluation's vLLM engine) find the memory free (issue 24: in the same process
+    they did not). With several GPUs one process is launched too: the Trainer would otherwise
+    wrap the model in nn.DataParallel, which GRPO does not support."""
+    if job.config.num_processes == 1 and not _on_gpu():
         return train_here(job)
     return launch(job, logger)
 
 
-def _several_gpus() -> bool:
+def _on_gpu() -> bool:
     import torch
 
-    return "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 1
+    return "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 0
 
 
 def train_here(job: Job, processes: int = 1) -> Result:
@@ -103,7 +109,8 @@ def train_here(job: Job, processes: int = 1) -> Result:
                 "numerics": run.numerics,
             }
         else:
-            run = train(config, rows, job.model, output, callbacks=callbacks)
+            problems = load_problems(job.problems, job.storage) if job.problems else None
+            run = train(config, rows, job.model, output, callbacks=callbacks, problems=problems)
             history = run.history
             extra = {"numerics": run.numerics, "memory_plan": run.plan}
             extra["format_reward"] = run.format_reward
@@ -169,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cobalt.training.launch: process {rank} of {processes} starts", flush=True)
     history, timing, extra = train_here(job, processes)
     if rank == 0:
+        import torch
+
+        if torch.cuda.is_available():  # the parent's meter cannot see this process's memory
+            extra["gpu_peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+            extra["gpu_peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 2)
         result = {"history": history, "timing": {**timing, "processes": processes}, "extra": extra}
         (job_file.parent / "result.json").write_text(json.dumps(result, indent=1))
     return 0

@@ -48,18 +48,22 @@ from cobalt.training.offline_data import (
     nothing_to_learn_reason,
     offline_data_spec,
 )
-from cobalt.trajectories.problemsets import ProblemSetError
+from cobalt.trajectories.problemsets import ProblemSetError, ProblemSource
 from cobalt.trajectories.runs import Trajectories, find_trajectories
 from sandbox import SandboxConfig
 
 log = logging.getLogger(__name__)
 TRAINING_CODE = (
     "cobalt.training.config",
+    "cobalt.training.dense_reward",
     "cobalt.training.grpo",
     "cobalt.training.kl",
+    "cobalt.training.memory",
+    "cobalt.training.multiturn",
     "cobalt.training.precision",
     "cobalt.training.reward",
-    "cobalt.trajectories.prompts.extract_code",
+    "cobalt.trajectories.collect.judge_turns",
+    "cobalt.trajectories.prompts",
 )
 OFFLINE_TRAINING_CODE = (
     "cobalt.training.config",
@@ -72,7 +76,17 @@ OFFLINE_TRAINING_CODE = (
 # report_to only says where the curves go
 _OTHER_MODES = (
     {"offline", "report_to"},
-    {"generation", "vllm_server_base_url", "num_processes", "max_prompt_length", "report_to"},
+    {
+        "generation",
+        "vllm_server_base_url",
+        "num_processes",
+        "max_prompt_length",
+        "report_to",
+        "reward",
+        "turns",
+        "kl_estimator",
+        "vllm_is_correction",
+    },
 )
 
 
@@ -212,6 +226,9 @@ class TrainingSpec(BaseModel):
     dataset: BanditRef = Field(description="The bandit dataset; offline mode: the offline one.")
     model: str = Field(description="Identity (content hash) of the starting policy.")
     config: TrainingConfig
+    problems: ProblemSource | None = Field(
+        None, description="multi_turn: the problem set whose public tests give the feedback."
+    )
 
 
 class PolicyRef(BaseModel):
@@ -228,15 +245,21 @@ class PolicyRef(BaseModel):
 
 def training_spec(params: TrainingParams, ready: Ready, dataset: BanditRef) -> TrainingSpec:
     config = params.training.model_copy(update={"sandbox": SandboxConfig()})  # runtime only
+    problems = ready.trajectories.problems if config.mode == "multi_turn" else None
     recipe = {
         "stage": "training",
         "dataset": dataset.fingerprint,
         "model": ready.model_identity,
         "config": config.model_dump(mode="json", exclude=_OTHER_MODES[config.mode == "offline"]),
         "code": code_version(*training_code(config.mode)),
+        **({"problems": problems.fingerprint} if problems else {}),
     }
     return TrainingSpec(
-        key=recipe_key(**recipe), dataset=dataset, model=ready.model_identity, config=config
+        key=recipe_key(**recipe),
+        dataset=dataset,
+        model=ready.model_identity,
+        config=config,
+        problems=problems,
     )
 
 
@@ -274,6 +297,7 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         model=runtime.model,
         output_dir=str(local),
         upload_dir=None if runtime.storage.is_local else directory,
+        problems=spec.problems,
     )
     with CostMeter() as cost:
         history, timing, extra = run_job(job, logger)
@@ -299,10 +323,18 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
             if events.is_file():
                 st.fs.put_file(str(events), f"{directory}/{events.relative_to(local)}")
     steps = max((int(h.get("step", 0)) for h in history), default=0)
+    spent = cost.summary()
+    if extra.get("gpu_peak_memory_gib"):  # measured in the launched training process
+        spent["gpu_peak_memory_gib"] = max(
+            spent.get("gpu_peak_memory_gib") or 0.0, extra.pop("gpu_peak_memory_gib")
+        )
+        stats.pop("gpu_peak_memory_gib", None)
+    spent["gpu_peak_reserved_gib"] = extra.pop("gpu_peak_reserved_gib", None)
+    stats.pop("gpu_peak_reserved_gib", None)
     stats |= {
         "mode": config.mode,
         "timing": timing,
-        "cost": cost.summary(),
+        "cost": spent,
         "processes": config.num_processes,
         "resumed_from": resumed,
     }

@@ -30,6 +30,7 @@ class TrajectorySummary(BaseModel):
     table: list[dict[str, Any]]
     plot: str
     line: str
+    engine: str = Field("", description="The engine that generated (auto resolved).")
 
 
 def summarize(
@@ -60,7 +61,8 @@ def summarize(
     first, last = all_rows[0], all_rows[-1]
     change = last["change_vs_turn0"]
     line = (
-        f"trajectories: {source.count} problems x {params.collect.sampling.n} samples, "
+        f"trajectories ({ready.engine.kind}): {source.count} problems x "
+        f"{params.collect.sampling.n} samples, "
         f"{params.collect.turns} feedback turns; Pass@1 {first['pass@1']}% at turn 0 -> "
         f"{last['pass@1']}% at turn {last['turn']}"
         f"{'' if change is None else f' ({change:+.1f}%)'}; problems from {what}; "
@@ -83,6 +85,7 @@ def summarize(
         table=table,
         plot=plot_url,
         line=line,
+        engine=ready.engine.kind,
     )
 
 

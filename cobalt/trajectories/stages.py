@@ -78,7 +78,7 @@ class TrajectoryParams(BaseModel):
     )
     limit: int | None = Field(None, ge=1, description="Only the first N problems (smoke runs).")
     engine: EngineConfig = Field(
-        default_factory=lambda: EngineConfig(kind="transformers", model=TINY),
+        default_factory=lambda: EngineConfig(kind="auto", model=TINY),
         description=f"The reference LLM. Model '{TINY}' with the transformers engine: the tiny "
         "built-in model, built into the storage (or work_dir for S3) on first use.",
     )
@@ -149,7 +149,7 @@ def preflight(params: TrajectoryParams) -> Ready:
     storage = open_storage(params.storage)
     storage.check()
     engine = params.engine.resolved()  # kind auto: vllm on a GPU with vLLM, else transformers
-    if engine.kind == "transformers" and engine.model == TINY:
+    if engine.kind != "litellm" and engine.model == TINY:
         engine = engine.model_copy(
             update={"model": str(tiny_model(params.storage, params.work_dir))}
         )

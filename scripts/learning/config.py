@@ -38,7 +38,14 @@ MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # REINFORCE-LOO at a tenth of the learning rate: is the step size what broke it?
     "offline_rloo_low_lr": ("offline", "offline", {"objective": "reinforce_loo", "lr_scale": 0.1}),
     "offline_grpo": ("offline_grpo", "cobalt", {}),
-    "cobalt_bf16": ("grpo", "cobalt", {"bf16": True}),  # issue 12: the bf16 regression variant
+    # issue 25: the paper's multi-turn online baselines (whole repair conversations, --turns
+    # feedback turns; prompts per step divided by turns + 1: equal sampled completions), and the
+    # VeRPO-style dense reward (cobalt.training.dense_reward)
+    "multi_turn": ("grpo", "multi_turn", {}),
+    "multi_turn_dense": ("grpo", "multi_turn", {"reward": "dense"}),
+    "cobalt_dense": ("grpo", "cobalt", {"reward": "dense"}),
+    # issue 12: the bf16 regression variant, now fp32 master weights with bf16 compute (issue 23)
+    "cobalt_bf16": ("grpo", "cobalt", {"precision": "mixed"}),
 }
 DEFAULT_MODES = ("single_turn", "cobalt", "offline", "cobalt_bf16")
 GOAL_REWARD_SHARE = 0.10
@@ -122,7 +129,24 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     arg("--label", default="", help=argparse.SUPPRESS)  # a child's run name
     arg("--child", type=Path, help=argparse.SUPPRESS)  # a child: the parent's settings.json
     arg("--deadline-at", type=float, default=0.0, help=argparse.SUPPRESS)  # epoch seconds
-    arg("--rl-bf16", action="store_true", help="every GRPO mode under bf16 autocast")
+    arg(
+        "--rl-bf16",
+        action="store_true",
+        help="every mode in mixed precision (fp32 master weights, bf16 compute): --precision mixed",
+    )
+    arg(
+        "--precision",
+        default="fp32",
+        choices=["auto", "mixed", "fp32", "bf16"],
+        help="training numerics of every mode (cobalt.training.precision; default fp32)",
+    )
+    arg(
+        "--generation",
+        default="transformers",
+        choices=["transformers", "vllm_colocate"],
+        help="how GRPO samples (default transformers: deterministic under strict determinism; "
+        "vllm_colocate compiles graphs that strict determinism refuses, so it turns strict off)",
+    )
     arg("--device", default="auto", help="torch device for generation and SFT (auto: cuda if any)")
     arg("--backend", default="namespace", choices=["auto", "docker", "namespace"])
     arg(
@@ -150,6 +174,13 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     )
     sft.add_argument("--sft-batch", type=int, default=32)
     sft.add_argument("--sft-lr", type=float, default=1e-3)
+    sft.add_argument(
+        "--sft-save-dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="dtype the SFT model is saved in (bfloat16: the paper's case, a bf16 checkpoint; "
+        "training still keeps fp32 trainable weights)",
+    )
     # trajectories (reference and evaluation)
     traj = parser.add_argument_group("trajectories")
     traj.add_argument("--rl-problems", type=int, default=144, help="RL-kind problems, reference")
@@ -233,6 +264,13 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
         raise SystemExit(f"--rl-micro-batch must divide prompts x generations ({batch})")
     if not args.sandbox_concurrency:
         args.sandbox_concurrency = max(1, (os.cpu_count() or 1) // args.parallel)
+    if args.rl_bf16:
+        args.precision = "mixed"
+    if args.generation.startswith("vllm") and args.strict_determinism:
+        raise SystemExit(
+            "--generation vllm_colocate with --strict-determinism: vLLM's compiled graphs have "
+            "no deterministic variant; leave --strict-determinism out (it turns off)"
+        )
     return args
 
 

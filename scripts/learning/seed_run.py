@@ -46,6 +46,8 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     chosen = getattr(args, "strict_determinism", None)
     gpu = torch.cuda.is_available() if args.device == "auto" else args.device.startswith("cuda")
     strict = gpu if chosen is None else bool(chosen)
+    if getattr(args, "generation", "transformers").startswith("vllm"):
+        strict = False  # vLLM's compiled graphs have no deterministic variant (issue 24)
     if not args.no_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=not strict)
@@ -60,6 +62,7 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
         "strict": torch.are_deterministic_algorithms_enabled()
         and not torch.is_deterministic_algorithms_warn_only_enabled(),
         "strict_source": "default (on for a GPU, off on CPU)" if chosen is None else "flag",
+        "generation": getattr(args, "generation", "transformers"),
         "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
         "torch_threads": torch.get_num_threads(),
         "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
@@ -230,7 +233,7 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
                 "at turn 0): nothing to train on"
             )
             return
-        run_modes(run, args, work, rows, offline_rows, sft, evaluate, eval_s)
+        run_modes(run, args, work, rows, offline_rows, sft, evaluate, eval_s, reference)
 
 
 def run_modes(
@@ -242,6 +245,7 @@ def run_modes(
     sft: Path,
     evaluate: Any,
     eval_s: float,
+    problems: list[Any] | None = None,
 ) -> None:
     """Every mode in turn: training, fingerprint, evaluation. offline_grpo reuses the weights
     of the offline mode it would retrain (`reusable`): that mode's directory is kept until
@@ -269,7 +273,7 @@ def run_modes(
         t_mode = time.perf_counter()
         out_dir = work / f"rl-{mode}"
         t0 = run.begin()
-        doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir, reuse)
+        doc["training"][mode] = train(mode, rows, offline_rows, sft, args, out_dir, reuse, problems)
         run.end(f"train_{mode}", t0)
         if kind == "offline_grpo" and not args.work:
             for path in kept:
@@ -384,9 +388,11 @@ def train(
     args: argparse.Namespace,
     out_dir: Path,
     reuse: tuple[str, Path, dict[str, Any]] | None = None,
+    problems: list[Any] | None = None,
 ) -> dict[str, Any]:
     """One mode's training; a failure is returned as data (outcome non_finite or failed).
-    `reuse`: offline_grpo's offline phase, already trained (`reusable`)."""
+    `reuse`: offline_grpo's offline phase, already trained (`reusable`); `problems`: the RL
+    problems (multi_turn's feedback)."""
     from cobalt.training.guards import NonFiniteError
 
     trainer, trl_mode, extra = MODES[mode]
@@ -400,7 +406,7 @@ def train(
                 offline_rows, rows, sft, args, out_dir, reuse=reuse
             )
         else:
-            result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra)
+            result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra, problems=problems)
     except NonFiniteError as exc:
         log.warning("%s: %s stopped on a non-finite step: %s", args.label, mode, exc)
         return {"outcome": "non_finite", "error": str(exc)[:2000], "wall_s": _since(started)}

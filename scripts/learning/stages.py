@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,6 +75,7 @@ def fit(args: argparse.Namespace, path: Path, device: str) -> dict[str, Any]:
         batch_size=args.sft_batch,
         max_epochs=args.sft_epochs,
         device="cpu" if device == "cpu" else "cuda",
+        save_dtype=getattr(args, "sft_save_dtype", "float32"),
     )
     recipe = json.loads((path / RECIPE_FILE).read_text())
     stats = dict(recipe.get("stats", {}))
@@ -267,12 +269,20 @@ def offline_dataset(
     return rows, offline_stats(data, rows)
 
 
-def micro_batch(args: argparse.Namespace) -> int:
+def micro_batch(args: argparse.Namespace, prompts: int | None = None) -> int:
     """Completions per forward/backward (a divisor of prompts x generations; bf16_probe's
     arguments may predate it: one micro-batch then)."""
-    batch = args.rl_prompts * args.rl_generations
+    batch = (prompts or args.rl_prompts) * args.rl_generations
     micro = min(getattr(args, "rl_micro_batch", batch) or batch, batch)
-    return micro if batch % micro == 0 else batch
+    return math.gcd(micro, batch)
+
+
+def prompts_per_step(args: argparse.Namespace, mode: str) -> int:
+    """--rl-prompts, divided by the conversation's turns for multi_turn (each conversation
+    samples turns + 1 completions): every mode samples about as many completions per step."""
+    if mode != "multi_turn":
+        return args.rl_prompts
+    return max(1, round(args.rl_prompts / (args.turns + 1)))
 
 
 def _sandbox(args: argparse.Namespace) -> SandboxConfig:
@@ -288,16 +298,23 @@ def train_mode(
     extra: dict[str, Any] | None = None,
     fields: dict[str, Any] | None = None,
     steps: int | None = None,
+    problems: list[Problem] | None = None,
 ) -> dict[str, Any]:
-    """GRPO in `mode` (single_turn or cobalt) on the bandit rows; `extra`: more GRPOConfig fields
-    (e.g. bf16), `fields`: more TrainingConfig fields (scripts/bf16_probe.py), `steps`: other
-    than --rl-steps (offline_grpo's GRPO phase)."""
+    """GRPO in `mode` (single_turn, cobalt or multi_turn) on the bandit rows; `extra`: the mode's
+    settings (TrainingConfig fields such as reward or precision, else GRPOConfig fields),
+    `fields`: more TrainingConfig fields (scripts/bf16_probe.py), `steps`: other than --rl-steps
+    (offline_grpo's GRPO phase), `problems`: the RL problems (multi_turn: their public tests
+    give the feedback)."""
     from cobalt.training.config import TrainingConfig
     from cobalt.training.cost import CostMeter
     from cobalt.training.grpo import prepare_rows, train
     from cobalt.training.step_timing import StepTimer
 
-    batch = args.rl_prompts * args.rl_generations
+    prompts = prompts_per_step(args, mode)
+    batch = prompts * args.rl_generations
+    micro = micro_batch(args, prompts)
+    settings = {**(extra or {}), **(fields or {})}
+    known = TrainingConfig.model_fields
     config = TrainingConfig(
         preset="tiny",
         mode=mode,
@@ -305,26 +322,29 @@ def train_mode(
         max_prompt_length=args.max_prompt,
         seed=args.seed,
         sandbox=_sandbox(args),
+        generation=getattr(args, "generation", "transformers"),
+        turns=args.turns,
+        report_to=[],
+        # float32 unless asked (bf16 autocast once crashed these runs: docs/TRAINING.md)
+        precision=getattr(args, "precision", "fp32"),
         overrides={
             "learning_rate": args.rl_lr,
             "num_generations": args.rl_generations,
             # one optimizer step = prompts x generations completions, in micro-batches
-            "per_device_train_batch_size": micro_batch(args),
-            "gradient_accumulation_steps": batch // micro_batch(args),
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": batch // micro,
             "max_completion_length": args.max_completion,
             "temperature": args.rl_temperature,
             "logging_steps": 1,
             "save_strategy": "no",
-            # float32 unless asked: bf16 autocast crashed runs (docs/TRAINING.md, bf16)
-            **({} if args.rl_bf16 else {"bf16": False}),
-            **(extra or {}),
+            **{k: v for k, v in settings.items() if k not in known},
         },
-        **(fields or {}),
+        **{k: v for k, v in settings.items() if k in known},
     )
     used = prepare_rows(rows, mode, _prompt_counter(model), config.prompt_limit())
     started = time.perf_counter()
     with StepTimer() as timer, CostMeter() as cost:
-        run = train(config, rows, model, out_dir, callbacks=[timer])
+        run = train(config, rows, model, out_dir, callbacks=[timer], problems=problems)
         history = run.history
     wall = time.perf_counter() - started
     steps = [h for h in history if "loss" in h]
@@ -345,17 +365,21 @@ def train_mode(
     )
     return {
         "mode": mode,
-        "bf16": bool(config.grpo_kwargs(out_dir).get("bf16")),
+        "bf16": run.numerics["compute"] != "float32",
+        "numerics": run.numerics,
+        "generation": config.generation,
+        "reward": config.reward,
         "rows": len(used),  # after the mode and prompt-length filters (what GRPO samples)
         "rows_before_length_filter": len(prepare_rows(rows, mode)),
         "turn0_rows": sum(
             1 for r in used if not any(m["role"] == "assistant" for m in r["prompt"])
         ),
         "steps": len(steps),
-        "completions_sampled": len(steps) * batch,
-        "completions_trained": len(steps) * batch,
-        "prompts_per_step": args.rl_prompts,
-        "micro_batch": micro_batch(args),
+        # multi_turn: every conversation samples turns + 1 completions
+        "completions_sampled": len(steps) * batch * (args.turns + 1 if mode == "multi_turn" else 1),
+        "completions_trained": len(steps) * batch * (args.turns + 1 if mode == "multi_turn" else 1),
+        "prompts_per_step": prompts,
+        "micro_batch": micro,
         "generations_per_prompt": args.rl_generations,
         "learning_rate": args.rl_lr,
         "temperature": args.rl_temperature,
@@ -406,8 +430,9 @@ def train_offline_mode(
         overrides={
             "logging_steps": 1,
             "save_strategy": "no",
-            **({} if args.rl_bf16 else {"bf16": False}),  # float32 as the GRPO runs
         },
+        precision=getattr(args, "precision", "fp32"),  # as the GRPO runs
+        report_to=[],
     )
     started = time.perf_counter()
     with StepTimer() as timer, CostMeter() as cost:

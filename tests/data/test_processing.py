@@ -100,12 +100,19 @@ def test_verification_keeps_problems_a_reference_solves():
     kept, tally = verify_problems(
         problems, VerifyConfig(), SandboxRuntime(backend="namespace", concurrency=2)
     )
-    assert [(p.id, p.verification) for p in kept] == [
+    # SPEC §1.1: only problems a reference solves are kept; without one nothing is verified
+    assert [(p.id, p.verification) for p in kept] == [("t/second-passes", "passed")]
+    outcomes = Counter({o: n for (_, _, o), n in tally.counts.items()})
+    assert outcomes == Counter({"passed": 1, "no_reference": 1, "no_passing_reference": 1})
+    published, _ = verify_problems(
+        problems,
+        VerifyConfig(require_reference=False),  # a test set (LiveCodeBench has no solutions)
+        SandboxRuntime(backend="namespace", concurrency=2),
+    )
+    assert [(p.id, p.verification) for p in published] == [
         ("t/second-passes", "passed"),
         ("t/no-reference", "no_reference"),
     ]
-    outcomes = Counter({o: n for (_, _, o), n in tally.counts.items()})
-    assert outcomes == Counter({"passed": 1, "no_reference": 1, "no_passing_reference": 1})
     (example,) = [e for (_, o), e in tally.examples.items() if o == "no_passing_reference"]
     assert "2 reference solution(s) failed" in example
 

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The GPU worker as a researcher runs it (issues 23-25), one step per device call; each call first
+# installs what the offline bundle's pieces carried so far (infra/gpu-bundle/install.sh). Results
+# land in $OUT (logs, JSON, the nvidia-smi memory trace).
+#
+#   bash scripts/gpu/worker.sh env                  # what the image has (pip list, GPU)
+#   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
+#   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
+#   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu +
+#                                                   # a gpu-pool worker running it with PARAMS (JSON)
+#   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
+bash infra/gpu-bundle/install.sh
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export VLLM_LOGGING_LEVEL=WARNING NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export VLLM_USE_FLASHINFER_SAMPLER=0  # the bundle has no flashinfer: PyTorch top-p/top-k sampling
+export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
+export PATH="/tmp/site/bin:$PATH"
+trace() { nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 \
+  >"$OUT/$1.mem.csv" 2>/dev/null & echo $!; }
+step="$1"; shift
+case "$step" in
+  env)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    python3 -m pip list --format=freeze >"$OUT/pip-list.txt" 2>/dev/null
+    python3 -c 'import prefect, trl, torch; print("prefect", prefect.__version__, "trl", trl.__version__, "torch", torch.__version__)'
+    python3 -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -1 ;;
+  pipeline)
+    tag="${PIPELINE_TAG:-pipeline}"
+    pid=$(trace "$tag")
+    /usr/bin/time -v python3 -m flows.pipeline --backend namespace --storage "/tmp/runs-$tag" "$@" \
+      >"$OUT/$tag.log" 2>&1
+    echo "pipeline exit $?"; kill "$pid"
+    grep -E "Elapsed|Maximum resident" "$OUT/$tag.log"
+    python3 scripts/gpu/flow_times.py --mem "$OUT/$tag.mem.csv" \
+      --json "$OUT/$tag.stages.json" || true
+    tail -40 "$OUT/$tag.log" ;;
+  model-8b)
+    python3 -c 'from engines.tiny import build_tiny_model as b; import sys
+b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+  intermediate_size=12288, max_position_embeddings=32768, eos_logit=0.0, device="cuda",
+  dtype="bfloat16")'
+    du -sh /root/model-8b ;;
+  deploy)
+    name="$1"; params="$2"
+    pid=$(trace "$name")
+    prefect server start --host 127.0.0.1 --port 4200 >"$OUT/$name.server.log" 2>&1 &
+    export PREFECT_API_URL=http://127.0.0.1:4200/api COBALT_REPO=$PWD
+    python3 scripts/gpu/flow_times.py --wait-api 120 || { tail -20 "$OUT/$name.server.log"; exit 1; }
+    prefect work-pool create gpu-pool --type process >/dev/null 2>&1 || true
+    prefect --no-prompt deploy --name pipeline-gpu >"$OUT/$name.deploy.log" 2>&1
+    echo "prefect deploy exit $?"
+    prefect deployment run pipeline/pipeline-gpu --params "$params" >"$OUT/$name.run.log" 2>&1
+    echo "deployment run exit $?"
+    started=$(date +%s)
+    prefect worker start --pool gpu-pool --run-once >"$OUT/$name.worker.log" 2>&1
+    echo "worker exit $? after $(( $(date +%s) - started )) s"; kill "$pid"
+    python3 scripts/gpu/flow_times.py --mem "$OUT/$name.mem.csv" --json "$OUT/$name.stages.json"
+    tail -30 "$OUT/$name.worker.log" ;;
+  paper)
+    pid=$(trace paper)
+    python3 -m benchmarks.paper_preset --model-dir /root/model-8b-v152k --json "$OUT/paper_preset.json" \
+      "$@" >"$OUT/paper_preset.log" 2>&1
+    echo "paper preset exit $?"; kill "$pid"
+    tail -45 "$OUT/paper_preset.log" ;;
+  *) echo "unknown step $step"; exit 2 ;;
+esac
