@@ -15,25 +15,33 @@ def make_backend(config: SandboxConfig) -> Backend:
     """The configured backend; with `auto`, Docker where an engine and the image are there,
     else namespaces. Raises SandboxUnavailable with what to install when nothing can isolate."""
     from sandbox.backends.docker import DockerBackend
-    from sandbox.backends.namespace import NamespaceBackend
 
     pin = config.pin_cpus and config.cpus_per_worker <= 1
     if config.backend == "docker":
         return DockerBackend(config.limits, config.image, config.cpus_per_worker, pin=pin)
     if config.backend == "namespace":
         _require_linux()
-        return NamespaceBackend(config.limits, pin=pin)
+        return _namespace(config, pin)
     try:
         return DockerBackend(config.limits, config.image, config.cpus_per_worker, pin=pin)
     except SandboxUnavailable as docker_error:
         try:
             _require_linux()
+            backend = _namespace(config, pin)
         except SandboxUnavailable as ns_error:
             raise SandboxUnavailable(
                 f"no sandbox backend can run here. docker: {docker_error} namespace: {ns_error}"
             ) from ns_error
         log.info("docker backend unavailable (%s); using namespaces", docker_error)
-        return NamespaceBackend(config.limits, pin=pin)
+        return backend
+
+
+def _namespace(config: SandboxConfig, pin: bool) -> Backend:
+    from sandbox.backends.namespace import NamespaceBackend
+
+    return NamespaceBackend(
+        config.limits, pin=pin, cpus=config.cpus_per_worker, cgroup=config.cgroup
+    )
 
 
 def _require_linux() -> None:
