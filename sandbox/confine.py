@@ -79,7 +79,9 @@ def enter_namespace(cfg):
         ):
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
-    for name, value in cfg.get("sysctls", {}).items():  # this IPC namespace's own
+    # This IPC namespace's own sysctls: only root may set them (in a user namespace, uid 0 of
+    # it, which an unprivileged runner is not: it maps itself to an ordinary user).
+    for name, value in cfg.get("sysctls", {}).items() if uid == 0 else ():
         with open("/proc/sys/" + name.replace(".", "/"), "w") as f:
             f.write(str(value))
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
