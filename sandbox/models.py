@@ -85,13 +85,6 @@ class SandboxConfig(BaseModel):
         description="Keep each worker, and its tests, on one CPU (see sandbox/backends/cpus.py); "
         "not with cpus_per_worker > 1.",
     )
-    cgroup: str | None = Field(
-        default_factory=lambda: os.environ.get("COBALT_SANDBOX_CGROUP") or None,
-        description="Namespace backend: the cgroup under which each worker gets its own (a path, "
-        "relative to this process's cgroup or absolute from the hierarchy's root; default: see "
-        "sandbox/backends/cgroups.py), or 'off' to run without (memory limited per process "
-        "only). Env COBALT_SANDBOX_CGROUP.",
-    )
     recycle_after: int = Field(
         500, ge=1, description="Replace a worker after this many programs, even if healthy."
     )

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 from sandbox.models import SandboxConfig
 from sandbox.pool import Backend, SandboxUnavailable
 
 log = logging.getLogger(__name__)
+
+# Where the namespace backend's cgroups go (backends/cgroups.py)
+CGROUP_ENV = "COBALT_SANDBOX_CGROUP"
 
 
 def make_backend(config: SandboxConfig) -> Backend:
@@ -39,9 +43,8 @@ def make_backend(config: SandboxConfig) -> Backend:
 def _namespace(config: SandboxConfig, pin: bool) -> Backend:
     from sandbox.backends.namespace import NamespaceBackend
 
-    return NamespaceBackend(
-        config.limits, pin=pin, cpus=config.cpus_per_worker, cgroup=config.cgroup
-    )
+    cgroup = os.environ.get(CGROUP_ENV) or None  # a machine's setting, not a config's
+    return NamespaceBackend(config.limits, pin=pin, cpus=config.cpus_per_worker, cgroup=cgroup)
 
 
 def _require_linux() -> None:

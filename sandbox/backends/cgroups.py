@@ -5,9 +5,9 @@ Each gets a memory limit (`Limits.worker_memory_mb`, no swap), which counts what
 several processes, shared memory, memfd and tmpfs pages; one CPU as a cpuset (a CPU quota when
 workers are not pinned); and the runner reads its CPU time and OOM kills around each test.
 
-Where (`SandboxConfig.cgroup`, env COBALT_SANDBOX_CGROUP): a parent cgroup under which each
-worker's is made, named like a cgroup path: relative to this process's own cgroup, or absolute
-(from the hierarchy's root). Default: cgroup v2 where its memory and cpuset controllers are
+Where (env COBALT_SANDBOX_CGROUP: a setting of the machine, not of a config, so no cache key
+depends on it): a parent cgroup under which each worker's is made, named like a cgroup path:
+relative to this process's own cgroup, or absolute (from the hierarchy's root). Default: cgroup v2 where its memory and cpuset controllers are
 available, under `/cobalt-sandbox` (v2 allows no processes in a cgroup whose children get
 controllers, so not under our own), else the v1 memory, cpuset and cpuacct hierarchies, under
 `cobalt-sandbox` in our own cgroup of each. `off` runs without (memory per process only).
@@ -52,7 +52,7 @@ class Cgroups:
         dirs = cgroup_dirs()
         need = ["memory", "cpuset"] + (["cpu"] if quota else [])
         v2 = dirs.get("")
-        if v2 is not None and set(need) <= _available_v2(v2, dirs):
+        if v2 is not None and set(need) <= _available_v2(v2):
             self.version = 2
             self.bases = {"": self._prepare_v2(v2, setting or DEFAULT_V2, need)}
         elif all(c in dirs for c in [*need, "cpuacct"]):
@@ -180,7 +180,7 @@ def worker_name(slot: int) -> str:
     return f"w{os.getpid()}-{slot}"
 
 
-def _available_v2(own: str, dirs: dict[str, str]) -> set[str]:
+def _available_v2(own: str) -> set[str]:
     """Controllers the v2 hierarchy has (those not bound to a v1 hierarchy, on hybrid hosts)."""
     try:
         with open(os.path.join(_mount_point(own), "cgroup.controllers")) as f:

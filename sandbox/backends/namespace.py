@@ -21,7 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from sandbox.backends.cgroups import Cgroups, WorkerCgroup, worker_name
+from sandbox.backends.cgroups import Cgroups, worker_name
 from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.backends.ipc import ipc_sysctls
 from sandbox.models import Limits
@@ -110,7 +110,7 @@ class NamespaceBackend(Backend):
         self._roots.append(root)
         slot, uid = _take_uid()
         cpu = take_cpu() if self.pin else None
-        cgroup: WorkerCgroup | None = None
+        cgroups, cgroup = self.cgroups, None
         cfg = {
             "namespace": True,
             "root": root,
@@ -124,9 +124,9 @@ class NamespaceBackend(Backend):
             "sysctls": ipc_sysctls(self.limits),
         }
         try:
-            if self.cgroups is not None:
+            if cgroups is not None:
                 cgroup = await asyncio.to_thread(
-                    self.cgroups.create,
+                    cgroups.create,
                     worker_name(slot),
                     self.limits.worker_memory_mb,
                     cpu,
@@ -147,8 +147,8 @@ class NamespaceBackend(Backend):
                 env=SANDBOX_ENV,  # never the host's: it may hold credentials
             )
         except BaseException:
-            if cgroup is not None:
-                self.cgroups.remove(cgroup)  # type: ignore[union-attr]
+            if cgroups is not None and cgroup is not None:
+                cgroups.remove(cgroup)
             _release_uid(slot)
             release_cpu(cpu)
             raise
@@ -166,8 +166,8 @@ class NamespaceBackend(Backend):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()  # ...or dies with its parent (PR_SET_PDEATHSIG)
                 await proc.wait()
-            if cgroup is not None:  # empty now: its PID namespace went with the runner
-                await asyncio.to_thread(self.cgroups.remove, cgroup)  # type: ignore[union-attr]
+            if cgroups is not None and cgroup is not None:  # empty: its PID namespace is gone
+                await asyncio.to_thread(cgroups.remove, cgroup)
             _release_uid(slot)  # its PID namespace, and every process of that uid, are gone
             release_cpu(cpu)
             with contextlib.suppress(OSError):

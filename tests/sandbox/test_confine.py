@@ -138,7 +138,7 @@ def test_without_a_usable_cgroup_the_backend_refuses_and_names_the_fix():
         "from sandbox.backends import make_backend\n"
         "from sandbox import SandboxConfig, SandboxUnavailable\n"
         "try:\n"
-        "    make_backend(SandboxConfig(backend='namespace', cgroup=None))\n"
+        "    make_backend(SandboxConfig(backend='namespace'))\n"
         "except SandboxUnavailable as e:\n"
         "    print(e)\n"
     )
@@ -160,10 +160,9 @@ def test_without_a_usable_cgroup_the_backend_refuses_and_names_the_fix():
     assert "COBALT_SANDBOX_CGROUP=off" in lines[0]
 
 
-def test_the_opt_out_runs_without_cgroups_and_says_so(caplog):
-    config = SandboxConfig(
-        backend="namespace", concurrency=1, cgroup="off", use_server=False, limits=Limits()
-    )
+def test_the_opt_out_runs_without_cgroups_and_says_so(caplog, monkeypatch):
+    monkeypatch.setenv("COBALT_SANDBOX_CGROUP", "off")
+    config = SandboxConfig(backend="namespace", concurrency=1, use_server=False, limits=Limits())
     with caplog.at_level("WARNING"), SyncJudge(config) as judge:
         verdict = judge.judge(
             JudgeRequest(id="x", code="print(input())", tests=Suite(inputs=["1"], outputs=["1"]))
