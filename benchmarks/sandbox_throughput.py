@@ -407,7 +407,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [
                 *_python_m("sandbox", "serve", "--socket", self.address, "--backend", backend),
-                *("--concurrency", str(args.concurrency)),
+                *("--concurrency", str(args.concurrency), "--timeout", f"{args.timeout:g}"),
             ],
             cwd=ROOT,
             env=_subprocess_env(),

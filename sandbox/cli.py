@@ -43,9 +43,11 @@ The socket: --socket, else env COBALT_SANDBOX_SOCKET, else /tmp/cobalt-sandbox-<
 COBALT_SANDBOX_SOCKET=off, --no-server or SandboxConfig(use_server=False) never use it. Stop it
 with Ctrl-C, SIGTERM or --stop.
 
-Workers are started at once for the default limits below; a client asking for other memory,
-scratch or process limits (or another backend or image) gets a pool of its own on first use,
-closed after --idle-close seconds unused. At most --concurrency programs run at once in all.
+The server decides how programs are judged, from its own settings below (the backend, the image:
+env COBALT_SANDBOX_IMAGE, the limits; the namespace backend's cgroup: env COBALT_SANDBOX_CGROUP);
+a client only asks for judging. A client whose own settings differ (another backend, image or
+limits) judges with workers of its own, so verdicts are the same either way. --concurrency
+workers are started at once; at most that many programs run at once in all.
 """
 
 
@@ -132,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         choices=["auto", "docker", "namespace"],
         default="auto",
-        help="isolation of the default pool (clients may ask for the other one)",
+        help="isolation: docker (default where an engine is reachable) or namespace",
     )
     serve.add_argument(
         "--concurrency",
@@ -142,17 +144,28 @@ def build_parser() -> argparse.ArgumentParser:
         help="workers per pool, and programs judged at once in all (default: CPU count)",
     )
     serve.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout_s,
+        help=f"seconds per test, wall and CPU (default {d.timeout_s:g})",
+    )
+    serve.add_argument(
+        "--suite-timeout",
+        type=float,
+        default=d.suite_timeout_s,
+        help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})",
+    )
+    serve.add_argument(
         "--memory-mb",
         type=int,
         default=d.memory_mb,
-        help=f"memory per test process of the default pool (default {d.memory_mb})",
+        help=f"memory per test process (default {d.memory_mb})",
     )
     serve.add_argument(
-        "--idle-close",
-        type=float,
-        default=600.0,
-        metavar="S",
-        help="close a pool other than the default one after S seconds unused (default 600)",
+        "--max-processes",
+        type=int,
+        default=d.max_processes,
+        help=f"processes and threads a test may have at once (default {d.max_processes})",
     )
     control = serve.add_mutually_exclusive_group()
     control.add_argument("--status", action="store_true", help="print a running server's status")
@@ -336,7 +349,12 @@ def serve_command(args: argparse.Namespace) -> int:
         config = SandboxConfig(
             backend=args.backend,
             concurrency=args.concurrency,
-            limits=Limits(memory_mb=args.memory_mb),
+            limits=Limits(
+                timeout_s=args.timeout,
+                suite_timeout_s=args.suite_timeout,
+                memory_mb=args.memory_mb,
+                max_processes=args.max_processes,
+            ),
         )
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -345,10 +363,7 @@ def serve_command(args: argparse.Namespace) -> int:
     try:
         asyncio.run(
             server.serve(
-                address,
-                config,
-                idle_s=args.idle_close,
-                announce=lambda text: print(text, file=sys.stderr, flush=True),
+                address, config, announce=lambda text: print(text, file=sys.stderr, flush=True)
             )
         )
     except (SandboxUnavailable, OSError) as e:

@@ -1,8 +1,10 @@
 """The client side of `python -m sandbox serve` (protocol in `sandbox.server`).
 
-`RemoteJudge.connect` returns None when no trustworthy server answers, and `judge` raises
-`ServerGone` when the server dies or stops answering mid-way; `Judge` then falls back to workers
-of its own, so a server is only ever an accelerator, never a dependency.
+`RemoteJudge.connect` returns None when no trustworthy server answers, `connect_server` also when
+the server judges otherwise than this client would (another backend, image or limits: the server
+decides those, a client only asks for judging), and `judge` raises `ServerGone` when the server
+dies or stops answering mid-way; `Judge` then falls back to workers of its own, so a server is
+only ever an accelerator, never a dependency, and verdicts are the same either way.
 """
 
 from __future__ import annotations
@@ -15,14 +17,14 @@ import time
 from typing import Any
 
 from sandbox import transport
-from sandbox.models import JudgeRequest, Limits, SandboxConfig, Verdict
+from sandbox.models import JudgeRequest, SandboxConfig, Verdict
 from sandbox.pool import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
 CONNECT_S = 2.0  # to connect and be greeted
 SILENCE_S = 15.0  # no message (not even a heartbeat) for this long: the server is stuck
-PROTOCOL = 1
+PROTOCOL = 2
 
 
 class ServerGone(RuntimeError):
@@ -41,6 +43,7 @@ class RemoteJudge:
     ):
         self.address = address
         self.backend: str = hello["backend"]
+        self.judging: dict[str, Any] = hello["judging"]
         self.concurrency: int = hello["concurrency"]
         self.pid: int = hello.get("pid", 0)
         self._reader = reader
@@ -65,7 +68,11 @@ class RemoteJudge:
         try:
             async with asyncio.timeout(timeout):
                 hello = transport.decode(await reader.readline())
-            if hello.get("hello") != "cobalt-sandbox" or hello.get("protocol") != PROTOCOL:
+            if (
+                hello.get("hello") != "cobalt-sandbox"
+                or hello.get("protocol") != PROTOCOL
+                or not isinstance(hello.get("judging"), dict)
+            ):
                 raise ValueError(f"unexpected greeting {hello!r:.200}")
         except (OSError, TimeoutError, ValueError) as e:
             log.warning("not using the sandbox server at %s: %s", address, e)
@@ -73,27 +80,31 @@ class RemoteJudge:
             return None
         return cls(reader, writer, hello, address)
 
-    def backend_for(self, config: SandboxConfig) -> str:
-        return self.backend if config.backend == "auto" else config.backend
+    def mismatch(self, config: SandboxConfig) -> str | None:
+        """How the server judges otherwise than `config` asks (None: it judges the same)."""
+        backend = self.judging.get("backend")
+        if config.backend not in ("auto", backend):
+            return f"it judges with the {backend} backend, not {config.backend}"
+        if backend == "docker" and self.judging.get("image") != config.image:
+            return f"its image is {self.judging.get('image')}, not {config.image}"
+        limits = config.limits.model_dump(mode="json")
+        if self.judging.get("limits") != limits:
+            theirs = self.judging.get("limits") or {}
+            differ = [f"{k}={theirs.get(k)}" for k in limits if theirs.get(k) != limits[k]]
+            return f"its limits differ ({', '.join(differ)})"
+        return None
 
-    async def judge(
-        self, request: JudgeRequest, fail_fast: bool, config: SandboxConfig, limits: Limits
-    ) -> Verdict:
+    async def judge(self, request: JudgeRequest, fail_fast: bool) -> Verdict:
         async with self._window:
             if self._gone is not None:
                 raise self._gone
             n = next(self._ids)
             future = asyncio.get_running_loop().create_future()
             self._pending[n] = future
-            settings = config.model_dump(
-                mode="json", exclude={"concurrency", "use_server", "server"}
-            )
-            settings["limits"] = limits.model_dump(mode="json")
             message = {
                 "op": "judge",
                 "id": n,
                 "fail_fast": fail_fast,
-                "config": settings,
                 "request": request.model_dump(mode="json"),
             }
             try:
@@ -149,7 +160,8 @@ class RemoteJudge:
 
 
 async def connect_server(config: SandboxConfig) -> RemoteJudge | None:
-    """The server `config` asks for (or the default one), if it answers."""
+    """The server `config` asks for (or the default one), if it answers and judges as `config`
+    would."""
     if not config.use_server:
         return None
     address = config.server or transport.default_address()
@@ -157,6 +169,12 @@ async def connect_server(config: SandboxConfig) -> RemoteJudge | None:
         return None
     start = time.perf_counter()
     remote = await RemoteJudge.connect(address)
+    if remote is not None and (why := remote.mismatch(config)) is not None:
+        log.warning(
+            "not using the sandbox server at %s: %s; judging with workers of our own", address, why
+        )
+        await remote.aclose()
+        return None
     if remote is not None:
         log.debug("using the sandbox server at %s (%.3fs)", address, time.perf_counter() - start)
     return remote

@@ -42,7 +42,8 @@ def classify(reply: dict, expected: str, fn_name: str | None, memory_bytes: int)
         return "output_limit"
     if reply["exit"] != 0:
         near_limit = reply.get("max_rss_kb", 0) * 1024 >= 0.8 * memory_bytes
-        if "MemoryError" in stderr or (reply["signal"] == signal.SIGKILL and near_limit):
+        killed_near_limit = reply["signal"] == signal.SIGKILL and near_limit
+        if "MemoryError" in stderr or reply.get("oom") or killed_near_limit:
             return "memory_limit"
         return "runtime_error"
     if fn_name:
@@ -118,20 +119,16 @@ class Judge:
     @property
     def backend_name(self) -> str:
         if self.remote is not None:
-            return self.remote.backend_for(self.config)
+            return self.remote.backend
         return self.backend.name if self.backend is not None else self.config.backend
 
-    async def judge(
-        self, request: JudgeRequest, fail_fast: bool = False, limits: Limits | None = None
-    ) -> Verdict:
-        """Judge one program. With `fail_fast`, tests after the first failure are skipped.
-        `limits` overrides the configured per-program limits (not those of the sandbox itself:
-        memory, scratch size and processes are the pool's)."""
+    async def judge(self, request: JudgeRequest, fail_fast: bool = False) -> Verdict:
+        """Judge one program. With `fail_fast`, tests after the first failure are skipped."""
         await self.start()
-        limits = limits or self.config.limits
+        limits = self.config.limits
         if self.remote is not None:
             try:
-                return await self.remote.judge(request, fail_fast, self.config, limits)
+                return await self.remote.judge(request, fail_fast)
             except ServerGone as e:
                 if self._closed:
                     raise
@@ -201,8 +198,8 @@ class Judge:
                 statuses[:] = ["syntax_error"] * n
                 feedback[:] = [report] * n
                 return
-            if reply.get("leftover") or not reply.get("clean", True):
-                worker.tainted = True
+            if reply.get("leftover") or reply.get("ipc") or not reply.get("clean", True):
+                worker.tainted = True  # something of the test outlived it: a fresh worker
             if "test" in reply and failed_at is None:
                 i = reply["test"]
                 statuses[i] = status = classify(
@@ -344,11 +341,9 @@ class SyncJudge:
     def server(self) -> str | None:
         return self._judge.server
 
-    def judge(
-        self, request: JudgeRequest, fail_fast: bool = False, limits: Limits | None = None
-    ) -> Verdict:
+    def judge(self, request: JudgeRequest, fail_fast: bool = False) -> Verdict:
         assert self._started is not None, "use SyncJudge as a context manager (or start())"
-        return self._run(self._judge.judge(request, fail_fast, limits))
+        return self._run(self._judge.judge(request, fail_fast))
 
     def judge_many(
         self,

@@ -32,7 +32,13 @@ class Limits(BaseModel):
     suite_timeout_s: float = Field(
         30.0, gt=0, le=3600, description="Seconds for all tests of a program; later tests fail."
     )
-    memory_mb: int = Field(1024, ge=64, le=65536, description="Address space per test process.")
+    memory_mb: int = Field(
+        1024,
+        ge=64,
+        le=65536,
+        description="Address space per test process; with the scratch dir and the runner's "
+        "share (`worker_memory_mb`), the memory of the whole sandbox.",
+    )
     max_processes: int = Field(
         32, ge=1, le=4096, description="Processes and threads a test may have at once."
     )
@@ -40,6 +46,12 @@ class Limits(BaseModel):
         8 << 20, ge=1024, le=1 << 30, description="Bytes of stdout read; more is a failure."
     )
     scratch_mb: int = Field(64, ge=1, le=4096, description="Size of the writable /tmp scratch.")
+
+    @property
+    def worker_memory_mb(self) -> int:
+        """What one sandbox worker may hold in all (its cgroup's limit, no swap): a test's
+        processes, its scratch files, the runner."""
+        return self.memory_mb + self.scratch_mb + 128
 
     def for_runner(self) -> dict:
         return {
@@ -87,23 +99,6 @@ class SandboxConfig(BaseModel):
         description="The server's address (unix:/path); default: env COBALT_SANDBOX_SOCKET "
         "('off': none), else a per-user socket (sandbox.transport.default_address).",
     )
-
-    def pool_key(self, backend: str) -> tuple:
-        """What the workers of a pool are made with (a server keeps one pool per key); the other
-        limits (time, output, processes under namespaces) are set per program."""
-        lim = self.limits
-        if backend == "docker":
-            return (
-                backend,
-                self.image,
-                self.cpus_per_worker,
-                self.pin_cpus,
-                lim.memory_mb,
-                lim.scratch_mb,
-                lim.max_processes,
-                self.recycle_after,
-            )
-        return (backend, self.pin_cpus, lim.scratch_mb, self.recycle_after)
 
 
 class TestSuite(BaseModel):

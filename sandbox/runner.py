@@ -3,7 +3,8 @@
 Standard library only, Python 3.11+: it runs on the sandbox image's bare interpreter, started as
 ``python3 -I -S -c <this file's source> <json settings>``. It never sees expected outputs and
 decides no verdicts; it executes and reports. The trusted parent compares outputs.
-Long module: it is sent into the sandbox as one `-c` source, so it stays one file.
+Long module: it is sent into the sandbox as one `-c` source (after `confine.py`'s, see
+`runner_source.py`), so it stays one file.
 
 Protocol: one JSON object per line on stdin, JSON lines back on stdout.
 
@@ -12,7 +13,7 @@ Protocol: one JSON object per line on stdin, JSON lines back on stdout.
   ``{"seq", "compile_error", "done": true}``), then for each input forks a fresh process from this
   warm interpreter, runs the program on it under rlimits and streams one reply per test:
   ``{"seq", "test": i, "timeout_s", "exit", "signal", "timeout", "wall", "cpu", "stdout",
-  "stderr", "result", "leftover", "clean", ...}``. The run ends with
+  "stderr", "result", "leftover", "ipc", "clean", "oom", ...}``. The run ends with
   ``{"seq", "done": true, "ran": k, "reason"}``: ``reason`` is null (every test ran), ``"time"``
   (the ``suite_s`` seconds, counted from receipt, ran out: the remaining tests were not started;
   a test's timeout is cut to what is left), ``"failed"`` (``fail_fast``: a test exited non-zero,
@@ -22,14 +23,15 @@ Protocol: one JSON object per line on stdin, JSON lines back on stdout.
 * ``{"op": "ping"}`` replies ``{"ok": true}``.
 
 As PID 1 of its own PID namespace the runner cannot be killed from inside, and after each test it
-kills every other process in the namespace (leftover daemons included) and wipes the scratch dir,
-so no state survives from one test to the next. The next test's process is forked only after that.
+kills every other process in the namespace (leftover daemons included), wipes the scratch dir and
+removes the IPC objects (System V, POSIX message queues) the test left, so no state survives from
+one test to the next. The next test's process is forked only after that. The CPU time it reports
+is that of every process of the test (the cgroup's, where it has one: `confine.Accounting`).
 """
 
 import _signal
 import builtins
 import collections
-import ctypes
 import gc
 import io
 import json
@@ -43,6 +45,8 @@ import stat
 import sys
 import time
 import traceback
+
+from sandbox import confine  # inside the sandbox: its source, inlined (runner_source.py)
 
 # LiveCodeBench's order: `from builtins import *` undoes math.pow, operator.pow and re.compile.
 PRELUDE_MODULES = [
@@ -93,109 +97,13 @@ def prelude_globals():
 
 
 # --------------------------------------------------------------------------------------------
-# Isolation for the namespace backend (the Docker backend gets the same from the container).
-
-CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-MS_KEEP = 8 | 1024 | 2048 | 4096  # noexec, noatime, nodiratime, relatime: locked, must be kept
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 4, 24, 38
-
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(ret, what):
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
-
-def _mount(src, dst, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(
-        _libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)),
-        f"mount {src} on {dst}",
-    )
-
-
-def _bind_readonly(src, dst):
-    _mount(src, dst, None, MS_BIND | MS_REC)
-    keep = os.statvfs(src).f_flag & MS_KEEP
-    _mount(None, dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | keep)
-
-
-def _drop_capabilities():
-    for cap in range(64):
-        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == 22:
-            break  # EINVAL: past the last capability this kernel knows
-    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this thread
-    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words: all zero
-    _check(_libc.syscall(126 if os.uname().machine == "x86_64" else 91, header, data), "capset")
-
-
-def enter_namespace(cfg):
-    """Unshare every namespace, build a read-only root with a tmpfs scratch, chroot into it and
-    fork: the child returns as PID 1 of the new PID namespace, the parent waits and mirrors it."""
-    uid, gid = os.getuid(), os.getgid()
-    flags = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID
-    if uid != 0:
-        flags |= CLONE_NEWUSER
-    _check(_libc.unshare(flags), "unshare")
-    if uid != 0:  # unprivileged: map ourselves to an ordinary user inside
-        for name, text in (
-            ("setgroups", "deny"),
-            ("uid_map", f"1000 {uid} 1"),
-            ("gid_map", f"1000 {gid} 1"),
-        ):
-            with open(f"/proc/self/{name}", "w") as f:
-                f.write(text)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    root = cfg["root"]
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-    for path in cfg["binds"]:
-        target = root + path
-        if os.path.islink(path) and os.path.dirname(path) == "/":
-            os.symlink(os.readlink(path), target)  # merged-usr: /bin -> usr/bin
-            continue
-        if not os.path.isdir(path) or os.path.exists(target):
-            continue
-        os.makedirs(target)
-        _bind_readonly(path, target)
-    for path in cfg.get("hide", ()):  # e.g. the host's site-packages: the jail has the stdlib only
-        if os.path.isdir(root + path):
-            _mount("tmpfs", root + path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4k")
-    os.makedirs(root + "/dev")
-    for dev in ("null", "zero", "random", "urandom"):
-        open(f"{root}/dev/{dev}", "w").close()
-        _mount(f"/dev/{dev}", f"{root}/dev/{dev}", None, MS_BIND)
-    os.makedirs(root + "/tmp")
-    _mount(
-        "tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_mb']}m,mode=1777"
-    )
-    _mount(None, root, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    os.chdir(root)
-    os.chroot(".")
-    os.chdir("/")
-    pid = os.fork()
-    if pid:  # outside the new PID namespace: wait, then exit like the namespace's init
-        os.close(0)
-        os.close(1)
-        _, status = os.waitpid(pid, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    if uid == 0:  # real root: become an unprivileged user of our own (all capabilities go)
-        os.setgroups([])
-        os.setgid(cfg["uid"])
-        os.setuid(cfg["uid"])
-    else:
-        _drop_capabilities()
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the parent outside
+# The runner's own protection (the jail and the seccomp filter are `confine`'s).
 
 
 def harden():
     """No privilege gain through exec, and no ptrace or /proc access to this process."""
-    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    confine._libc.prctl(confine.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    confine._libc.prctl(confine.PR_SET_DUMPABLE, 0, 0, 0, 0)
     # PID 1 gets only the signals it handles: Python's SIGINT handler would let a test's
     # os.kill(1, SIGINT) end the runner. Tests restore the default (see `_child`).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -295,8 +203,10 @@ def _parse(line):
 
 
 class Runner:
-    def __init__(self, workdir):
+    def __init__(self, workdir, accounting=None, sweep_ipc=False):
         self.workdir = workdir
+        self.accounting = accounting or confine.Accounting({})
+        self.sweep_ipc = sweep_ipc  # only in an IPC namespace of its own: it removes them all
         self.scratch = os.path.join(workdir, "work")
         self.iodir = os.path.join(workdir, "io")
         for d in (self.scratch, self.iodir):
@@ -365,10 +275,10 @@ class Runner:
                 break
             reply = self.run_test(test_input, timeout, channel, seq)
             if reply is None:  # stopped while it ran: killed, not reported
-                done.update(reason="stopped", clean=self._wipe_scratch())
+                done.update(reason="stopped", **self._clean_up())
                 break
             done["ran"] += 1
-            reply.update(seq=seq, test=i, timeout_s=timeout, clean=self._wipe_scratch())
+            reply.update(seq=seq, test=i, timeout_s=timeout, **self._clean_up())
             channel.hold(reply)
             if fail_fast and _certain_failure(reply):
                 done["reason"] = "failed"
@@ -418,6 +328,7 @@ class Runner:
         finally:
             os.close(fd)
         rlimits = self._rlimits(timeout)
+        before = self.accounting.sample()
         start = time.perf_counter()  # the test's time includes its process's set-up (< 1 ms)
         pid = self.fork_test(rlimits)
         fd = os.pidfd_open(pid)
@@ -434,13 +345,17 @@ class Runner:
         leftover = self._kill_leftovers(pid)
         if stopped:
             return None
+        # every process of the test, waited for or not (the cgroup's), else the one we waited for
+        group_cpu, oom = confine.Accounting.since(before, self.accounting.sample())
+        cpu = max(usage.ru_utime + usage.ru_stime, group_cpu or 0.0)
         reply = {
             "exit": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
             "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-            "timeout": timed_out or (usage.ru_utime + usage.ru_stime) > timeout,
+            "timeout": timed_out or cpu > timeout,
             "wall": wall,
-            "cpu": usage.ru_utime + usage.ru_stime,
+            "cpu": cpu,
             "max_rss_kb": usage.ru_maxrss,
+            "oom": oom,
             "leftover": leftover,
         }
         cap = int(self.limits["output_bytes"])
@@ -490,7 +405,7 @@ class Runner:
         os.closerange(0, 1 << 16)  # the host's channel above all: nothing of the runner's stays
         for which, value in rlimits:
             _setrlimit(which, value)
-        _libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc entries, not the runner's
+        confine._libc.prctl(confine.PR_SET_DUMPABLE, 1, 0, 0, 0)  # its own /proc, not the runner's
         try:  # the kernel's OOM killer takes the test, not the runner
             fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
             os.write(fd, b"1000")
@@ -574,6 +489,15 @@ class Runner:
                 except ChildProcessError:
                     break
         return count
+
+    def _clean_up(self):
+        """After a test: the scratch dir wiped, the IPC objects it left removed (counted: any is
+        a leftover), and whether all of that succeeded."""
+        clean, ipc = self._wipe_scratch(), 0
+        if self.sweep_ipc:
+            ipc, removed = confine.sweep_ipc()
+            clean = clean and removed
+        return {"clean": clean, "ipc": ipc}
 
     def _wipe_scratch(self):
         """Empty the whole writable tmpfs and make the scratch and io dirs anew: the test may
@@ -776,12 +700,17 @@ def serve(runner, channel):
 def main():
     cfg = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     channel = Channel(os.dup(0), os.dup(1))
+    cgroup = cfg.get("cgroup") or {}
+    confine.join_cgroups(cgroup.get("procs", ()))  # the namespace backend's (before the jail)
     if cfg.get("cpu") is not None:  # the namespace backend's pinning (Docker's: a cpuset)
         os.sched_setaffinity(0, {cfg["cpu"]})
+    files = confine.own_accounting() if cgroup.get("own") else cgroup.get("accounting", {})
+    accounting = confine.Accounting(files)
     if cfg.get("namespace"):
-        enter_namespace(cfg)
+        confine.enter_namespace(cfg)
     harden()
-    runner = Runner(cfg.get("workdir", "/tmp"))
+    confine.install_seccomp()
+    runner = Runner(cfg.get("workdir", "/tmp"), accounting, bool(cfg.get("ipc")))
     gc.freeze()
     channel.send({"ready": True, "pid": os.getpid(), "uid": os.getuid()})
     serve(runner, channel)

@@ -1,22 +1,25 @@
 """`python -m sandbox serve`: one long-running process that keeps sandbox workers warm for every
 local judge (CLI runs, pipeline stages, scripts), so none of them pays for starting a pool.
 
-Wire protocol (JSON lines, see `sandbox.transport`), after the server's greeting
-``{"hello": "cobalt-sandbox", "protocol": 1, "pid", "backend", "concurrency"}``:
+The server decides how programs are judged: its own `SandboxConfig` (backend, image, limits, CPU
+settings), fixed when it starts, one pool of workers. A client asks for judging only; it uses the
+server when the server judges as it would itself (same backend, image and limits, announced in
+the greeting: `client.RemoteJudge.mismatch`), and judges with workers of its own otherwise.
 
-* ``{"op": "judge", "id", "config", "request", "fail_fast"}``: ``config`` is the client's
-  `SandboxConfig` (backend, image, limits...), ``request`` a `JudgeRequest`. The reply,
-  ``{"id", "verdict"}`` or ``{"id", "error", "unavailable": bool}``, comes when the program is
-  judged; a client may have many requests in flight, answered in any order.
+Wire protocol (JSON lines, see `sandbox.transport`), after the server's greeting
+``{"hello": "cobalt-sandbox", "protocol": 2, "pid", "backend", "concurrency", "judging":
+{"backend", "image", "limits"}}``:
+
+* ``{"op": "judge", "id", "request", "fail_fast"}``: ``request`` is a `JudgeRequest`; any other
+  field (a backend, an image, limits...) is refused. The reply, ``{"id", "verdict"}`` or
+  ``{"id", "error", "unavailable": bool}``, comes when the program is judged; a client may have
+  many requests in flight, answered in any order.
 * ``{"op": "status"}`` replies ``{"status": {...}}``; ``{"op": "shutdown"}`` stops the server.
 * The server sends ``{"alive": true}`` every `HEARTBEAT_S` seconds, so a client can tell a busy
   server from a stuck one.
 
-The server judges with the same `Judge` as a local pool: one pool per `SandboxConfig.pool_key`
-(what the workers are made with), created on first use; the per-program limits travel with each
-request. At most `concurrency` programs run at once across all pools. A pool other than the
-default one is closed after `idle_s` seconds unused. When a client disconnects, its programs still
-queued are dropped and the workers of those running are replaced.
+When a client disconnects, its programs still queued are dropped and the workers of those running
+are replaced.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from typing import Any
 
 from pydantic import ValidationError
@@ -38,97 +40,70 @@ from sandbox.pool import SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
-PROTOCOL = 1
+PROTOCOL = 2
 HEARTBEAT_S = 2.0
+JUDGE_FIELDS = {"op", "id", "request", "fail_fast"}
 
 
 class SandboxServer:
-    def __init__(self, config: SandboxConfig, idle_s: float = 600.0):
+    def __init__(self, config: SandboxConfig):
         self.config = config.model_copy(update={"use_server": False})
-        self.idle_s = idle_s
-        self.judges: dict[tuple, Judge] = {}
-        self.last_used: dict[tuple, float] = {}
-        self.in_flight: dict[tuple, int] = {}
-        self.backend = ""  # the default pool's backend: what "auto" means here
+        self.judge = Judge(self.config)
+        self.backend = ""  # what "auto" came to mean here
         self.judged = 0
+        self.in_flight = 0
         self.clients = 0
         self.stopped = asyncio.Event()
-        self._slots = asyncio.Semaphore(config.concurrency)
-        self._default_key: tuple = ()
 
     async def start(self) -> None:
-        """Start the default pool (raises SandboxUnavailable if nothing can isolate here)."""
-        judge = Judge(self.config)
-        await judge.start()
-        self.backend = judge.backend_name
-        self._default_key = self.config.pool_key(self.backend)
-        self.judges[self._default_key] = judge
+        """Start the pool (raises SandboxUnavailable if nothing can isolate here)."""
+        await self.judge.start()
+        self.backend = self.judge.backend_name
 
-    async def judge_for(self, config: SandboxConfig) -> tuple[tuple, Judge]:
-        """The pool for a client's configuration, started on first use."""
-        backend = self.backend if config.backend == "auto" else config.backend
-        key = config.pool_key(backend)
-        judge = self.judges.get(key)
-        if judge is None:
-            settings = config.model_copy(
-                update={
-                    "backend": backend,
-                    "concurrency": self.config.concurrency,
-                    "use_server": False,
-                }
-            )
-            judge = self.judges[key] = Judge(settings)
-            log.info("new pool %s", key)
-        try:
-            await judge.start()
-        except BaseException:
-            if self.judges.get(key) is judge:
-                del self.judges[key]
-                await judge.aclose()
-            raise
-        return key, judge
+    def judging(self) -> dict[str, Any]:
+        """How this server judges, for clients to compare with what they would do."""
+        return {
+            "backend": self.backend,
+            "image": self.config.image if self.backend == "docker" else None,
+            "limits": self.config.limits.model_dump(mode="json"),
+        }
 
-    async def judge(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def judge_one(self, message: dict[str, Any]) -> dict[str, Any]:
         reply: dict[str, Any] = {"id": message.get("id")}
+        if extra := sorted(set(message) - JUDGE_FIELDS):
+            return reply | {
+                "error": f"a client asks for judging only; this server sets {', '.join(extra)} "
+                "itself (python -m sandbox serve --help)",
+                "unavailable": False,
+            }
         try:
-            config = SandboxConfig.model_validate(message["config"])
             request = JudgeRequest.model_validate(message["request"])
         except (KeyError, TypeError, ValidationError) as e:
             return reply | {"error": f"invalid judge request: {e}", "unavailable": False}
+        self.in_flight += 1
         try:
-            key, judge = await self.judge_for(config)
-        except SandboxUnavailable as e:
-            return reply | {"error": str(e), "unavailable": True}
-        self.in_flight[key] = self.in_flight.get(key, 0) + 1
-        try:
-            async with self._slots:
-                verdict = await judge.judge(request, bool(message.get("fail_fast")), config.limits)
+            verdict = await self.judge.judge(request, bool(message.get("fail_fast")))
         except SandboxUnavailable as e:
             return reply | {"error": str(e), "unavailable": True}
         except Exception as e:  # a bug of ours: the client judges this one itself
             log.exception("judging %s failed", request.id)
             return reply | {"error": f"server error: {type(e).__name__}: {e}", "unavailable": False}
         finally:
-            self.in_flight[key] -= 1
-            self.last_used[key] = time.monotonic()
+            self.in_flight -= 1
         self.judged += 1
         return reply | {"verdict": verdict.model_dump(mode="json")}
 
     def status(self) -> dict[str, Any]:
+        pool = self.judge.pool
         return {
             "pid": os.getpid(),
             "backend": self.backend,
             "concurrency": self.config.concurrency,
+            "judging": self.judging(),
             "clients": self.clients,
             "judged": self.judged,
-            "pools": [
-                {
-                    "key": list(key),
-                    "in_flight": self.in_flight.get(key, 0),
-                    "replaced": judge.pool.replaced if judge.pool else 0,
-                }
-                for key, judge in self.judges.items()
-            ],
+            "in_flight": self.in_flight,
+            "replaced": pool.replaced if pool else 0,
         }
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -141,7 +116,7 @@ class SandboxServer:
                 writer.write(transport.encode(message))
 
         async def answer(message: dict[str, Any]) -> None:
-            send(await self.judge(message))
+            send(await self.judge_one(message))
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
 
@@ -158,6 +133,7 @@ class SandboxServer:
                 "pid": os.getpid(),
                 "backend": self.backend,
                 "concurrency": self.config.concurrency,
+                "judging": self.judging(),
             }
         )
         try:
@@ -189,27 +165,15 @@ class SandboxServer:
             await asyncio.gather(*tasks, beat, return_exceptions=True)
             writer.close()
 
-    async def reap_idle(self) -> None:
-        """Close pools other than the default one that nobody used for `idle_s`."""
-        while True:
-            await asyncio.sleep(min(30.0, self.idle_s))
-            now = time.monotonic()
-            for key in list(self.judges):
-                idle = now - self.last_used.get(key, now)
-                if key != self._default_key and not self.in_flight.get(key) and idle > self.idle_s:
-                    log.info("closing idle pool %s", key)
-                    await self.judges.pop(key).aclose()
-
     async def aclose(self) -> None:
-        judges, self.judges = list(self.judges.values()), {}
-        await asyncio.gather(*(j.aclose() for j in judges), return_exceptions=True)
+        await self.judge.aclose()
 
 
-async def serve(address: str, config: SandboxConfig, idle_s: float = 600.0, announce=print) -> None:
+async def serve(address: str, config: SandboxConfig, announce=print) -> None:
     """Run a server on `address` until SIGTERM, SIGINT or a client's shutdown request."""
-    server = SandboxServer(config, idle_s)
-    await server.start()
+    server = SandboxServer(config)
     try:
+        await server.start()
         listener = await transport.listen(address, server.handle)
     except BaseException:
         await server.aclose()
@@ -217,7 +181,6 @@ async def serve(address: str, config: SandboxConfig, idle_s: float = 600.0, anno
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stopped.set)
-    reaper = asyncio.create_task(server.reap_idle())
     announce(
         f"sandbox server (pid {os.getpid()}): {config.concurrency} {server.backend} workers "
         f"on unix:{transport.socket_path(address)}"
@@ -226,7 +189,6 @@ async def serve(address: str, config: SandboxConfig, idle_s: float = 600.0, anno
         await server.stopped.wait()
     finally:
         listener.close()
-        reaper.cancel()
         transport.remove(address)
         await server.aclose()
         for sig in (signal.SIGTERM, signal.SIGINT):

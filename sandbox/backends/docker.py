@@ -1,8 +1,11 @@
 """Docker backend: a warm pool of hardened containers, each running one runner as PID 1.
 
 Each container: no network, read-only root, a tmpfs /tmp (noexec), memory and pids limits, a CPU
-quota, every capability dropped, no-new-privileges, user nobody. The runner's source is passed on
-the command line, so the image needs nothing but python3 (see infra/sandbox-image/).
+quota, every capability dropped, no-new-privileges, user nobody, an IPC namespace of its own with
+bounded System V IPC (`ipc.py`); the runner adds its seccomp filter to Docker's (`confine.py`:
+io_uring above all, which Docker 20.10's default profile allows) and reads the container's cgroup
+for CPU time and OOM kills. The runner's source is passed on the command line, so the image
+needs nothing but python3 (see infra/sandbox-image/).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import socket
 import struct
 
 from sandbox.backends.cpus import release_cpu, take_cpu
+from sandbox.backends.ipc import ipc_sysctls
 from sandbox.models import Limits
 from sandbox.pool import Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
@@ -107,8 +111,8 @@ class DockerBackend(Backend):
         from docker.types import Ulimit
 
         lim = self.limits
-        memory = lim.memory_mb + lim.scratch_mb + 128  # the test, its scratch, and the runner
-        cfg = {"workdir": "/tmp"}
+        memory = lim.worker_memory_mb  # the test, its scratch, and the runner
+        cfg = {"workdir": "/tmp", "ipc": True, "cgroup": {"own": True}}
         container = self.client.containers.create(
             self.image,
             command=["python3", "-I", "-S", "-c", RUNNER_SOURCE, json.dumps(cfg)],
@@ -129,6 +133,7 @@ class DockerBackend(Backend):
             security_opt=["no-new-privileges"],
             user="65534:65534",
             ipc_mode="none",
+            sysctls=ipc_sysctls(lim),
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             labels={LABEL: self.owner},
             environment={"PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"},

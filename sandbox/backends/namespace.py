@@ -1,10 +1,11 @@
-"""Namespace backend: the runner jails itself with Linux namespaces and rlimits.
+"""Namespace backend: the runner jails itself with Linux namespaces, a cgroup and seccomp.
 
-For machines without Docker (GPU workers, laptops). The runner unshares user (when not root),
-mount, PID, network, IPC and UTS namespaces, chroots into a read-only view of the interpreter's
-directories with a tmpfs scratch, and runs tests as an unprivileged user with no capabilities.
-There is no cgroup here: memory is bounded per process (RLIMIT_AS) and processes per worker
-(RLIMIT_NPROC), see docs/SANDBOX.md.
+For machines without Docker (GPU workers, laptops). The runner joins a cgroup of its worker's
+own (memory and CPU limits, CPU accounting: `cgroups.py`), unshares user (when not root), mount,
+PID, network, IPC and UTS namespaces, bounds System V IPC with its IPC namespace's sysctls,
+chroots into a read-only view of the interpreter's directories with a tmpfs scratch, runs tests
+as an unprivileged user with no capabilities, under the seccomp filter of `confine.py`.
+Processes per worker are bounded by RLIMIT_NPROC (each worker has a uid of its own).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 import sysconfig
@@ -19,10 +21,14 @@ import tempfile
 import threading
 from pathlib import Path
 
+from sandbox.backends.cgroups import Cgroups, worker_name
 from sandbox.backends.cpus import release_cpu, take_cpu
+from sandbox.backends.ipc import ipc_sysctls
 from sandbox.models import Limits
 from sandbox.pool import MAX_REPLY_BYTES, Backend, SandboxUnavailable, Worker
 from sandbox.runner_source import RUNNER_SOURCE
+
+log = logging.getLogger(__name__)
 
 BASE_UID = 61000  # as root, a worker runs as BASE_UID + (pid % 65536) * 256 + its slot
 _slots: set[int] = set()  # slots of this process's live workers, whatever pool they are in
@@ -77,17 +83,34 @@ def site_packages() -> list[str]:
 class NamespaceBackend(Backend):
     name = "namespace"
 
-    def __init__(self, limits: Limits, python: str | None = None, pin: bool = False):
+    def __init__(
+        self,
+        limits: Limits,
+        python: str | None = None,
+        pin: bool = False,
+        cpus: float = 1.0,
+        cgroup: str | None = None,
+    ):
         self.limits = limits
         self.pin = pin
+        self.cpus = cpus
         self.python = python or str(Path(sys._base_executable).resolve())
         self._roots: list[str] = []
+        self.cgroups: Cgroups | None = None
+        if cgroup == "off":
+            log.warning(
+                "namespace sandbox without cgroups (COBALT_SANDBOX_CGROUP=off): memory is limited "
+                "per process only, and CPU time to the processes a test waits for"
+            )
+        else:
+            self.cgroups = Cgroups(cgroup, quota=not pin)  # SandboxUnavailable names the fix
 
     async def spawn(self, index: int) -> Worker:
         root = tempfile.mkdtemp(prefix="cobalt-jail-")
         self._roots.append(root)
         slot, uid = _take_uid()
         cpu = take_cpu() if self.pin else None
+        cgroups, cgroup = self.cgroups, None
         cfg = {
             "namespace": True,
             "root": root,
@@ -97,8 +120,19 @@ class NamespaceBackend(Backend):
             "uid": uid,
             "cpu": cpu,
             "workdir": "/tmp",
+            "ipc": True,
+            "sysctls": ipc_sysctls(self.limits),
         }
         try:
+            if cgroups is not None:
+                cgroup = await asyncio.to_thread(
+                    cgroups.create,
+                    worker_name(slot),
+                    self.limits.worker_memory_mb,
+                    cpu,
+                    self.cpus,
+                )
+                cfg["cgroup"] = {"procs": cgroup.procs, "accounting": cgroup.accounting}
             proc = await asyncio.create_subprocess_exec(
                 self.python,
                 "-I",
@@ -113,6 +147,8 @@ class NamespaceBackend(Backend):
                 env=SANDBOX_ENV,  # never the host's: it may hold credentials
             )
         except BaseException:
+            if cgroups is not None and cgroup is not None:
+                cgroups.remove(cgroup)
             _release_uid(slot)
             release_cpu(cpu)
             raise
@@ -130,6 +166,8 @@ class NamespaceBackend(Backend):
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()  # ...or dies with its parent (PR_SET_PDEATHSIG)
                 await proc.wait()
+            if cgroups is not None and cgroup is not None:  # empty: its PID namespace is gone
+                await asyncio.to_thread(cgroups.remove, cgroup)
             _release_uid(slot)  # its PID namespace, and every process of that uid, are gone
             release_cpu(cpu)
             with contextlib.suppress(OSError):

@@ -37,6 +37,81 @@ WRITE_TARGETS = [
     f"{PROJECT}/{TAG}",
 ]
 DOUBLE = "print(int(input()) * 2)"
+SYSCALLS = textwrap.dedent("""\
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.shmat.restype = ctypes.c_void_p
+    NR = dict(zip(
+        ["keyctl", "add_key", "io_uring_setup", "perf_event_open", "bpf", "ptrace", "mount",
+         "unshare"],
+        {"x86_64": [250, 248, 425, 298, 321, 101, 165, 272],
+         "aarch64": [219, 217, 425, 241, 280, 117, 40, 97]}[os.uname().machine],
+    ))
+    """)
+IPC = SYSCALLS + textwrap.dedent("""\
+    KEY, CREATE = 0xC0BA17, 0o1666  # IPC_CREAT | 0666
+
+    def found():
+        '''What an earlier program or test left: System V IPC, POSIX queues, keys.'''
+        kinds = []
+        if libc.shmget(KEY, 0, 0) >= 0:
+            kinds.append("shm")
+        if libc.semget(KEY, 0, 0) >= 0:
+            kinds.append("sem")
+        if libc.msgget(KEY, 0) >= 0:
+            kinds.append("msg")
+        if os.path.isdir("/dev/mqueue") and os.listdir("/dev/mqueue"):
+            kinds.append("mqueue")
+        if libc.syscall(NR["keyctl"], 10, -4, b"user", b"cobalt", 0) >= 0:  # search user keyring
+            kinds.append("key")
+        return kinds
+
+    def leave():
+        '''One of each: 150 MiB of shared memory (touched, left detached), a semaphore set, a
+        queue holding a message, a POSIX queue, a key in the user's key ring. What it made.'''
+        made = []
+        shm = libc.shmget(KEY, 150 << 20, CREATE)
+        addr = libc.shmat(shm, None, 0) if shm >= 0 else None
+        if addr not in (None, 2**64 - 1):
+            ctypes.memset(addr, 1, 150 << 20)
+            libc.shmdt(ctypes.c_void_p(addr))
+            made.append("shm")
+        if libc.semget(KEY, 1, CREATE) >= 0:
+            made.append("sem")
+        queue = libc.msgget(KEY, CREATE)
+        message = (1).to_bytes(8, "little") + b"secret"  # struct msgbuf: long mtype, text
+        if queue >= 0 and libc.msgsnd(queue, message, 6, 0) == 0:
+            made.append("msg")
+        if libc.mq_open(b"/cobalt", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0:
+            made.append("mqueue")
+        if libc.syscall(NR["add_key"], b"user", b"cobalt", b"secret", 6, -4) >= 0:
+            made.append("key")
+        return made
+    """)
+HOLD = textwrap.dedent("""\
+    import os, select, sys, time, traceback
+
+    def hold(n, work):
+        '''n processes that each do `work` and stay: "held" once all n did.'''
+        r, w = os.pipe()
+        for _ in range(n):
+            if os.fork() == 0:
+                try:
+                    work()
+                except BaseException:
+                    traceback.print_exc()
+                    os._exit(1)
+                os.write(w, b"x")
+                time.sleep(10)
+                os._exit(0)
+        os.close(w)
+        got, end = 0, time.monotonic() + 1.5
+        while got < n and time.monotonic() < end:
+            if select.select([r], [], [], 0.05)[0]:
+                got += len(os.read(r, n))
+        print("held" if got == n else f"{got} of {n}")
+        sys.exit(0 if got == n else 3)
+    """)
 
 
 @dataclass
@@ -294,6 +369,72 @@ def cases(port: int, host_ips: list[str], secret: str) -> dict[str, Case]:
             "import os\nos.remove('/tmp/io/stdout')\nos.mkfifo('/tmp/io/stdout')\nprint('x')"
         ),
         "read_past_stdin": Case("a = input()\nb = input()\nprint(a, b)"),
+        # one memory limit for the whole sandbox, whatever holds the memory
+        "memory_memfd": Case(
+            d("""\
+            import os
+            chunk, fds = b"x" * (7 << 20), []  # each file under the file size limit (8 MiB)
+            for _ in range(230):  # 1.6 GiB
+                fds.append(os.memfd_create("x"))
+                os.write(fds[-1], chunk)
+            print("held")
+            """),
+            outputs=["held"],
+        ),
+        "memory_processes": Case(
+            HOLD + "hold(3, lambda: globals().update(block=b'x' * (200 << 20)))  # 600 MiB\n",
+            outputs=["held"],
+        ),
+        "memory_shared": Case(
+            SYSCALLS
+            + HOLD
+            + d("""\
+            def attach():
+                shm = libc.shmget(0, 150 << 20, 0o1600)
+                if shm < 0:
+                    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+                ctypes.memset(libc.shmat(shm, None, 0), 1, 150 << 20)
+            hold(4, attach)  # 600 MiB, 150 MiB per process
+            """),
+            outputs=["held"],
+        ),
+        # one CPU, whatever the test asks for
+        "cpu_repin": Case(
+            d("""\
+            import os
+            try:
+                os.sched_setaffinity(0, range(1024))
+            except OSError as e:
+                print("refused:", e)
+            print(len(os.sched_getaffinity(0)))
+            """),
+            outputs=["1"],
+        ),
+        # what a sandboxed test never needs and the kernel should not be exposed to
+        "forbidden_syscalls": Case(
+            SYSCALLS
+            + d("""\
+            buf = ctypes.create_string_buffer(256)
+            allowed = []
+            for name, nr in NR.items():
+                if libc.syscall(nr, 0, buf, 0, 0, 0) != -1 or ctypes.get_errno() != 1:  # EPERM
+                    allowed.append(name)
+            print(*allowed or ["none"])
+            """),
+            outputs=["none"],
+        ),
+        "ipc_between_tests": Case(
+            IPC
+            + d("""\
+            if kinds := found():
+                print("leaked:", *kinds)
+            else:
+                leave()
+                print("fresh")
+            """),
+            inputs=["", ""],
+            outputs=["fresh", "fresh"],
+        ),
     }
 
 
@@ -309,6 +450,7 @@ class Batch:
     escaped_files: list[str]
     leftovers_on_host: list[str]
     runners_on_host: int
+    key_users: list[int]
     requests: dict[str, JudgeRequest]
     judge: SyncJudge
 
@@ -318,6 +460,18 @@ def mem_available() -> int:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) << 10
     raise AssertionError("no MemAvailable in /proc/meminfo")
+
+
+def key_users() -> list[int]:
+    """Uids of this process's block of namespace-worker uids that hold keys in the host kernel
+    (/proc/key-users: "uid: usage nkeys/nikeys ...")."""
+    first = BASE_UID + (os.getpid() % 65536) * 256
+    uids = []
+    for line in Path("/proc/key-users").read_text().splitlines():
+        uid = int(line.split(":")[0])
+        if first <= uid < first + 256:
+            uids.append(uid)
+    return uids
 
 
 def host_ips() -> list[str]:
@@ -455,6 +609,7 @@ def batch(backend, judges, tmp_path_factory) -> Batch:
         escaped,
         sandboxed_processes(),
         len(our_runners(process_table())),
+        key_users(),
         {r.id: r for r in requests},
         judge,
     )
@@ -493,8 +648,12 @@ def test_no_sandboxed_process_survives_the_batch(batch):
 
 
 def test_host_memory_did_not_collapse(batch):
-    budget = CONCURRENCY * (LIMITS["memory_mb"] + 64 + 128) << 20  # what the workers may hold
+    budget = CONCURRENCY * Limits(**LIMITS).worker_memory_mb << 20  # what the workers may hold
     assert batch.mem_before - batch.mem_lowest < budget + (1 << 30)
+
+
+def test_no_key_reached_the_host_kernel(batch):
+    assert batch.key_users == []
 
 
 # -- time, processes, memory, output -------------------------------------------------------------
@@ -522,6 +681,39 @@ def test_memory_bombs_hit_the_memory_limit(batch, name):
     if status == "timeout":  # on a loaded host the allocations can outlast 2 s: once more, alone
         status = batch.judge.judge(batch.requests[name]).status
     assert status == "memory_limit"
+
+
+@pytest.mark.parametrize("name", ["memory_memfd", "memory_processes"])
+def test_memory_held_outside_the_address_space_hits_the_limit_of_the_sandbox(batch, name):
+    """memfd files and several processes, each under its address-space limit, together beyond
+    the sandbox's memory: the OOM killer takes the test, and the verdict says why."""
+    status = outcome(batch, name)
+    if status != "memory_limit":  # a loaded host: the parent gave up waiting first; once alone
+        status = batch.judge.judge(batch.requests[name]).status
+    assert status == "memory_limit", batch.verdicts[name].feedback
+
+
+def test_shared_memory_is_bounded_by_the_sandbox(batch):
+    status = outcome(batch, "memory_shared")
+    feedback = batch.verdicts["memory_shared"].feedback[0]
+    assert status == "memory_limit" or (
+        status == "runtime_error" and "No space left on device" in feedback  # kernel.shmall
+    ), feedback
+
+
+def test_a_test_cannot_leave_its_cpu(batch):
+    verdict = batch.verdicts["cpu_repin"]
+    assert verdict.status == "accepted", verdict.feedback
+
+
+def test_syscalls_a_test_never_needs_are_denied(batch):
+    verdict = batch.verdicts["forbidden_syscalls"]
+    assert verdict.status == "accepted", verdict.feedback  # else it names those let through
+
+
+def test_ipc_objects_do_not_reach_the_next_test(batch):
+    verdict = batch.verdicts["ipc_between_tests"]
+    assert verdict.status == "accepted", verdict.feedback
 
 
 @pytest.mark.parametrize("name", ["huge_output", "huge_stderr", "disk_fill"])
@@ -691,6 +883,87 @@ def test_leftover_daemon_is_killed_and_its_worker_replaced(backend, judges):
     assert replaced == 1  # ...but its worker was recycled
     assert observer.status == "accepted", observer.feedback
     assert survivors == []
+
+
+LEAVER = IPC + "print(*leave())"
+SEEKER = IPC + textwrap.dedent("""\
+    kinds = found()
+    block = b"x" * (150 << 20)  # the memory of what was left is back, too
+    print(*kinds or ["clean"])
+    """)
+
+
+def test_a_program_starts_on_a_clean_worker(backend, judges):
+    """A program that leaves IPC objects (and tries a key) on its worker, then an unrelated one
+    on the same pool of one worker: it finds nothing, and has the memory it needs."""
+    judges(backend)
+
+    async def scenario():
+        config = SandboxConfig(
+            backend=backend,
+            concurrency=1,
+            limits=Limits(timeout_s=2, memory_mb=256),
+            use_server=False,
+        )
+        async with Judge(config) as judge:
+            leaver = await judge.judge(
+                JudgeRequest(
+                    id="leaver",
+                    code=LEAVER,
+                    tests=Suite(inputs=[""], outputs=["shm sem msg mqueue"]),
+                )
+            )
+            seeker = await judge.judge(
+                JudgeRequest(id="seeker", code=SEEKER, tests=Suite(inputs=[""], outputs=["clean"]))
+            )
+            return leaver, seeker, judge.pool.replaced
+
+    leaver, seeker, replaced = asyncio.run(scenario())
+    assert leaver.status == "accepted", leaver.feedback  # it made all but the key...
+    assert replaced == 1  # ...and its worker was replaced, as the runner saw what it left
+    assert seeker.status == "accepted", seeker.feedback
+
+
+CHILD_SPINS = textwrap.dedent("""\
+    import os, time
+    if os.fork() == 0:  # burns CPU; its parent never waits for it
+        end = time.process_time() + 0.6
+        while time.process_time() < end:
+            pass
+        open("spun", "w").close()
+        os._exit(0)
+    end = time.monotonic() + 5
+    while not os.path.exists("spun") and time.monotonic() < end:
+        time.sleep(0.01)
+    print("done")
+    """)
+
+
+def test_cpu_time_counts_every_process_of_the_test(backend, judges):
+    """The runner's report (what the judge's timeout rule reads) counts a child the test never
+    waited for: wait4 alone would show the parent's few milliseconds."""
+    judges(backend)
+
+    async def scenario():
+        config = SandboxConfig(backend=backend, concurrency=1, use_server=False)
+        async with Judge(config) as judge, judge.pool.worker() as worker:
+            worker.tainted = True  # the child is left as a zombie: this worker goes afterwards
+            run = {
+                "op": "run",
+                "seq": 1,
+                "code": CHILD_SPINS,
+                "fn_name": None,
+                "limits": config.limits.for_runner(),
+                "inputs": [""],
+                "suite_s": 10,
+                "fail_fast": False,
+            }
+            await worker.send(run, timeout=30)
+            return [await worker.receive(timeout=30) for _ in range(2)]
+
+    test, done = asyncio.run(scenario())
+    assert test["stdout"] == "done\n" and done["done"]
+    assert test["cpu"] >= 0.55
 
 
 def test_host_environment_is_not_passed_into_the_sandbox(backend, judges, monkeypatch):

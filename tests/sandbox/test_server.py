@@ -1,5 +1,6 @@
 """`python -m sandbox serve`: judging through it, and judging without it when it is absent, dead,
-silent, untrusted or killed mid-way. Real servers (subprocesses), real workers."""
+silent, untrusted, killed mid-way or judging otherwise than the client would. Real servers
+(subprocesses), real workers. The servers here judge with a 1 s time limit per test."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import JudgeRequest, Limits, SandboxConfig, SandboxUnavailable, SyncJudge
+from sandbox import JudgeRequest, Limits, SandboxConfig, SandboxUnavailable, SyncJudge, transport
 from sandbox.client import request as control
 from sandbox.models import TestSuite as Suite
 
 PROJECT = Path(__file__).resolve().parents[2]
 DOUBLE = "print(int(input()) * 2)"
+TIMEOUT = 1.0  # the servers' time limit per test (`--timeout`), and their clients'
 
 
 class Server:
@@ -40,6 +42,8 @@ class Server:
                 backend,
                 "--concurrency",
                 "2",
+                "--timeout",
+                f"{TIMEOUT:g}",
                 *extra,
             ],
             cwd=PROJECT,
@@ -74,6 +78,7 @@ def server(backend, tmp_path_factory):
 
 
 def via(server_address: str | None, backend: str, **limits) -> SyncJudge:
+    limits = {"timeout_s": TIMEOUT, **limits}
     return SyncJudge(
         SandboxConfig(
             backend=backend, concurrency=2, limits=Limits(**limits), server=server_address
@@ -110,14 +115,14 @@ def comparable(verdicts) -> list[tuple]:
 
 
 def test_verdicts_through_the_server_are_those_of_a_local_pool(server, backend, judges):
-    local = judges(backend, timeout_s=1.0)
-    with via(server.address, backend, timeout_s=1.0) as remote:
+    local = judges(backend, timeout_s=TIMEOUT)
+    with via(server.address, backend) as remote:
         assert remote.server == server.address and remote.backend_name == backend
         for fail_fast in (False, True):
             got = remote.judge_many(MIXED, fail_fast=fail_fast)
             want = local.judge_many(MIXED, fail_fast=fail_fast)
             assert comparable(got) == comparable(want)
-    assert got[4].feedback[0].endswith("time limit of 1 seconds.")  # the client's limits
+    assert got[4].feedback[0].endswith("time limit of 1 seconds.")  # the server's = the client's
 
 
 def test_the_cli_uses_a_running_server(server, tmp_path):
@@ -126,7 +131,18 @@ def test_the_cli_uses_a_running_server(server, tmp_path):
     before = server.status()["judged"]
     out = tmp_path / "out.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "sandbox", "judge", "-i", str(rows), "-o", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "sandbox",
+            "judge",
+            "-i",
+            str(rows),
+            "-o",
+            str(out),
+            "--timeout",
+            "1",
+        ],
         cwd=PROJECT,
         capture_output=True,
         text=True,
@@ -140,12 +156,46 @@ def test_the_cli_uses_a_running_server(server, tmp_path):
     assert server.status()["judged"] == before + 3
 
 
-def test_other_sandbox_limits_get_a_pool_of_their_own(server, backend):
-    pools = len(server.status()["pools"])
-    with via(server.address, backend, memory_mb=300, scratch_mb=32, timeout_s=1.0) as remote:
-        v = remote.judge(request("big", "b = bytearray(400 << 20)\nprint(1)", [""], ["1"]))
+def test_a_client_with_other_limits_judges_with_workers_of_its_own(server, backend):
+    before = server.status()
+    with via(server.address, backend, memory_mb=300, scratch_mb=32) as judge:
+        assert judge.server is None
+        v = judge.judge(request("big", "b = bytearray(400 << 20)\nprint(1)", [""], ["1"]))
     assert v.status == "memory_limit"
-    assert len(server.status()["pools"]) == pools + 1
+    after = server.status()
+    assert after["judged"] == before["judged"] and after["judging"] == before["judging"]
+
+
+def test_a_client_asks_for_judging_only(server, backend):
+    """A client of the same user cannot make the server start other workers: the backend, the
+    image and the limits are the server's."""
+
+    async def session() -> tuple[dict, dict[int, dict]]:
+        reader, writer = await transport.connect(server.address, 5)
+        hello = transport.decode(await reader.readline())
+        program = request("x", DOUBLE, ["1\n"], ["2"]).model_dump(mode="json")
+        asks = {"backend": "namespace", "limits": {"memory_mb": 65536, "max_processes": 4096}}
+        for n, extra in ((1, {"config": asks}), (2, {"limits": asks["limits"]}), (3, {})):
+            writer.write(transport.encode({"op": "judge", "id": n, "request": program, **extra}))
+        await writer.drain()
+        replies: dict[int, dict] = {}
+        while len(replies) < 3:
+            reply = transport.decode(await reader.readline())
+            if "id" in reply:
+                replies[reply["id"]] = reply
+        writer.close()
+        return hello, replies
+
+    hello, replies = asyncio.run(session())
+    assert hello["judging"] == {
+        "backend": backend,
+        "image": SandboxConfig().image if backend == "docker" else None,
+        "limits": Limits(timeout_s=TIMEOUT).model_dump(mode="json"),
+    }
+    for refused in (replies[1], replies[2]):
+        assert "verdict" not in refused and "judging only" in refused["error"]
+    assert replies[3]["verdict"]["status"] == "accepted"
+    assert server.status()["judging"] == hello["judging"]
 
 
 def test_concurrent_clients(server, backend):
@@ -171,7 +221,10 @@ def test_concurrent_clients(server, backend):
 
 def test_missing_sandbox_is_reported_not_hidden(server):
     config = SandboxConfig(
-        backend="docker", image="cobalt-sandbox:does-not-exist", server=server.address
+        backend="docker",
+        image="cobalt-sandbox:does-not-exist",
+        limits=Limits(timeout_s=TIMEOUT),
+        server=server.address,
     )
     with pytest.raises(SandboxUnavailable), SyncJudge(config) as judge:
         judge.judge(request("x", DOUBLE, ["1\n"], ["2"]))
@@ -239,11 +292,12 @@ def test_use_server_false_and_the_env_switch(server, backend, monkeypatch):
     config = SandboxConfig(backend=backend, server=server.address, use_server=False)
     with SyncJudge(config) as judge:
         assert judge.server is None
+    limits = Limits(timeout_s=TIMEOUT)
     monkeypatch.setenv("COBALT_SANDBOX_SOCKET", "off")
-    with SyncJudge(SandboxConfig(backend=backend)) as judge:
+    with SyncJudge(SandboxConfig(backend=backend, limits=limits)) as judge:
         assert judge.server is None
     monkeypatch.setenv("COBALT_SANDBOX_SOCKET", server.address)
-    with SyncJudge(SandboxConfig(backend=backend)) as judge:
+    with SyncJudge(SandboxConfig(backend=backend, limits=limits)) as judge:
         assert judge.server == server.address
 
 
@@ -272,7 +326,7 @@ def test_serve_help_and_control(server):
         text=True,
         check=True,
     ).stdout
-    for words in ("--socket", "COBALT_SANDBOX_SOCKET", "--stop", "--status", "--idle-close"):
+    for words in ("--socket", "COBALT_SANDBOX_SOCKET", "--stop", "--status", "--timeout"):
         assert words in help_text
     judge_help = subprocess.run(
         [sys.executable, "-m", "sandbox", "judge", "--help"],
