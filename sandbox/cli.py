@@ -187,7 +187,8 @@ def parse_row(number: int, line: bytes | str) -> JudgeRequest | Verdict:
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as e:
-        return _invalid(f"line-{number}", f"line {number}: not JSON ({e.msg} at column {e.colno})")
+        at = e.msg if e.msg.endswith(" at") else f"{e.msg} at"
+        return _invalid(f"line-{number}", f"line {number}: not JSON ({at} column {e.colno})")
     except RecursionError:
         return _invalid(f"line-{number}", f"line {number}: not readable (JSON nested too deeply)")
     row_id = str(raw.get("id", f"line-{number}")) if isinstance(raw, dict) else f"line-{number}"

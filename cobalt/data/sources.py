@@ -10,6 +10,7 @@ Everything goes through `datasets.load_dataset`: local JSONL/parquet files with 
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from datetime import date
@@ -200,8 +201,14 @@ def read_rows(spec: SourceSpec, revision: str) -> Any:
                 urls = [f"hf://datasets/{spec.dataset}@{revision}/{f}" for f in files]
                 return datasets.load_dataset(hub.builder, data_files=urls, split="train")
             return datasets.load_dataset(spec.dataset, split=spec.split, revision=revision)
-        builder = "parquet" if spec.uri.endswith(".parquet") else "json"
-        return datasets.load_dataset(builder, data_files=spec.uri, split="train")
+        if spec.uri.endswith(".parquet"):
+            return datasets.load_dataset("parquet", data_files=spec.uri, split="train")
+        json_log = logging.getLogger("datasets.packaged_modules.json.json")
+        json_log.disabled = True  # a file it cannot parse is read line by line (json_lines)
+        try:
+            return datasets.load_dataset("json", data_files=spec.uri, split="train")
+        finally:
+            json_log.disabled = False
     except Exception as exc:
         raise SourceError(hub_hint(spec, exc)) from exc
 
@@ -276,11 +283,12 @@ def json_lines(uri: str) -> Iterator[tuple[int, dict | Rejected]]:
             if not raw.strip():
                 continue
             try:
-                row = json.loads(raw.decode("utf-8"))
+                row = json.loads(raw.rstrip(b"\r\n").decode("utf-8"))
             except UnicodeDecodeError as exc:
                 bad = Rejected("not_utf8", f"byte 0x{raw[exc.start]:02x} (column {exc.start + 1})")
             except json.JSONDecodeError as exc:
-                bad = Rejected("invalid_json", f"{exc.msg} (column {exc.colno})")
+                at = exc.msg if exc.msg.endswith(" at") else f"{exc.msg} at"
+                bad = Rejected("invalid_json", f"{at} column {exc.colno}")
             else:
                 if isinstance(row, dict):
                     rows += 1
