@@ -25,8 +25,8 @@ Input rows (JSONL):  {"id": str, "code": str,
 Output rows (JSONL, input order):
                      {"id", "passed": [bool per test], "pass_rate", "status",
                       "feedback": [str per test], "seconds", "outcomes": [status per test]}
-A malformed row gives an output row with status "invalid_request" and an "error" that names the
-field; it never stops the run. Results are written to OUTPUT.partial as they complete and moved
+A malformed row (not UTF-8, not JSON, a missing or mistyped field) gives an output row with
+status "invalid_request" and an "error" that names the line and the field; it never stops the run. Results are written to OUTPUT.partial as they complete and moved
 to OUTPUT at the end; --resume continues from OUTPUT.partial after a crash.
 
 When a sandbox server runs (`python -m sandbox serve`), programs go to its warm workers and
