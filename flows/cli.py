@@ -50,15 +50,15 @@ def run_flow_cli(
 ) -> int:
     """Parse, preflight, run the flow, print its summary: 0; an error the user can fix, at any
     of these steps, is printed as one line: 2; any other error keeps its traceback."""
-    try:
-        params = parse()
-        preflight(params)  # the flow checks again; here the message comes without a traceback
-    except ValidationError as exc:
-        print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as exc:
-        return fail(exc)
-    with embedded_run(), reaper():
+    with embedded_run(), reaper():  # a preflight may start the temporary server already
+        try:
+            params = parse()
+            preflight(params)  # the flow checks again; here a failure costs no flow run
+        except ValidationError as exc:
+            print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
+            return 2
+        except USER_ERRORS as exc:
+            return fail(exc)
         try:
             summary = flow(params)
         except Exception as exc:

@@ -38,6 +38,8 @@ def reaper() -> Iterator[None]:
     watchdog = subprocess.Popen(
         [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
         stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,  # never holds the caller's pipes open
+        stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
     try:
