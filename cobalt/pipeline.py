@@ -23,6 +23,7 @@ from cobalt.data.stages import SAMPLES, DataParams, DataSummary
 from cobalt.errors import EmptyStageError
 from cobalt.evaluation import plot_pass_at_1
 from cobalt.judging import SandboxRuntime
+from cobalt.params import deep_merge
 from cobalt.reference import FIT_STEPS, FITTED, TINY
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
 from cobalt.training.config import MODES, Mode, OfflineSettings, TrainingConfig
@@ -109,17 +110,6 @@ def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, 
     return {
         k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in values.items()
     }
-
-
-def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """`over` on top of `base`, nested objects merged key by key (lists and values replaced)."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 class PipelineParams(BaseModel):
@@ -234,7 +224,7 @@ class PipelineParams(BaseModel):
             if field not in values:
                 merged[field] = defaults[field]
             elif isinstance(given, dict) and isinstance(defaults[field], dict):
-                merged[field] = merge(defaults[field], given)
+                merged[field] = deep_merge(defaults[field], given, field)
         if "rules" not in values and "sources" in values:
             merged["rules"] = CleanRules().model_dump()  # SPEC §1.1 for the user's sources
         return merged

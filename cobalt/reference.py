@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cobalt.errors import UserError
 from cobalt.storage import StorageConfig, open_storage
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ FIT_STEPS = 240
 FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
 
 
-class ReferenceModelError(ValueError):
+class ReferenceModelError(UserError, ValueError):
     """The reference model named cannot be used; the message says what to pass."""
 
 

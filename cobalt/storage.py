@@ -38,6 +38,7 @@ import fsspec
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cobalt.errors import UserError
 from cobalt.problems import Problem, fingerprint, from_table, to_table
 
 MANIFEST = "MANIFEST.json"  # every stage's commit record, written last
@@ -47,7 +48,7 @@ FORMAT = "cobalt-dataset/1"
 log = logging.getLogger(__name__)
 
 
-class StorageError(RuntimeError):
+class StorageError(UserError):
     """The storage cannot be used; the message says what to set."""
 
 

@@ -1,67 +1,37 @@
-"""What the flows' command lines share: parameters validated and preflight-checked before any work,
-known errors printed without a traceback (exit 2), and an embedded Prefect server given time to
-start on a busy machine."""
+"""What the flows' command lines share: parameters validated and preflight-checked before any work;
+an error the user can fix printed as one line (exit 2) wherever in the run it is raised, with no
+traceback from Prefect either; a --config file read with the file, line and column of a mistake,
+and merged over the defaults; an embedded Prefect server given time to start on a busy machine,
+without telemetry, and no process left behind when the command is killed (flows/reaper.py)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, temporary_settings
+from prefect.settings import (
+    PREFECT_SERVER_ANALYTICS_ENABLED,
+    PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS,
+    temporary_settings,
+)
 from pydantic import ValidationError
 
-from cobalt.analysis.judge import JudgeError
-from cobalt.data.sources import SourceError
-from cobalt.errors import EmptyStageError
-from cobalt.reference import ReferenceModelError
-from cobalt.storage import StorageError
-from cobalt.trajectories.problemsets import ProblemSetError
-from engines import MissingAPIKeyError
-
-
-class ConfigError(ValueError):
-    """A --config file that cannot be read as a JSON object; the message names file and place."""
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """A --config file's JSON object; `ConfigError` (one line: the file, line and column) when it
-    is missing, not JSON or not an object."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"--config {path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        values = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"--config {path}: not valid JSON at line {exc.lineno} column {exc.colno} "
-            f"({exc.msg}); the file holds one JSON object of parameter fields"
-        ) from None
-    if not isinstance(values, dict):
-        raise ConfigError(
-            f"--config {path}: holds a JSON {type(values).__name__}, not an object of parameter "
-            'fields (e.g. {"collect": {"turns": 3}})'
-        )
-    return values
-
+from cobalt.errors import USER_ERRORS as LIBRARY_ERRORS
+from cobalt.errors import user_error
+from cobalt.params import ConfigError
+from flows.reaper import reaper
 
 EPHEMERAL_START_S = 90  # Prefect's 20 s default is too short on a loaded 2-core machine
-# what a user can fix: printed as one line, exit status 2, no traceback
-USER_ERRORS = (
-    ConfigError,
-    StorageError,
-    SourceError,
-    ProblemSetError,
-    EmptyStageError,
-    ReferenceModelError,
-    MissingAPIKeyError,
-    JudgeError,
-    OSError,
-)
+# what a user can fix, before the run: printed as one line, exit status 2, no traceback
+USER_ERRORS = (*LIBRARY_ERRORS, OSError)
+RUN_LOGGERS = ("prefect.flow_runs", "prefect.task_runs")  # they log a failed run's traceback
 STORAGE_FLAGS = (
     ("storage", "url"),
     ("endpoint_url", "endpoint_url"),
@@ -75,20 +45,90 @@ def run_flow_cli(
     flow: Callable[[Any], Any],
     render: Callable[[Any], str],
 ) -> int:
-    try:
-        params = parse()
-        preflight(params)  # the flow checks again; here the message comes without a traceback
-    except ValidationError as exc:
-        print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    timeout = max(EPHEMERAL_START_S, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-    with temporary_settings(updates={PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: timeout}):
-        summary = flow(params)
+    """Parse, preflight, run the flow, print its summary: 0; an error the user can fix, at any
+    of these steps, is printed as one line: 2; any other error keeps its traceback."""
+    with embedded_run(), reaper():  # a preflight may start the temporary server already
+        try:
+            params = parse()
+            preflight(params)  # the flow checks again; here a failure costs no flow run
+        except ValidationError as exc:
+            print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
+            return 2
+        except USER_ERRORS as exc:
+            return fail(exc)
+        try:
+            summary = flow(params)
+        except Exception as exc:
+            if (found := user_error(exc)) is None:
+                raise
+            return fail(found)
     print(render(summary))
     return 0
+
+
+def fail(exc: BaseException) -> int:
+    """Print `exc` as the one line `error: ...` on stderr; the exit status of a user error."""
+    print("error: " + " ".join(str(exc).split()), file=sys.stderr)
+    return 2
+
+
+@contextlib.contextmanager
+def embedded_run() -> Iterator[None]:
+    """The Prefect settings of a command-line run (a temporary server's start-up time, its
+    telemetry off unless PREFECT_SERVER_ANALYTICS_ENABLED says otherwise), and a user error's
+    traceback kept out of the run's log (its one line is printed at the end)."""
+    timeout = max(EPHEMERAL_START_S, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+    updates: dict[Any, Any] = {PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS: timeout}
+    if "PREFECT_SERVER_ANALYTICS_ENABLED" not in os.environ:
+        updates[PREFECT_SERVER_ANALYTICS_ENABLED] = False
+    loggers = [logging.getLogger(name) for name in RUN_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(_no_user_traceback)
+    try:
+        with temporary_settings(updates=updates):
+            yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(_no_user_traceback)
+
+
+def _no_user_traceback(record: logging.LogRecord) -> bool:
+    """A log filter: a record of a user error keeps its message, not its traceback."""
+    if record.exc_info and user_error(record.exc_info[1]) is not None:
+        record.exc_info, record.exc_text = None, None
+    return True
+
+
+def read_config(path: Path | str | None) -> dict[str, Any]:
+    """The JSON object of a --config file ({} for None); ConfigError names the file and the
+    line:column of a mistake."""
+    if path is None:
+        return {}
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = Path(path).read_bytes()[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"--config {path}: line {line}: a byte that is not UTF-8 (0x{exc.object[exc.start]:02x})"
+            ": save the file as UTF-8 JSON"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"--config {path}: {exc.strerror or exc}: pass an existing JSON file"
+        ) from None
+    try:
+        values = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"--config {path}:{exc.lineno}:{exc.colno}: invalid JSON ({exc.msg}): fix the file "
+            "(a JSON object of the flow's parameters)"
+        ) from None
+    if not isinstance(values, dict):
+        raise ConfigError(
+            f"--config {path}: holds a JSON {type(values).__name__}, not an object: write "
+            '{"field": value, ...} with the flow\'s parameters'
+        )
+    return values
 
 
 def add_storage_args(parser: argparse.ArgumentParser) -> None:

@@ -9,15 +9,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from prefect import flow
 
 from cobalt.data.stages import DataParams, DataSummary, preflight
+from cobalt.params import deep_merge
 from cobalt.tables import markdown_table
-from flows.cli import add_storage_args, run_flow_cli, storage_values
+from flows.cli import add_storage_args, read_config, run_flow_cli, storage_values
 from tasks.data import Stages, report
 
 
@@ -71,7 +71,7 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
     arg("--concurrency", type=int, help="programs judged at once (CPU count)")
     args = parser.parse_args(argv)
 
-    values: dict = json.loads(args.config.read_text()) if args.config else {}
+    values = read_config(args.config)
     if args.source:
         values["sources"] = args.source
     samples = "sources" not in values
@@ -98,7 +98,7 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
     if samples:
         sample = DataParams.samples()
         values["sources"] = [s.model_dump() for s in sample.sources]
-        values["rules"] = {**sample.rules.model_dump(), **values.get("rules", {})}
+        values["rules"] = deep_merge(sample.rules.model_dump(), values.get("rules") or {}, "rules")
     return DataParams.model_validate(values)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from prefect import flow
 
 from cobalt.data import stages as data_stage
+from cobalt.params import deep_merge
 from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
 from cobalt.reference import FITTED, check_reference
 from cobalt.storage import open_storage
@@ -185,7 +186,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
 
-    values: dict[str, Any] = read_config(args.config) if args.config else {}
+    config = read_config(args.config)
+    values: dict[str, Any] = {}  # the flags, merged over the --config file's at the end
     for flag in ("preset", "reference", "fit_steps", "train_limit", "eval_limit", "eval_turns"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
@@ -229,10 +231,10 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.sandbox_concurrency is not None:
         values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
     storage_values(args, values)
-    for field in ("engine", "collect", "training"):  # nothing given: the preset's
+    for field in ("engine", "collect", "training", "storage"):  # nothing given: the preset's
         if not values[field]:
             del values[field]
-    return PipelineParams.model_validate(values)
+    return PipelineParams.model_validate(deep_merge(config, values))
 
 
 def render(summary: PipelineSummary) -> str:

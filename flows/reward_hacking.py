@@ -19,7 +19,6 @@ report (tables, markdown with diffs, PNG; the comparison with `--compare`). The 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,11 +28,12 @@ from prefect import flow
 from cobalt.analysis.judge import JudgeConfig
 from cobalt.analysis.stages import HackingParams
 from cobalt.analysis.summary import HackingSummary
+from cobalt.params import deep_merge
 from cobalt.reference import FITTED, TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.stages import close_engines
-from flows.cli import add_running_args, run_flow_cli, running_values
+from flows.cli import add_running_args, read_config, run_flow_cli, running_values
 from flows.trajectories import trajectories_flow
 from tasks.cluster import task_runner
 from tasks.reward_hacking import Stages, local_model, preflight, report
@@ -141,7 +141,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     add_running_args(parser, run)
     args = parser.parse_args(argv)
 
-    values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
+    values = read_config(args.config)
     for flag in (
         "problems",
         "table",
@@ -158,15 +158,16 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
             values[flag] = getattr(args, flag)
     running_values(args, values)
     defaults = HackingParams.model_fields
-    engine = dict(values.get("engine") or {"kind": "auto", "model": FITTED})
+    engine = deep_merge({"kind": "auto", "model": FITTED}, values.get("engine") or {}, "engine")
     _engine_flags(args, engine, "")
     if engine.get("kind") == "litellm" and engine.get("model") == FITTED:
         parser.error("--model is needed with --engine litellm (the served model's name)")
     values["engine"] = engine
     local = engine.get("model") in (FITTED, TINY)  # the embedded default's settings, else SPEC's
     base = defaults["collect"].default_factory() if local else CollectConfig()
-    collect = values.setdefault("collect", base.model_dump())
-    sampling = collect.setdefault("sampling", {})
+    collect = deep_merge(base.model_dump(), values.get("collect") or {}, "collect")
+    values["collect"] = collect
+    sampling = collect["sampling"]
     for flag in ("n", "temperature", "max_new_tokens", "seed"):
         if getattr(args, flag) is not None:
             sampling[flag] = getattr(args, flag)
@@ -175,17 +176,19 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     if args.system_prompt is not None:
         collect["system_prompt"] = args.system_prompt
     judge_values = values.setdefault("judge", {})
-    judge_engine = dict(judge_values.get("engine") or {"kind": "auto", "model": FITTED})
+    judge_engine = deep_merge(
+        {"kind": "auto", "model": FITTED}, judge_values.get("engine") or {}, "judge.engine"
+    )
     _engine_flags(args, judge_engine, "judge_")
-    if "sampling" not in judge_values:
-        local = judge_engine.get("model") in (FITTED, TINY)
-        judge_values["sampling"] = (
-            defaults["judge"].default_factory() if local else JudgeConfig()
-        ).sampling.model_dump()
+    local = judge_engine.get("model") in (FITTED, TINY)
+    judge_base = (defaults["judge"].default_factory() if local else JudgeConfig()).sampling
+    judge_values["sampling"] = deep_merge(
+        judge_base.model_dump(), judge_values.get("sampling") or {}, "judge.sampling"
+    )
     judge_values["engine"] = judge_engine
     if judge_engine.get("kind") == "litellm" and judge_engine.get("model") == FITTED:
         parser.error("--judge-model is needed with --judge-engine litellm")
-    judge_sampling = judge_values.setdefault("sampling", {})
+    judge_sampling = judge_values["sampling"]
     for flag, name in (
         ("judge_max_new_tokens", "max_new_tokens"),
         ("judge_temperature", "temperature"),

@@ -24,14 +24,13 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
-from flows.cli import add_storage_args, run_flow_cli, storage_values
+from flows.cli import add_storage_args, read_config, run_flow_cli, storage_values
 from tasks.training import Stages, report
 
 
@@ -105,7 +104,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--refresh", action="store_true", help="recompute every stage")
     args = parser.parse_args(argv)
 
-    values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
+    values = read_config(args.config)
     for flag in ("trajectories", "model", "work_dir", "perturbed"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)

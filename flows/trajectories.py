@@ -16,18 +16,17 @@ The logic lives in `cobalt/trajectories/` and `cobalt/evaluation.py` (no Prefect
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from prefect import flow
 
+from cobalt.params import deep_merge
 from cobalt.reference import TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.runs import TrajectorySummary
 from cobalt.trajectories.stages import TrajectoryParams, close_engines
-from flows.cli import add_running_args, run_flow_cli, running_values
+from flows.cli import add_running_args, read_config, run_flow_cli, running_values
 from tasks.cluster import task_runner
 from tasks.trajectories import Stages, preflight, report
 
@@ -120,7 +119,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     add_running_args(parser)
     args = parser.parse_args(argv)
 
-    values: dict[str, Any] = json.loads(args.config.read_text()) if args.config else {}
+    values = read_config(args.config)
     for flag in (
         "problems",
         "table",
@@ -132,7 +131,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     if args.perturbed:
         values["perturbed"] = True
     running_values(args, values)
-    engine = dict(values.get("engine") or {"kind": "auto", "model": TINY})
+    engine = deep_merge({"kind": "auto", "model": TINY}, values.get("engine") or {}, "engine")
     for flag, name in (
         ("engine", "kind"),
         ("model", "model"),
@@ -150,8 +149,9 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     if engine.get("kind") == "litellm" and engine.get("model") == TINY:
         parser.error("--model is needed with --engine litellm (the served model's name)")
     values["engine"] = engine
-    collect = values.setdefault("collect", {})
-    sampling = collect.setdefault("sampling", {"n": 16, "seed": 0})
+    defaults = {"sampling": {"n": 16, "seed": 0}}
+    collect = values["collect"] = deep_merge(defaults, values.get("collect") or {}, "collect")
+    sampling = collect["sampling"]
     for flag, name in (
         ("n", "n"),
         ("temperature", "temperature"),

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO, TextIO
 
 from pydantic import ValidationError
 
@@ -24,8 +25,8 @@ Input rows (JSONL):  {"id": str, "code": str,
 Output rows (JSONL, input order):
                      {"id", "passed": [bool per test], "pass_rate", "status",
                       "feedback": [str per test], "seconds", "outcomes": [status per test]}
-A malformed row gives an output row with status "invalid_request" and an "error" that names the
-field; it never stops the run. Results are written to OUTPUT.partial as they complete and moved
+A malformed row (not UTF-8, not JSON, a missing or mistyped field) gives an output row with
+status "invalid_request" and an "error" that names the line and the field; it never stops the run. Results are written to OUTPUT.partial as they complete and moved
 to OUTPUT at the end; --resume continues from OUTPUT.partial after a crash.
 
 When a sandbox server runs (`python -m sandbox serve`), programs go to its warm workers and
@@ -173,20 +174,36 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def read_rows(path: str) -> Iterator[tuple[int, str]]:
-    stream = sys.stdin if path == "-" else open(path, encoding="utf-8")  # noqa: SIM115
+def open_input(path: str) -> BinaryIO:
+    """The input's bytes ('-': stdin); OSError for a file that is missing or unreadable."""
+    return sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
+
+
+def read_rows(stream: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of each non-blank line, as bytes: a line that is not UTF-8 becomes
+    its row's verdict (`parse_row`), not the end of the run."""
     with stream:
         for number, line in enumerate(stream, 1):
             if line.strip():
                 yield number, line
 
 
-def parse_row(number: int, line: str) -> JudgeRequest | Verdict:
+def parse_row(number: int, line: bytes | str) -> JudgeRequest | Verdict:
     """A request, or an `invalid_request` verdict that names the line and the field."""
     try:
-        raw = json.loads(line)
+        text = line.decode("utf-8") if isinstance(line, bytes) else line
+    except UnicodeDecodeError as e:
+        byte = f"0x{line[e.start]:02x}"
+        return _invalid(
+            f"line-{number}", f"line {number}: not UTF-8 (byte {byte} at column {e.start + 1})"
+        )
+    try:
+        raw = json.loads(text)
     except json.JSONDecodeError as e:
-        return _invalid(f"line-{number}", f"line {number}: not JSON ({e.msg} at column {e.colno})")
+        at = e.msg if e.msg.endswith(" at") else f"{e.msg} at"
+        return _invalid(f"line-{number}", f"line {number}: not JSON ({at} column {e.colno})")
+    except RecursionError:
+        return _invalid(f"line-{number}", f"line {number}: not readable (JSON nested too deeply)")
     row_id = str(raw.get("id", f"line-{number}")) if isinstance(raw, dict) else f"line-{number}"
     try:
         return JudgeRequest.model_validate(raw)
@@ -240,25 +257,31 @@ def judge_command(args: argparse.Namespace) -> int:
     except ValidationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    try:  # a file that cannot be read or written: one line, before any worker starts
+        stream = open_input(args.input)
+    except OSError as e:
+        print(f"error: --input {args.input}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    partial = None if args.output == "-" else Path(args.output + ".partial")
+    done = _count_complete_rows(partial) if args.resume and partial and partial.exists() else 0
+    mode = "a" if done else "w"
+    try:
+        out = open(partial, mode, encoding="utf-8") if partial else sys.stdout  # noqa: SIM115
+    except OSError as e:
+        stream.close()
+        print(f"error: --output {args.output}: {e.strerror or e}", file=sys.stderr)
+        return 2
     judge = SyncJudge(config).start()  # workers come up while the input is read
     try:
-        return _judge_rows(args, judge)
+        return _judge_rows(args, judge, stream, out, done)
     finally:
         judge.close()
 
 
-def _judge_rows(args: argparse.Namespace, judge: SyncJudge) -> int:
-    rows = [parse_row(n, line) for n, line in read_rows(args.input)]
-    to_stdout = args.output == "-"
-    partial = Path(args.output + ".partial") if not to_stdout else None
-    done = 0
-    if args.resume and partial is not None and partial.exists():
-        done = _count_complete_rows(partial)
-    if partial is not None:
-        mode = "a" if done else "w"
-        out = open(partial, mode, encoding="utf-8")  # noqa: SIM115
-    else:
-        out = sys.stdout
+def _judge_rows(
+    args: argparse.Namespace, judge: SyncJudge, stream: BinaryIO, out: TextIO, done: int
+) -> int:
+    rows = [parse_row(n, line) for n, line in read_rows(stream)]
     writer = OrderedWriter(out, skip=done)
     todo = [(i, r) for i, r in enumerate(rows) if i >= done]
     invalid = [(i, r) for i, r in todo if isinstance(r, Verdict)]
@@ -288,8 +311,8 @@ def _judge_rows(args: argparse.Namespace, judge: SyncJudge) -> int:
         bar.close()
         if out is not sys.stdout:
             out.close()
-    if partial is not None:
-        os.replace(partial, args.output)
+    if out is not sys.stdout:
+        os.replace(out.name, args.output)
     elapsed = time.perf_counter() - start
     n_tests = sum(len(r.tests.inputs) for _, r in requests)
     print(

@@ -30,6 +30,7 @@ from cobalt.judging import SandboxRuntime
 from cobalt.storage import DatasetRef, StorageConfig, open_storage
 from cobalt.tables import markdown_table
 from tasks.caching import bind, content_policy
+from tasks.retry import transient
 
 
 @task(
@@ -38,6 +39,7 @@ from tasks.caching import bind, content_policy
     cache_policy=content_policy(*LOAD_CODE),
     retries=2,
     retry_delay_seconds=3,
+    retry_condition_fn=transient,
 )
 def load_task(
     spec: SourceSpec, revision: str, config: LoadConfig, storage: StorageConfig
@@ -52,6 +54,7 @@ def load_task(
     cache_policy=content_policy(*CLEAN_CODE),
     retries=1,
     retry_delay_seconds=3,
+    retry_condition_fn=transient,
 )
 def clean_task(ref: DatasetRef, rules: CleanRules, storage: StorageConfig) -> DatasetRef:
     """Apply the cleaning rules and cap the tests."""
@@ -72,6 +75,7 @@ def verify_task(
     cache_policy=content_policy(*SETS_CODE),
     retries=1,
     retry_delay_seconds=3,
+    retry_condition_fn=transient,
 )
 def sets_task(
     pools: dict[str, list[DatasetRef]], config: SplitConfig, storage: StorageConfig

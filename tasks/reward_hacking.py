@@ -46,6 +46,7 @@ from cobalt.trajectories.runs import TrajectorySummary, find_trajectories
 from engines import EngineConfig
 from tasks.caching import bind, stage_policy
 from tasks.cluster import run_all
+from tasks.retry import transient
 from tasks.trajectories import load_api_key
 
 JUDGED_CODE = (*JUDGE_CODE, "cobalt.analysis.judged")
@@ -72,6 +73,7 @@ def local_model(role: str, engine: EngineConfig, params: HackingParams) -> Engin
     cache_policy=stage_policy(*ERRORS_CODE),
     retries=1,
     retry_delay_seconds=5,
+    retry_condition_fn=transient,
 )
 def errors_task(key: str, spec: ErrorsSpec, runtime: Runtime) -> AnalysisRef:
     """Turn-level errors: changed code that now passes a wrong test (SPEC §1.7)."""
@@ -84,6 +86,7 @@ def errors_task(key: str, spec: ErrorsSpec, runtime: Runtime) -> AnalysisRef:
     cache_policy=stage_policy(*JUDGED_CODE),
     retries=1,
     retry_delay_seconds=10,
+    retry_condition_fn=transient,
 )
 def judge_task(key: str, spec: JudgeShard, runtime: Runtime) -> JudgeShardRef:
     """The LLM judge's label of every error of a shard (resumes a killed run; the process's
@@ -97,6 +100,7 @@ def judge_task(key: str, spec: JudgeShard, runtime: Runtime) -> JudgeShardRef:
     cache_policy=stage_policy(*JUDGED_CODE, ignore=("shards",)),  # the key decides the shards
     retries=1,
     retry_delay_seconds=5,
+    retry_condition_fn=transient,
 )
 def judge_merge_task(
     key: str, spec: JudgedSpec, shards: list[JudgeShardRef], runtime: Runtime

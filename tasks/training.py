@@ -39,6 +39,7 @@ from cobalt.training.stages import (
     training_stage,
 )
 from tasks.caching import bind, stage_policy
+from tasks.retry import transient
 
 
 # log_prints off: dill (under `datasets`) reads globals by capturing `print` output of `dis`,
@@ -76,6 +77,7 @@ def offline_dataset_task(key: str, spec: OfflineDataSpec, runtime: Runtime) -> B
     cache_policy=stage_policy(*TRAINING_CODE),
     retries=1,
     retry_delay_seconds=10,
+    retry_condition_fn=transient,
     log_prints=False,
 )
 def training_task(key: str, spec: TrainingSpec, runtime: Runtime) -> PolicyRef:
@@ -89,6 +91,7 @@ def training_task(key: str, spec: TrainingSpec, runtime: Runtime) -> PolicyRef:
     cache_policy=stage_policy(*OFFLINE_TRAINING_CODE),
     retries=1,
     retry_delay_seconds=10,
+    retry_condition_fn=transient,
     log_prints=False,
 )
 def offline_training_task(key: str, spec: TrainingSpec, runtime: Runtime) -> PolicyRef:

@@ -40,6 +40,7 @@ from cobalt.trajectories.stages import (
 from engines import EngineConfig
 from tasks.caching import bind, stage_policy
 from tasks.cluster import run_all
+from tasks.retry import transient
 
 
 def preflight(params: TrajectoryParams) -> Ready:
@@ -79,6 +80,7 @@ def gate(name: str | None) -> Callable[[], AbstractContextManager[Any]] | None:
     cache_policy=stage_policy(*INITIAL_CODE),
     retries=1,
     retry_delay_seconds=5,
+    retry_condition_fn=transient,
 )
 def initial_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
     """Turn 0 of a shard: n samples per problem (the cached first programs)."""
@@ -91,6 +93,7 @@ def initial_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
     cache_policy=stage_policy(*MULTITURN_CODE),
     retries=1,
     retry_delay_seconds=5,
+    retry_condition_fn=transient,
 )
 def multiturn_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
     """Feedback turns of a shard: public-test feedback, repair, repeat (resumes a killed run)."""
@@ -109,6 +112,7 @@ def multiturn_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
     cache_policy=stage_policy(*EVALUATION_CODE),
     retries=1,
     retry_delay_seconds=5,
+    retry_condition_fn=transient,
 )
 def evaluation_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
     """Every turn's program of a shard on all true tests."""
@@ -123,6 +127,7 @@ def evaluation_task(key: str, spec: Shard, runtime: Runtime) -> ShardRef:
     cache_policy=stage_policy("cobalt.trajectories.shards"),
     retries=1,
     retry_delay_seconds=5,
+    retry_condition_fn=transient,
 )
 def merge_task(
     key: str, spec: StageSpec, shards: list[ShardRef], runtime: Runtime

@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cobalt.analysis.reward_hacking import TurnError
+from cobalt.errors import UserError
 from cobalt.reference import FITTED
 from engines import Conversation, Engine, EngineConfig, SamplingConfig, split_thinking
 
@@ -32,7 +33,7 @@ CATEGORIES = (*LABELS, PARSE_FAILURE)  # what a recorded judgement can say
 Label = Literal["hard_coding", "logic_overfitting", "semantic_drifting", "other", "parse_failure"]
 
 
-class JudgeError(RuntimeError):
+class JudgeError(UserError):
     """The judge cannot be reached or failed on some errors; the message says what to check."""
 
 

@@ -89,6 +89,8 @@ class JudgeFailures(JudgeError):
     """The judge could not be reached for some errors (error id, engine error): they are not
     recorded, the others are; a rerun asks again for them only."""
 
+    transient = True  # the endpoint may answer on the task's retry
+
     def __init__(self, failed: Sequence[tuple[str, str]]):
         self.failed = [(str(i), str(e)) for i, e in failed]
         first, error = self.failed[0]

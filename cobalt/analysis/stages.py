@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -55,7 +54,12 @@ from cobalt.trajectories.problemsets import (
 from cobalt.trajectories.records import Record, parse_records
 from cobalt.trajectories.runs import Trajectories
 from cobalt.trajectories.specs import TrajectoryRef
-from cobalt.trajectories.stages import TrajectoryParams, engine_identity, read_stage
+from cobalt.trajectories.stages import (
+    TrajectoryParams,
+    check_local_engine,
+    engine_identity,
+    read_stage,
+)
 from engines import EngineConfig, SamplingConfig, make_engine
 from sandbox import Limits
 
@@ -199,12 +203,9 @@ def check_engine(engine: EngineConfig, what: str) -> None:
         engine.api_key()  # MissingAPIKeyError names the variable
     elif engine.model in LOCAL_MODELS:
         check_reference(engine.model)
-    elif not Path(engine.model, "config.json").exists():
+    else:
         flag = "--judge-model" if what == "judge" else "--model"
-        raise ProblemSetError(
-            f"{what} model directory {engine.model} has no config.json: pass {flag} DIR (a "
-            f"model saved with save_pretrained), '{FITTED}' or '{TINY}'"
-        )
+        check_local_engine(engine, f"'{FITTED}' or '{TINY}'", flag, f"{what} model")
 
 
 def preflight(params: HackingParams) -> Ready:

@@ -9,6 +9,8 @@ Everything goes through `datasets.load_dataset`: local JSONL/parquet files with 
 
 from __future__ import annotations
 
+import json
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from datetime import date
@@ -26,6 +28,7 @@ from pydantic import (
 
 from cobalt.data.schemas import LoadConfig, difficulty_of, normalise
 from cobalt.data.tally import Rejected, Tally
+from cobalt.errors import UserError
 from cobalt.problems import (
     Problem,
     SourceKind,
@@ -178,7 +181,7 @@ def infer_kind(columns: Iterable[str]) -> SourceKind:
 # --- reading rows ---
 
 
-class SourceError(RuntimeError):
+class SourceError(UserError):
     """A source cannot be read; the message says what to pass instead."""
 
 
@@ -198,8 +201,14 @@ def read_rows(spec: SourceSpec, revision: str) -> Any:
                 urls = [f"hf://datasets/{spec.dataset}@{revision}/{f}" for f in files]
                 return datasets.load_dataset(hub.builder, data_files=urls, split="train")
             return datasets.load_dataset(spec.dataset, split=spec.split, revision=revision)
-        builder = "parquet" if spec.uri.endswith(".parquet") else "json"
-        return datasets.load_dataset(builder, data_files=spec.uri, split="train")
+        if spec.uri.endswith(".parquet"):
+            return datasets.load_dataset("parquet", data_files=spec.uri, split="train")
+        json_log = logging.getLogger("datasets.packaged_modules.json.json")
+        json_log.disabled = True  # a file it cannot parse is read line by line (json_lines)
+        try:
+            return datasets.load_dataset("json", data_files=spec.uri, split="train")
+        finally:
+            json_log.disabled = False
     except Exception as exc:
         raise SourceError(hub_hint(spec, exc)) from exc
 
@@ -221,17 +230,24 @@ def hub_hint(spec: SourceSpec, exc: BaseException | str) -> str:
 def load_problems(
     spec: SourceSpec, revision: str, config: LoadConfig
 ) -> tuple[list[Problem], Tally]:
-    """Normalise every row of a source; malformed rows are counted by reason, never fatal."""
-    rows = read_rows(spec, revision)
-    problems, tally, seen = [], Tally(), set()
-    for index, row in enumerate(_iter(rows)):
+    """Normalise every row of a source; malformed rows are counted by reason (with their line
+    numbers when a file is read line by line), never fatal: only a source with no readable row
+    is (SourceError)."""
+    problems, tally, seen, index = [], Tally(), set(), -1
+    for line, row in source_rows(spec, revision):
+        if isinstance(row, Rejected):
+            tally.drop(spec.name, difficulty_of({}), row, f"line {line}", line)
+            continue
+        index += 1
         difficulty = difficulty_of(row)
         try:
             problem = normalise(spec, row, index, revision, config)
             if problem.id in seen:
                 raise Rejected("duplicate_id", problem.id)
         except Rejected as rejected:
-            tally.drop(spec.name, difficulty, rejected, f"row {index}")
+            tally.drop(
+                spec.name, difficulty, rejected, f"line {line}" if line else f"row {index}", line
+            )
             continue
         seen.add(problem.id)
         problems.append(problem)
@@ -239,6 +255,50 @@ def load_problems(
     return problems, tally
 
 
-def _iter(rows: Iterable[Any]) -> Iterator[dict]:
+def source_rows(spec: SourceSpec, revision: str) -> Iterator[tuple[int | None, dict | Rejected]]:
+    """(line number or None, row) of every row. Through `datasets` (no line numbers); a local
+    JSON file it cannot parse (one truncated line fails the whole file there) is read line by
+    line instead (`json_lines`)."""
+    try:
+        rows = read_rows(spec, revision)
+    except SourceError:
+        if spec.is_hub or spec.uri.endswith(".parquet"):
+            raise
+        yield from json_lines(spec.uri)
+        return
     for row in rows:
-        yield row if isinstance(row, dict) else {}
+        yield None, row if isinstance(row, dict) else {}
+
+
+def json_lines(uri: str) -> Iterator[tuple[int, dict | Rejected]]:
+    """(line number, row) of each non-blank line of a JSON Lines file; a line that is not a JSON
+    object is a `Rejected` (not_utf8, invalid_json, not_an_object). SourceError when no line is
+    a row (not JSON Lines at all)."""
+    import fsspec
+
+    fs, path = fsspec.core.url_to_fs(uri)
+    rows, first = 0, None
+    with fs.open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                row = json.loads(raw.rstrip(b"\r\n").decode("utf-8"))
+            except UnicodeDecodeError as exc:
+                bad = Rejected("not_utf8", f"byte 0x{raw[exc.start]:02x} (column {exc.start + 1})")
+            except json.JSONDecodeError as exc:
+                at = exc.msg if exc.msg.endswith(" at") else f"{exc.msg} at"
+                bad = Rejected("invalid_json", f"{at} column {exc.colno}")
+            else:
+                if isinstance(row, dict):
+                    rows += 1
+                    yield number, row
+                    continue
+                bad = Rejected("not_an_object", f"a JSON {type(row).__name__}")
+            first = first or f"line {number}: {bad}"
+            yield number, bad
+    if not rows:
+        raise SourceError(
+            f"source file {uri} has no readable row ({first or 'no line'}): pass a JSON Lines "
+            "file (one JSON object a line) or parquet"
+        )

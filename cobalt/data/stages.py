@@ -31,7 +31,7 @@ from cobalt.data.sources import (
     load_problems,
 )
 from cobalt.data.splits import SplitConfig, build_sets
-from cobalt.data.tally import KEPT, counts, examples
+from cobalt.data.tally import KEPT, counts, examples, lines
 from cobalt.data.verify import VerifyConfig, verify_problems
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import DatasetRef, StorageConfig, code_version, open_storage, recipe_key
@@ -247,10 +247,12 @@ SET_COLUMNS = ("train", "dev", "test")
 
 
 def counts_table(stage_refs: list[DatasetRef], sets: DatasetRef) -> list[dict[str, Any]]:
-    """One row per source and difficulty (plus a total row): rows read, drops by reason, kept
-    problems per set, verified, perturbed."""
+    """One row per source and difficulty (plus a total row): rows read, drops by reason (with
+    the line numbers of rows dropped from a file read line by line), kept problems per set,
+    verified, perturbed."""
     read: Counter[tuple[str, str]] = Counter()
     drops: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    where = {k: v for ref in stage_refs for k, v in lines(ref.tally).items()}
     for ref in stage_refs:
         for (source, difficulty, outcome), n in counts(ref.tally).items():
             if ref.name.startswith("load/"):
@@ -276,7 +278,10 @@ def counts_table(stage_refs: list[DatasetRef], sets: DatasetRef) -> list[dict[st
                 "verified": got["verification:passed"],
                 "perturbed": got["perturbed"],
                 "perturb_skipped": got["perturb_skipped"],
-                "drop_reasons": ", ".join(f"{r} {n}" for r, n in sorted(dropped.items())),
+                "drop_reasons": ", ".join(
+                    f"{r} {n}{at_lines(where.get((*key, r)), n)}"
+                    for r, n in sorted(dropped.items())
+                ),
             }
         )
     total: dict[str, Any] = {"source": "total", "difficulty": "all"}
@@ -295,6 +300,14 @@ def counts_table(stage_refs: list[DatasetRef], sets: DatasetRef) -> list[dict[st
         all_drops.update(dropped)
     total["drop_reasons"] = ", ".join(f"{r} {n}" for r, n in sorted(all_drops.items()))
     return [*rows, total]
+
+
+def at_lines(numbers: list[int] | None, count: int) -> str:
+    """' (line 3)', ' (lines 3, 7, ...)': where in its file a dropped row was, when known."""
+    if not numbers:
+        return ""
+    more = ", ..." if count > len(numbers) else ""
+    return f" (line{'s' if count > 1 else ''} {', '.join(map(str, numbers))}{more})"
 
 
 def summarize(params: DataParams, stage_refs: list[DatasetRef], sets: DatasetRef) -> DataSummary:

@@ -12,11 +12,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cobalt.errors import UserError
 from cobalt.problems import Problem, from_table
 from cobalt.storage import DatasetRef, StorageConfig, StorageError, open_storage
 
 
-class ProblemSetError(RuntimeError):
+class ProblemSetError(UserError):
     """The problem set cannot be found or used; the message says what to pass."""
 
 

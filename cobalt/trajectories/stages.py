@@ -11,6 +11,7 @@ without Prefect.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
@@ -155,15 +156,31 @@ def preflight(params: TrajectoryParams) -> Ready:
         )
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
-    elif not Path(engine.model).is_dir():
-        raise ProblemSetError(
-            f"model directory {engine.model} not found: local engines load a downloaded model "
-            "directory (--model PATH); leave --model out for the tiny built-in model"
-        )
+    else:
+        check_local_engine(engine, "leave --model out for the tiny built-in model")
     source = resolve_problems(
         params.problems, params.storage, params.table, params.perturbed, params.limit
     )
     return Ready(problems=source, engine=engine)
+
+
+def check_local_engine(
+    engine: EngineConfig, hint: str, flag: str = "--model", what: str = "model"
+) -> None:
+    """A local engine can run here: vLLM installed for kind vllm, the model a directory saved
+    with save_pretrained (its config.json). ProblemSetError names `what`, the flag, `hint`."""
+    if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ProblemSetError(
+            "engine vllm: vLLM is not installed here: install the GPU extra (pip install -e "
+            "'.[gpu]') on a CUDA machine, use the transformers engine (or auto), or serve the "
+            "model elsewhere (vllm serve) and use the litellm engine with its api_base"
+        )
+    if not Path(engine.model, "config.json").exists():
+        found = "has no config.json" if Path(engine.model).is_dir() else "not found"
+        raise ProblemSetError(
+            f"{what} directory {engine.model} {found}: local engines load a model saved with "
+            f"save_pretrained (config.json, weights, tokenizer): pass {flag} DIR, or {hint}"
+        )
 
 
 # --- stages -----------------------------------------------------------------------------------

@@ -10,7 +10,14 @@ import pytest
 from data_helpers import SAMPLES, CallsSystem, encode_private, write_jsonl
 
 from cobalt.data.schemas import decode_private_tests
-from cobalt.data.sources import LoadConfig, SourceSpec, infer_kind, lcb_files, load_problems
+from cobalt.data.sources import (
+    LoadConfig,
+    SourceError,
+    SourceSpec,
+    infer_kind,
+    lcb_files,
+    load_problems,
+)
 from cobalt.data.tally import Rejected
 from cobalt.problems import Problem, Provenance, from_table, instruction, to_table
 from sandbox import TestSuite as Suite
@@ -89,6 +96,41 @@ def test_malformed_taco_rows_are_counted_not_fatal(tmp_path, taco_row):
     assert [p.id for p in problems] == ["taco/double", "taco/joined"]
     joined = problems[1]
     assert joined.public_tests.inputs == ["1 2"] and joined.public_tests.outputs == ["3"]
+
+
+def test_unreadable_lines_are_counted_with_their_line_numbers(tmp_path, taco_row):
+    """One truncated line fails the whole file in `datasets`; it is then read line by line: each
+    line that is not a JSON object is dropped by reason with its line number, the rest kept."""
+    rows = [json.dumps({**taco_row, "id": f"p{i}"}).encode() for i in range(4)]
+    path = tmp_path / "broken.jsonl"
+    path.write_bytes(
+        b"\n".join([rows[0], rows[1][:80], b"", rows[2], b'{"id": "caf\xe9"}', b"[1, 2]", rows[3]])
+        + b"\n"
+    )
+    spec = SourceSpec(uri=str(path), kind="taco")
+    problems, tally = load_problems(spec, "sha256:test", LoadConfig())
+    assert [p.id for p in problems] == ["broken/p0", "broken/p2", "broken/p3"]
+    drops = {o: n for (_, _, o), n in tally.counts.items() if o != "kept"}
+    assert drops == {"invalid_json": 1, "not_utf8": 1, "not_an_object": 1}
+    assert tally.lines == {
+        ("broken", "unknown", "invalid_json"): [2],
+        ("broken", "unknown", "not_utf8"): [5],
+        ("broken", "unknown", "not_an_object"): [6],
+    }
+    assert tally.examples[("broken", "not_utf8")] == "line 5: byte 0xe9 (column 12)"
+    assert tally.examples[("broken", "invalid_json")].startswith(
+        "line 2: Unterminated string starting at column"
+    )
+
+
+def test_a_file_with_no_readable_row_is_the_fatal_case(tmp_path):
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(b"not json\n\xff\xfe\n[1]\n")
+    with pytest.raises(
+        SourceError,
+        match=r"junk\.jsonl has no readable row \(line 1: invalid_json: Expecting value at column 1\)",
+    ):
+        load(path, "taco")
 
 
 def test_taco_row_becomes_a_problem(tmp_path, taco_row):

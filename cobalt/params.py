@@ -1,0 +1,33 @@
+"""Parameters assembled from several places: a preset's or a flow's defaults, a --config file's
+partial objects, flags. `deep_merge` is the one rule (nested objects merge key by key), used by the
+flows' command lines and by `cobalt.pipeline`'s presets; `ConfigError` names the field when a
+partial object is not one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cobalt.errors import UserError
+
+
+class ConfigError(UserError):
+    """A --config file cannot be read or is not a JSON object; the message says where."""
+
+
+def deep_merge(base: dict[str, Any], over: Any, where: str = "") -> dict[str, Any]:
+    """`over` (a --config file's object) merged into a copy of `base` (the defaults): nested
+    objects key by key, so a partial object keeps the defaults it leaves out; other values
+    replaced. `where`: the field's dotted name, for the ConfigError of a non-object."""
+    if not isinstance(over, dict):
+        raise ConfigError(
+            f"config field {where or '(top level)'}: a JSON object expected, not "
+            f'{json.dumps(over)[:60]}: write {{"field": value, ...}}'
+        )
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(merged.get(key), dict) and value is not None:
+            merged[key] = deep_merge(merged[key], value, f"{where}.{key}" if where else key)
+        else:
+            merged[key] = value
+    return merged

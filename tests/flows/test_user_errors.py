@@ -1,0 +1,416 @@
+"""Every error a user can cause ends in one clear line (issue 26): each row runs a command as a
+new user would, up to its error, and checks the exit status, the one `error:` line (no
+traceback), and that what was already written is still there. Before the run (parsing and
+preflight) the flows run in this process; at a stage (`harness` rows) against the session's
+Prefect API; `python -m sandbox judge` as a subprocess. Then the units: the --config reader and
+merge, the retry condition, the watchdog; and a real flow killed with SIGKILL leaves no process
+behind and logs no telemetry."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import logging
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from prefect import get_client
+from prefect.client.schemas.filters import (
+    FlowFilter,
+    FlowFilterName,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
+from prefect.client.schemas.sorting import FlowRunSort
+from prefect.states import Failed
+
+from cobalt.analysis.judged import JudgeFailures
+from cobalt.data.sources import SourceError
+from cobalt.errors import EmptyStageError, UserError, user_error
+from cobalt.params import ConfigError, deep_merge
+from flows import data, pipeline, reward_hacking, training, trajectories
+from flows.cli import RUN_LOGGERS, read_config
+from flows.reaper import TICK_S, alive, descendants
+from tasks.retry import transient
+
+REPO = Path(__file__).resolve().parents[2]
+FLOWS = {
+    "data": data,
+    "trajectories": trajectories,
+    "training": training,
+    "reward_hacking": reward_hacking,
+    "pipeline": pipeline,
+}
+TINY_RUN = [  # a trajectories run of the random tiny model: 2 problems, nothing repaired
+    *("--problems", "samples/apps_sample.jsonl:taco", "--limit", "2", "--n", "2"),
+    *("--turns", "1", "--max-new-tokens", "8", "--backend", "namespace"),
+]
+
+
+@dataclass
+class Row:
+    command: str  # a flow of FLOWS, or "sandbox" (python -m sandbox judge, a subprocess)
+    argv: list[str]  # "{tmp}" stands for the test's directory
+    code: int
+    line: str | None  # the one error line (a regex); None: no error
+    harness: bool = False  # runs the flow: needs the Prefect API
+    before: list[str] | None = None  # a trajectories run first (its argv)
+    kept: Callable[[Path, str], None] | None = None  # what must be there after (tmp, output)
+
+
+def config_rows(flow: str) -> list[tuple[str, Row]]:
+    config = ["--config", "{tmp}/%s"]
+    return [
+        (
+            f"{flow}-config-invalid-json",
+            Row(flow, [*config[:1], config[1] % "invalid.json"], 2, r"invalid\.json:3:5: invalid "
+                r"JSON \(Expecting property name enclosed in double quotes\)"),
+        ),
+        (
+            f"{flow}-config-not-an-object",
+            Row(flow, [*config[:1], config[1] % "list.json"], 2, r"list\.json: holds a JSON list"),
+        ),
+        (
+            f"{flow}-config-missing",
+            Row(flow, [*config[:1], config[1] % "nope.json"], 2, r"nope\.json: No such file"),
+        ),
+        (
+            f"{flow}-config-not-utf8",
+            Row(flow, [*config[:1], config[1] % "latin1.json"], 2,
+                r"latin1\.json: line 2: a byte that is not UTF-8 \(0xe9\)"),
+        ),
+    ]  # fmt: skip
+
+
+def data_kept(tmp: Path, output: str) -> None:
+    """The good source, loaded before the bad one failed, is still in storage."""
+    assert list((tmp / "runs/datasets/load/apps_sample").glob("*/MANIFEST.json"))
+
+
+def bandit_kept(tmp: Path, output: str) -> None:
+    """The bandit dataset written before the check failed, and the trajectories, stay."""
+    assert list((tmp / "runs/bandit").glob("*/MANIFEST.json"))
+    assert list((tmp / "runs/trajectories/evaluation").glob("*/MANIFEST.json"))
+
+
+def verdicts_kept(tmp: Path, output: str) -> None:
+    rows = [json.loads(line) for line in (tmp / "verdicts.jsonl").read_text().splitlines()]
+    assert [(r["id"], r["status"]) for r in rows] == [
+        ("double", "accepted"),
+        ("line-2", "invalid_request"),
+        ("wrong", "wrong_answer"),
+    ]
+    assert rows[1]["error"] == "line 2: not UTF-8 (byte 0xff at column 30)"
+
+
+VLLM = importlib.util.find_spec("vllm") is not None
+ROWS: list[tuple[str, Row]] = [
+    *(row for flow in FLOWS for row in config_rows(flow)),
+    (
+        "trajectories-config-field-not-an-object",
+        Row("trajectories", ["--config", "{tmp}/sampling.json"], 2,
+            r"config field collect\.sampling: a JSON object expected, not 3"),
+    ),
+    (
+        "pipeline-config-field-not-an-object",
+        Row("pipeline", ["--config", "{tmp}/sampling.json", "--n", "2"], 2,
+            r"config field collect\.sampling: a JSON object expected, not 3"),
+    ),
+    (
+        "pipeline-model-dir-empty",
+        Row("pipeline", ["--model", "{tmp}/empty"], 2,
+            r"reference model \S+/empty has no config\.json: pass a directory saved"),
+    ),
+    (
+        "trajectories-model-dir-empty",
+        Row("trajectories", ["--model", "{tmp}/empty"], 2,
+            r"model directory \S+/empty has no config\.json: .* pass --model DIR"),
+    ),
+    (
+        "reward-hacking-model-dir-empty",
+        Row("reward_hacking", ["--model", "{tmp}/empty"], 2,
+            r"policy model directory \S+/empty has no config\.json"),
+    ),
+    *(
+        []
+        if VLLM
+        else [
+            (
+                "trajectories-vllm-not-installed",
+                Row("trajectories", ["--engine", "vllm", "--model", "{tmp}/empty"], 2,
+                    r"engine vllm: vLLM is not installed here: install the GPU extra"),
+            )
+        ]
+    ),
+    (
+        "data-malformed-rows-counted",
+        Row("data", ["--source", "{tmp}/broken.jsonl:taco", "--no-verify"], 0, None,
+            harness=True),
+    ),
+    (
+        "data-no-readable-row-at-the-load-stage",
+        Row("data", ["--source", "samples/apps_sample.jsonl:taco", "--source",
+                     "{tmp}/junk.jsonl:taco", "--no-verify"], 2,
+            r"junk\.jsonl has no readable row \(line 1: invalid_json: Expecting value at column "
+            r"1\): pass a JSON Lines file", harness=True, kept=data_kept),
+    ),
+    (
+        "training-empty-stage",
+        Row("training", ["--backend", "namespace"], 2,
+            r"the bandit dataset has no repair contexts: of 2 problems .* --mode single_turn",
+            harness=True, before=TINY_RUN, kept=bandit_kept),
+    ),
+    (
+        "judge-undecodable-row",
+        Row("sandbox", ["-i", "{tmp}/programs.jsonl", "-o", "{tmp}/verdicts.jsonl"], 0, None,
+            kept=verdicts_kept),
+    ),
+    (
+        "judge-missing-input",
+        Row("sandbox", ["-i", "{tmp}/nope.jsonl", "-o", "{tmp}/verdicts.jsonl"], 2,
+            r"^error: --input \S+/nope\.jsonl: No such file or directory$"),
+    ),
+]  # fmt: skip
+
+
+def write_inputs(tmp: Path) -> None:
+    (tmp / "invalid.json").write_text('{\n  "refresh": true,\n    }\n')
+    (tmp / "list.json").write_text("[1, 2]\n")
+    (tmp / "latin1.json").write_bytes(b'{\n  "label": "caf\xe9"\n}\n')
+    (tmp / "sampling.json").write_text('{"collect": {"sampling": 3}}')
+    (tmp / "empty").mkdir()
+    (tmp / "junk.jsonl").write_text("this is not JSON Lines\n")
+    rows = (REPO / "samples/apps_sample.jsonl").read_bytes().splitlines()
+    (tmp / "broken.jsonl").write_bytes(
+        b"\n".join([rows[0], rows[1][:300], rows[2], b"\xff\xfe{}", rows[3]]) + b"\n"
+    )
+    program = {"code": "print(int(input()) * 2)", "tests": {"inputs": ["3"], "outputs": ["6"]}}
+    wrong = {"code": "print(0)", "tests": {"inputs": [""], "outputs": ["1"]}}
+    (tmp / "programs.jsonl").write_bytes(
+        json.dumps({"id": "double", **program}).encode()
+        + b'\n{"id": "bad", "code": "print(\xff)"}\n'
+        + json.dumps({"id": "wrong", **wrong}).encode()
+        + b"\n"
+    )
+
+
+def one_line(output: str, pattern: str) -> None:
+    """The output has no traceback and ends in exactly one `error:` line matching `pattern`."""
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and lines[-1] == errors[0], output
+    assert re.search(pattern, errors[0]), errors[0]
+
+
+def last_task_runs(flow_name: str) -> dict[str, tuple[str, int]]:
+    """Task run name -> (state, times run) of the newest run of the flow `flow_name`."""
+    with get_client(sync_client=True) as client:
+        (run,) = client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=[flow_name])),
+            sort=FlowRunSort.START_TIME_DESC,
+            limit=1,
+        )
+        tasks = client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+        )
+    return {t.name: (t.state.name, t.run_count) for t in tasks}
+
+
+@pytest.mark.parametrize("row", [r for _, r in ROWS], ids=[i for i, _ in ROWS])
+def test_every_user_error_is_one_line(
+    row: Row, tmp_path: Path, capfd, request: pytest.FixtureRequest
+) -> None:
+    write_inputs(tmp_path)
+    argv = [a.format(tmp=tmp_path) for a in row.argv]
+    if row.command == "sandbox":
+        proc = subprocess.run(
+            [sys.executable, "-m", "sandbox", "judge", *argv, "--backend", "namespace", "-q"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COBALT_SANDBOX_SOCKET": "off"},
+        )
+        code, output = proc.returncode, proc.stdout + proc.stderr
+    else:
+        if row.harness:
+            request.getfixturevalue("prefect_harness")
+        storage = ["--storage", str(tmp_path / "runs")]
+        if row.before is not None:
+            assert trajectories.main([*row.before, *storage]) == 0
+            capfd.readouterr()
+        logs = io.StringIO()  # what Prefect logs of the run (its handler bypasses capfd)
+        handler = logging.StreamHandler(logs)
+        for name in RUN_LOGGERS:
+            logging.getLogger(name).addHandler(handler)
+        try:
+            code = FLOWS[row.command].main([*argv, *storage])
+        finally:
+            for name in RUN_LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
+        out, err = capfd.readouterr()
+        output = out + err
+        assert "Traceback" not in logs.getvalue(), logs.getvalue()
+        if row.harness and row.code:
+            assert "Finished in state Failed" in logs.getvalue()  # the log was captured
+    assert code == row.code, output
+    if row.line is None:
+        assert "Traceback" not in output and "error: " not in output, output
+    else:
+        one_line(output, row.line)
+    if row.kept is not None:
+        row.kept(tmp_path, output)
+    if row.command == "data" and row.harness and row.code == 2:  # a user error is not retried
+        tasks = last_task_runs("data")
+        assert tasks["load-junk"] == ("Failed", 1), tasks
+    if row.line is None and row.command == "data":  # the table says where each bad line was
+        total = output.split("| total |")[0]
+        assert "invalid_json 1 (line 2), not_utf8 1 (line 4)" in total, output
+
+
+# --- units ------------------------------------------------------------------------------------
+
+
+def test_a_partial_config_object_keeps_the_defaults_it_leaves_out(tmp_path: Path) -> None:
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"collect": {"turns": 3}}))
+    p = trajectories.parse_params(["--config", str(config), "--n", "2"])
+    assert (p.collect.turns, p.collect.sampling.n, p.collect.sampling.seed) == (3, 2, 0)
+    config.write_text(json.dumps({"collect": {"sampling": {"temperature": 0.2}}}))
+    p = trajectories.parse_params(["--config", str(config)])
+    assert (p.collect.sampling.n, p.collect.sampling.temperature) == (16, 0.2)
+    # the embedded analysis keeps its small settings (4 samples, 128 tokens, judge 48 tokens)
+    config.write_text(
+        json.dumps({"collect": {"turns": 3}, "judge": {"sampling": {"temperature": 0.5}}})
+    )
+    h = reward_hacking.parse_params(["--config", str(config)])
+    assert (h.collect.turns, h.collect.sampling.n, h.collect.sampling.max_new_tokens) == (
+        3,
+        4,
+        128,
+    )
+    assert (h.judge.sampling.temperature, h.judge.sampling.max_new_tokens) == (0.5, 48)
+
+
+def test_read_config_and_deep_merge() -> None:
+    assert read_config(None) == {}
+    base = {"a": {"b": 1, "c": {"d": 2}}, "e": 3}
+    assert deep_merge(base, {"a": {"c": {"x": 4}}, "e": None}) == {
+        "a": {"b": 1, "c": {"d": 2, "x": 4}},
+        "e": None,
+    }
+    assert base == {"a": {"b": 1, "c": {"d": 2}}, "e": 3}  # the defaults are not changed
+    with pytest.raises(ConfigError, match=r"config field a\.c: a JSON object expected, not \[1\]"):
+        deep_merge(base, {"a": {"c": [1]}})
+    assert issubclass(ConfigError, UserError)
+
+
+def test_a_user_error_is_not_retried_unless_transient() -> None:
+    def state(exc: BaseException) -> Failed:
+        return Failed(data=exc)
+
+    assert not transient(None, None, state(SourceError("bad file")))
+    assert not transient(None, None, state(EmptyStageError("nothing")))
+    try:  # chained: found through the cause
+        try:
+            raise EmptyStageError("empty")
+        except EmptyStageError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert not transient(None, None, state(outer))
+        assert isinstance(user_error(outer), EmptyStageError)
+    assert transient(None, None, state(RuntimeError("connection reset")))
+    assert transient(None, None, state(JudgeFailures([("e1", "endpoint down")])))
+
+
+def test_the_watchdog_ends_what_a_killed_process_leaves(tmp_path: Path) -> None:
+    """A process under `reaper()` with a child and a grandchild, killed with SIGKILL: both end;
+    a block that ends normally leaves its children alone."""
+    script = (
+        "import subprocess, sys, time\n"
+        "from flows.reaper import reaper\n"
+        "with reaper():\n"
+        "    subprocess.Popen(['bash', '-c', 'sleep 300 & sleep 300; wait'])\n"
+        "    time.sleep(300 if sys.argv[1] == 'kill' else 1.5)\n"
+    )
+    for mode in ("kill", "exit"):
+        proc = subprocess.Popen([sys.executable, "-c", script, mode], cwd=REPO)
+        found: dict[int, str] = {}
+        while len(found) < 4:  # the watchdog, bash and its two sleeps
+            found.update(descendants(proc.pid))
+            time.sleep(0.1)
+        time.sleep(3 * TICK_S)  # the watchdog sees what runs at its next tick
+        if mode == "kill":
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while mode == "kill" and any(alive(p, t) for p, t in found.items()):
+            assert time.monotonic() < deadline, "a child outlived the killed process"
+            time.sleep(0.2)
+        living = [p for p, t in found.items() if alive(p, t)]
+        for pid in living:
+            os.kill(pid, signal.SIGKILL)
+        assert len(living) == (0 if mode == "kill" else 3)  # bash, sleeps: ended by us
+
+
+@pytest.mark.slow
+def test_a_killed_flow_leaves_no_process_and_logs_no_telemetry(tmp_path: Path) -> None:
+    """`python -m flows.trajectories` killed with SIGKILL while its temporary Prefect server and
+    sandbox workers run: none of its descendants outlives it. The analytics switch of the test
+    session is taken out of its environment: the command itself turns telemetry off."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PREFECT_SERVER_ANALYTICS_ENABLED", "DO_NOT_TRACK", "PREFECT_API_URL")
+    }
+    log = tmp_path / "flow.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flows.trajectories", *TINY_RUN, "--storage", str(tmp_path)],
+        cwd=REPO,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    seen: dict[int, str] = {}
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            now = descendants(proc.pid)
+            seen.update(now)
+            commands = [_command(p) for p in now]
+            if any("uvicorn" in c for c in commands) and any(" -I -S -c " in c for c in commands):
+                break
+            time.sleep(0.3)
+        assert proc.poll() is None, log.read_text()
+        assert any("uvicorn" in _command(p) for p in seen) and len(seen) >= 3, seen
+        time.sleep(3 * TICK_S)  # the watchdog sees what runs at its next tick
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 20
+        while any(alive(p, t) for p, t in seen.items()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = {p: _command(p)[:80] for p, t in seen.items() if alive(p, t)}
+        assert left == {}
+        assert "telemetry" not in log.read_text()
+    finally:
+        for pid, started in seen.items():
+            if alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
