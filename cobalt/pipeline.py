@@ -21,7 +21,7 @@ from cobalt.data.cleaning import CleanRules
 from cobalt.data.sources import Sources, SourceSpec
 from cobalt.data.stages import SAMPLES, DataParams, DataSummary
 from cobalt.errors import EmptyStageError
-from cobalt.evaluation import plot_pass_at_1
+from cobalt.evaluation import plot_before_after
 from cobalt.judging import SandboxRuntime
 from cobalt.reference import FIT_STEPS, FITTED, TINY
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
@@ -244,6 +244,20 @@ class PipelineParams(BaseModel):
         )
 
 
+def with_seed(params: PipelineParams, seed: int) -> PipelineParams:
+    """The same run with another seed: every sampled token (the training trajectories and both
+    evaluations), the bandit rows' order and the trainer's seed. The fitted reference model stays
+    the one fitted with seed 0 (`cobalt.reference.reference_model`)."""
+    sampling = params.collect.sampling.model_copy(update={"seed": seed})
+    return params.model_copy(
+        update={
+            "collect": params.collect.model_copy(update={"sampling": sampling}),
+            "bandit": params.bandit.model_copy(update={"seed": seed}),
+            "training": params.training.model_copy(update={"seed": seed}),
+        }
+    )
+
+
 def check_sets(data: DataSummary, params: PipelineParams) -> str:
     """The problem-set bundle's directory, after checking both tables the pipeline uses."""
     for table in (params.train_table, params.eval_table):
@@ -257,6 +271,56 @@ def check_sets(data: DataSummary, params: PipelineParams) -> str:
 
 
 # --- report ---------------------------------------------------------------------------------------
+
+
+class Spread(BaseModel):
+    """The run-to-run spread of the embedded default's before/after change: per evaluation turn,
+    the mean and the standard deviation over seeds of the change in Pass@1 (points)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seeds: int
+    problems: int = Field(description="Evaluation problems of every seed's run.")
+    samples: int = Field(description="Samples per problem.")
+    change: dict[int, tuple[float, float]] = Field(description="turn -> (mean, SD), points.")
+    source: str
+
+    def band(self, turn: int) -> float | None:
+        """Two standard deviations: a change inside +/- this is within the spread."""
+        return None if turn not in self.change else round(2 * self.change[turn][1], 1)
+
+
+# Measured with `python scripts/embedded_seeds.py` (the default setting, seeds 0-4) on the 2-core
+# VM on 2026-11-25: the "all" rows of its report (docs/PIPELINE.md, "Signal or noise").
+DEFAULT_SPREAD = Spread(
+    seeds=5,
+    problems=60,
+    samples=4,
+    change={0: (0.0, 1.0), 1: (0.0, 1.0), 2: (0.0, 1.0)},
+    source="benchmarks/results/embedded_seeds_2026-11-25.json",
+)
+
+
+def spread_for(params: PipelineParams, first: dict[str, Any]) -> Spread | None:
+    """The default's spread when this run's evaluation is the one it was measured on (the
+    fitted reference, as many problems and samples), else None."""
+    spread = DEFAULT_SPREAD
+    same = (
+        first["problems"] == spread.problems
+        and first["samples"] == spread.problems * spread.samples
+    )
+    return spread if params.reference == FITTED and same else None
+
+
+def change_at(before: dict[str, Any], after: dict[str, Any], spread: Spread | None) -> str:
+    """'62.5% -> 65.0% at turn 0 (+2.5 points, beyond the default's spread of +/-1.8)'."""
+    text = f"{before['pass@1']}% -> {after['pass@1']}% at turn {after['turn']}"
+    band = spread.band(after["turn"]) if spread else None
+    if band is None:
+        return text
+    change = round(after["pass@1"] - before["pass@1"], 2)
+    where = "beyond" if abs(change) > band else "within"
+    return f"{text} ({change:+.2f} points, {where} the default's spread of +/-{band})"
 
 
 class PipelineSummary(BaseModel):
@@ -425,14 +489,9 @@ def summarize(
         stages += hacking_rows(*hacking)
         compared = (hacking[1].comparison or {}).get("per_turn", [])
     table = before_after(before.table, after.table)
-    plot_rows = [
-        {**r, "difficulty": f"{r['difficulty']} {when}"}
-        for when, rows in (("before", before.table), ("after", after.table))
-        for r in rows
-    ]
     directory = st.path("pipeline", trained.policy.key)
     plot_path = f"{directory}/before_after.png"
-    st.write_atomic(plot_path, plot_pass_at_1(plot_rows, "Pass@1 per turn, before vs after"))
+    st.write_atomic(plot_path, plot_before_after(table, "Pass@1 per turn, before vs after"))
     st.write_atomic(
         f"{directory}/summary.json",
         json.dumps(
@@ -448,11 +507,16 @@ def summarize(
         )
     else:
         how = f"{params.training.mode} GRPO steps on {trained.dataset.rows} bandit rows"
+    spread = spread_for(params, b[0])
     line = (
         f"pipeline: Pass@1 on {b[0]['problems']} {params.eval_table} problems "
-        f"{b[0]['pass@1']}% -> {a[0]['pass@1']}% at turn 0 and {b[-1]['pass@1']}% -> "
-        f"{a[-1]['pass@1']}% at turn {a[-1]['turn']} after {trained.policy.steps} {how}"
+        f"{change_at(b[0], a[0], spread)} and {change_at(b[-1], a[-1], spread)} after "
+        f"{trained.policy.steps} {how}"
     )
+    if spread is not None:
+        line += (
+            f" (spread: 2 SD of the default's change over {spread.seeds} seeds, docs/PIPELINE.md)"
+        )
     if hacking is not None and hacking[1].comparison_line:
         line += f"; {hacking[1].comparison_line}"
     return PipelineSummary(
