@@ -24,6 +24,7 @@ from cobalt.errors import EmptyStageError
 from cobalt.evaluation import plot_before_after
 from cobalt.judging import SandboxRuntime
 from cobalt.reference import FIT_STEPS, FITTED, TINY
+from cobalt.seed_spread import change_at, spread_for
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
 from cobalt.training.config import Mode, OfflineSettings, TrainingConfig
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
@@ -49,8 +50,10 @@ def _tiny_collect() -> CollectConfig:
 
 
 def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
-    """The embedded default's training: 8 GRPO steps of 8 completions (cobalt, single_turn), or
-    one epoch over the offline rows in batches of 16 (offline); learning rate 1e-4."""
+    """The embedded default's training: 32 GRPO steps of 16 completions, 4 prompts x 4 (cobalt,
+    single_turn: about one pass over the ~130 bandit rows), learning rate 1e-4, chosen over 5
+    seeds with `scripts/embedded_seeds.py` (docs/PIPELINE.md, "Signal or noise"); or one epoch
+    over the offline rows in batches of 16 (offline), learning rate 1e-4."""
     if mode == "offline":
         return TrainingConfig(
             preset="tiny",
@@ -61,11 +64,11 @@ def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
     return TrainingConfig(
         preset="tiny",
         mode=mode,
-        max_steps=8,
-        save_steps=4,
+        max_steps=32,
+        save_steps=8,
         overrides={
             "num_generations": 4,
-            "per_device_train_batch_size": 8,
+            "per_device_train_batch_size": 16,
             "max_completion_length": 128,
             "learning_rate": 1e-4,
         },
@@ -273,56 +276,6 @@ def check_sets(data: DataSummary, params: PipelineParams) -> str:
 # --- report ---------------------------------------------------------------------------------------
 
 
-class Spread(BaseModel):
-    """The run-to-run spread of the embedded default's before/after change: per evaluation turn,
-    the mean and the standard deviation over seeds of the change in Pass@1 (points)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    seeds: int
-    problems: int = Field(description="Evaluation problems of every seed's run.")
-    samples: int = Field(description="Samples per problem.")
-    change: dict[int, tuple[float, float]] = Field(description="turn -> (mean, SD), points.")
-    source: str
-
-    def band(self, turn: int) -> float | None:
-        """Two standard deviations: a change inside +/- this is within the spread."""
-        return None if turn not in self.change else round(2 * self.change[turn][1], 1)
-
-
-# Measured with `python scripts/embedded_seeds.py` (the default setting, seeds 0-4) on the 2-core
-# VM on 2026-11-25: the "all" rows of its report (docs/PIPELINE.md, "Signal or noise").
-DEFAULT_SPREAD = Spread(
-    seeds=5,
-    problems=60,
-    samples=4,
-    change={0: (0.0, 1.0), 1: (0.0, 1.0), 2: (0.0, 1.0)},
-    source="benchmarks/results/embedded_seeds_2026-11-25.json",
-)
-
-
-def spread_for(params: PipelineParams, first: dict[str, Any]) -> Spread | None:
-    """The default's spread when this run's evaluation is the one it was measured on (the
-    fitted reference, as many problems and samples), else None."""
-    spread = DEFAULT_SPREAD
-    same = (
-        first["problems"] == spread.problems
-        and first["samples"] == spread.problems * spread.samples
-    )
-    return spread if params.reference == FITTED and same else None
-
-
-def change_at(before: dict[str, Any], after: dict[str, Any], spread: Spread | None) -> str:
-    """'62.5% -> 65.0% at turn 0 (+2.5 points, beyond the default's spread of +/-1.8)'."""
-    text = f"{before['pass@1']}% -> {after['pass@1']}% at turn {after['turn']}"
-    band = spread.band(after["turn"]) if spread else None
-    if band is None:
-        return text
-    change = round(after["pass@1"] - before["pass@1"], 2)
-    where = "beyond" if abs(change) > band else "within"
-    return f"{text} ({change:+.2f} points, {where} the default's spread of +/-{band})"
-
-
 class PipelineSummary(BaseModel):
     stages: list[dict[str, Any]]
     before_after: list[dict[str, Any]]
@@ -507,7 +460,7 @@ def summarize(
         )
     else:
         how = f"{params.training.mode} GRPO steps on {trained.dataset.rows} bandit rows"
-    spread = spread_for(params, b[0])
+    spread = spread_for(params.reference, b[0])
     line = (
         f"pipeline: Pass@1 on {b[0]['problems']} {params.eval_table} problems "
         f"{change_at(b[0], a[0], spread)} and {change_at(b[-1], a[-1], spread)} after "

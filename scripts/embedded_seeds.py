@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -115,13 +116,13 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 # --- one seed --------------------------------------------------------------------------------------
 
 
-def per_problem(where: str, turn: int) -> dict[str, float]:
-    """Pass@1 of every problem at `turn` from an evaluation stage's records."""
+def per_problem(where: str, turns: list[int]) -> dict[str, dict[str, float]]:
+    """Pass@1 of every problem at each turn, from an evaluation stage's records."""
     from cobalt.evaluation import EvalRecord, problem_scores
     from cobalt.trajectories.records import parse_records
 
     records, _ = parse_records(Path(where, "records.jsonl").read_bytes(), EvalRecord)
-    return problem_scores(records.values(), turn)
+    return {str(t): problem_scores(records.values(), t) for t in turns}
 
 
 def run_seed(fields: dict[str, Any], seed: int, storage: str) -> dict[str, Any]:
@@ -143,11 +144,21 @@ def run_seed(fields: dict[str, Any], seed: int, storage: str) -> dict[str, Any]:
         "before_after": summary.before_after,
         "training": stages["training"]["produced"] + "; " + stages["training"]["detail"],
         "dataset": stages.get("bandit dataset", stages.get("offline dataset", {})).get("produced"),
-        "problems": {
-            str(t): {"before": per_problem(before, t), "after": per_problem(after, t)}
-            for t in turns
-        },
+        "problems": scores(per_problem(before, turns), per_problem(after, turns)),
     }
+
+
+def scores(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]]) -> dict:
+    """{"ids": problem ids, turn: {"before": [Pass@1 per id], "after": [...]}}: compact."""
+    ids = sorted(next(iter(before.values())))
+    out: dict[str, Any] = {"ids": ids}
+    for t in before:
+        out[t] = {"before": [before[t][i] for i in ids], "after": [after[t][i] for i in ids]}
+    return out
+
+
+def by_problem(problems: dict[str, Any], turn: int, when: str) -> dict[str, float]:
+    return dict(zip(problems["ids"], problems[str(turn)][when], strict=True))
 
 
 # --- aggregate -------------------------------------------------------------------------------------
@@ -179,7 +190,7 @@ def aggregate(seeds: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "seeds": len(rs),
             "before": round(statistics.fmean(r["before_pass@1"] for r in rs), 2),
             "after": round(statistics.fmean(r["after_pass@1"] for r in rs), 2),
-            "change": round(statistics.fmean(change), 2),
+            "change": round(statistics.fmean(change), 2) + 0.0,  # no -0.0
             "sd": round(statistics.stdev(change), 2) if len(change) > 1 else None,
             "min": min(change),
             "max": max(change),
@@ -187,9 +198,10 @@ def aggregate(seeds: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             "t95": t_interval(change),
         }
         if difficulty == "all":
-            by = {int(s): r["problems"][str(turn)] for s, r in seeds.items()}
+            by = {int(s): r["problems"] for s, r in seeds.items()}
             boot = bootstrap_difference(
-                {s: p["after"] for s, p in by.items()}, {s: p["before"] for s, p in by.items()}
+                {s: by_problem(p, turn, "after") for s, p in by.items()},
+                {s: by_problem(p, turn, "before") for s, p in by.items()},
             ).as_dict(scale=100)
             row["boot95"] = (boot["low"], boot["high"])
         rows.append(row)
@@ -209,6 +221,14 @@ def report(results: dict[str, Any]) -> str:
             markdown_table(rows),
         ]
     return "\n".join(lines)
+
+
+def dumps(results: dict[str, Any]) -> str:
+    """Indented JSON with every innermost list or object on one line (a problem's scores, a
+    table row): diffable, a few kB per seed."""
+    text = json.dumps(results, indent=1)
+    inner = re.compile(r"([\[{])\n\s+([^\[\]{}]*?)\n\s*([\]}])")
+    return inner.sub(lambda m: m[1] + " ".join(x.strip() for x in m[2].split("\n")) + m[3], text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
             entry["seeds"][str(seed)] = run_seed(fields, seed, args.storage)
             entry["date"] = date.today().isoformat()
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(json.dumps(results, indent=1) + "\n")
+            args.out.write_text(dumps(results))
             print(f"{label} seed {seed}: {entry['seeds'][str(seed)]['line']}", flush=True)
     print(report({"settings": {label: entry}}))
     return 0

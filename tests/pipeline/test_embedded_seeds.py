@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from cobalt.evaluation import plot_before_after
-from cobalt.pipeline import DEFAULT_SPREAD, PipelineParams, change_at, spread_for, with_seed
+from cobalt.pipeline import PipelineParams, with_seed
+from cobalt.seed_spread import DEFAULT_SPREAD, change_at, spread_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,7 +45,7 @@ def row(turn: int, pass_at_1: float, problems: int = 60, samples: int = 240) -> 
 
 def test_each_change_is_judged_against_the_defaults_spread():
     params = PipelineParams()
-    spread = spread_for(params, row(0, 60.0))
+    spread = spread_for(params.reference, row(0, 60.0))
     assert spread is DEFAULT_SPREAD
     band = spread.band(0)
     assert band == round(2 * spread.change[0][1], 1) > 0
@@ -54,8 +55,8 @@ def test_each_change_is_judged_against_the_defaults_spread():
     assert f"-{band / 2:.2f} points, within the default's spread of +/-{band}" in within
     assert "beyond" in change_at(row(0, 60.0), row(0, 60.0 - band - 0.5), spread)  # losses too
     # no spread where it was not measured: another evaluation or another reference model
-    assert spread_for(params, row(0, 60.0, problems=12, samples=48)) is None
-    assert spread_for(PipelineParams(reference="tiny"), row(0, 60.0)) is None
+    assert spread_for(params.reference, row(0, 60.0, problems=12, samples=48)) is None
+    assert spread_for("tiny", row(0, 60.0)) is None
     assert change_at(row(0, 60.0), row(0, 61.0), None) == "60.0% -> 61.0% at turn 0"
     assert spread.band(99) is None
 
@@ -115,8 +116,8 @@ def seed_result(seed: int, changes: list[float], before: float = 60.0) -> dict:
         }
         for t, c in enumerate(changes)
     ]
-    problems = {
-        str(t): {"before": {"p1": 0.5, "p2": 0.75}, "after": {"p1": 0.5 + c / 100, "p2": 0.75}}
+    problems = {"ids": ["p1", "p2"]} | {
+        str(t): {"before": [0.5, 0.75], "after": [0.5 + c / 100, 0.75]}
         for t, c in enumerate(changes)
     }
     return {"seed": seed, "wall_s": 1.0, "before_after": rows, "problems": problems}
@@ -174,10 +175,25 @@ def test_two_seeds_of_a_small_embedded_run(tmp_path, fitted_model, capsys):
     assert results["fields"]["training"]["max_steps"] == 1
     for result in results["seeds"].values():
         assert "after 1 cobalt GRPO steps" in result["line"]
-        assert len(result["problems"]["0"]["before"]) == 8  # per-problem Pass@1 for the bootstrap
+        problems = result["problems"]  # per-problem Pass@1, for the bootstrap
+        assert len(problems["ids"]) == len(problems["0"]["before"]) == 8
     assert len(list(storage.glob("datasets/problemsets/*/MANIFEST.json"))) == 1  # shared
     # seed 0 and 1: train and test trajectories, before and after, each its own
     assert len(list(storage.glob("trajectories/evaluation/*/MANIFEST.json"))) == 8
     assert "| all | 0 | 2 |" in capsys.readouterr().out
     assert script.main(argv) == 0  # both seeds recorded: nothing runs again
     assert "seed 0:" not in capsys.readouterr().out
+
+
+def test_the_summary_lines_spread_is_the_recorded_measurement_of_the_default():
+    """DEFAULT_SPREAD is what the script's results file says for the setting the script runs
+    without flags (the embedded default): the same seeds, means and standard deviations."""
+    script = load_script()
+    label, _ = script.setting(script.parse_args([]))
+    results = json.loads((ROOT / DEFAULT_SPREAD.source).read_text())
+    seeds = results["settings"][label]["seeds"]
+    assert len(seeds) == DEFAULT_SPREAD.seeds
+    rows = [r for r in script.aggregate(seeds) if r["difficulty"] == "all"]
+    assert {r["turn"]: (r["change"], r["sd"]) for r in rows} == DEFAULT_SPREAD.change
+    first = next(iter(seeds.values()))["before_after"][0]
+    assert first["problems"] == DEFAULT_SPREAD.problems
