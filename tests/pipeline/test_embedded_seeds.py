@@ -178,8 +178,8 @@ def test_two_seeds_of_a_small_embedded_run(tmp_path, fitted_model, capsys):
         problems = result["problems"]  # per-problem Pass@1, for the bootstrap
         assert len(problems["ids"]) == len(problems["0"]["before"]) == 8
     assert len(list(storage.glob("datasets/problemsets/*/MANIFEST.json"))) == 1  # shared
-    # seed 0 and 1: train and test trajectories, before and after, each its own
-    assert len(list(storage.glob("trajectories/evaluation/*/MANIFEST.json"))) == 8
+    # each seed its own: training trajectories, evaluation before, evaluation after
+    assert len(list(storage.glob("trajectories/evaluation/*/MANIFEST.json"))) == 6
     assert "| all | 0 | 2 |" in capsys.readouterr().out
     assert script.main(argv) == 0  # both seeds recorded: nothing runs again
     assert "seed 0:" not in capsys.readouterr().out
