@@ -324,3 +324,67 @@ def plot_pass_at_1(rows: list[dict[str, Any]], title: str = "Pass@1 per turn") -
         ax.grid(alpha=0.3)
         ax.legend(title="difficulty (problems)", fontsize=8)
         return png(fig)
+
+
+def plot_before_after(rows: list[dict[str, Any]], title: str = "Pass@1 per turn") -> bytes:
+    """A PNG of a before/after table (difficulty, turn, problems, before_pass@1, after_pass@1,
+    change_points): each difficulty in one colour, before dashed, after solid ('all' bold), the
+    change in points written beside each after point."""
+    from matplotlib.lines import Line2D
+
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[r["difficulty"]].append(r)
+    with figure(figsize=(7.6, 4.2), dpi=100) as (fig, ax):
+        handles = []
+        for index, (name, members) in enumerate(groups.items()):
+            members.sort(key=lambda r: r["turn"])
+            colour, width = f"C{index}", 2.5 if name == "all" else 1.2
+            xs = [r["turn"] for r in members]
+            after = [r["after_pass@1"] for r in members]
+            before = [r["before_pass@1"] for r in members]
+            ax.plot(xs, before, color=colour, linestyle="--", marker="o", mfc="white", lw=width)
+            ax.plot(xs, after, color=colour, linestyle="-", marker="o", lw=width)
+            for r in members:  # the label on the side away from the before point
+                up = r["change_points"] >= 0
+                ax.annotate(
+                    f"{r['change_points']:+.1f}",
+                    (r["turn"], r["after_pass@1"]),
+                    xytext=(0, 7 if up else -7),
+                    textcoords="offset points",
+                    ha="center",
+                    va="bottom" if up else "top",
+                    color=colour,
+                    fontsize=8,
+                    fontweight="bold" if name == "all" else "normal",
+                    bbox={"boxstyle": "round,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8},
+                )
+            handles.append(
+                Line2D(
+                    [],
+                    [],
+                    color=colour,
+                    linewidth=width,
+                    label=f"{name} ({members[0]['problems']})",
+                )
+            )
+        handles += [
+            Line2D([], [], color="grey", linestyle="--", marker="o", mfc="white", label="before"),
+            Line2D([], [], color="grey", marker="o", label="after (+/- points)"),
+        ]
+        turns = sorted({r["turn"] for r in rows})
+        ax.set_xlabel("turn (0 = first program)")
+        ax.set_ylabel("Pass@1 (%)")
+        ax.set_title(title)
+        ax.set_xticks(turns)
+        ax.set_xlim(turns[0] - 0.25, turns[-1] + 0.25)
+        ax.margins(y=0.1)  # room for the labels
+        ax.grid(alpha=0.3)
+        ax.legend(
+            handles=handles,
+            title="difficulty (problems)",
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.01, 1.0),
+        )
+        return png(fig)

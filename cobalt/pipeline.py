@@ -7,7 +7,6 @@ and artifacts `tasks/pipeline.py`; docs/PIPELINE.md.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,97 +18,29 @@ from cobalt.analysis.summary import HackingSummary
 from cobalt.bandit.dataset import BanditConfig
 from cobalt.data.cleaning import CleanRules
 from cobalt.data.sources import Sources, SourceSpec
-from cobalt.data.stages import SAMPLES, DataParams, DataSummary
+from cobalt.data.stages import DataParams, DataSummary
 from cobalt.errors import EmptyStageError
-from cobalt.evaluation import plot_pass_at_1
+from cobalt.evaluation import plot_before_after
 from cobalt.judging import SandboxRuntime
 from cobalt.params import deep_merge
+from cobalt.presets import (
+    PRESET_FIELDS,
+    SYNTHETIC_RULES,
+    SYNTHETIC_SOURCES,
+    PipelinePreset,
+    preset_defaults,
+    tiny_collect,
+    tiny_training,
+)
 from cobalt.reference import FIT_STEPS, FITTED, TINY
+from cobalt.seed_spread import change_at, spread_for
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
-from cobalt.training.config import MODES, Mode, OfflineSettings, TrainingConfig
+from cobalt.training.config import MODES, TrainingConfig
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
 from cobalt.trajectories.collect import BatchConfig, CollectConfig
 from cobalt.trajectories.runs import TrajectorySummary
 from cobalt.trajectories.stages import TrajectoryParams
-from engines import EngineConfig, SamplingConfig
-
-SYNTHETIC_SOURCES = tuple(
-    f"{os.path.relpath(SAMPLES / name)}:taco{query}"
-    for name, query in (("synthetic_train.jsonl", ""), ("synthetic_test.jsonl", "?role=test"))
-)
-# the synthetic statements are short and have exactly 8 tests
-SYNTHETIC_RULES = CleanRules(min_statement_alnum=40)
-
-
-def _tiny_collect() -> CollectConfig:
-    return CollectConfig(
-        sampling=SamplingConfig(n=4, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
-        turns=2,
-        system_prompt="",
-    )
-
-
-def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
-    """The embedded default's training: 8 GRPO steps of 8 completions (cobalt, single_turn), or
-    one epoch over the offline rows in batches of 16 (offline); learning rate 1e-4."""
-    if mode == "offline":
-        return TrainingConfig(
-            preset="tiny",
-            mode="offline",
-            save_steps=8,
-            offline=OfflineSettings(batch_size=16, learning_rate=1e-4, epochs=1),
-        )
-    return TrainingConfig(
-        preset="tiny",
-        mode=mode,
-        max_steps=8,
-        save_steps=4,
-        overrides={
-            "num_generations": 4,
-            "per_device_train_batch_size": 8,
-            "max_completion_length": 128,
-            "learning_rate": 1e-4,
-        },
-    )
-
-
-PipelinePreset = Literal["tiny", "paper"]
-# the settings a preset decides, unless the parameters set them (a partial nested object merges
-# over them: {"collect": {"turns": 3}} keeps the preset's sampling)
-PRESET_FIELDS = ("collect", "eval_turns", "bandit", "training", "engine")
-
-
-def paper_collect() -> CollectConfig:
-    """SPEC §1.2: 16 samples, T 0.6 / top-p 0.95, 6144 new tokens, 2 feedback turns, the SPEC's
-    system prompt."""
-    return CollectConfig(
-        sampling=SamplingConfig(n=16, temperature=0.6, top_p=0.95, max_new_tokens=6144, seed=0),
-        turns=2,
-    )
-
-
-def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, Any]:
-    """The fields of PRESET_FIELDS for a preset, as JSON (what a user's values merge over).
-    tiny: the embedded run (CPU minutes); paper: SPEC §1.2-§1.6 for a real model (16 samples, 8
-    evaluation turns, 10,000-token contexts, the paper training preset)."""
-    if preset == "tiny":
-        values = {
-            "collect": _tiny_collect(),
-            "eval_turns": 2,
-            "bandit": BanditConfig(max_prompt_tokens=1024),
-            "training": tiny_training(mode),
-        }
-    else:
-        values = {
-            "collect": paper_collect(),
-            "eval_turns": 8,
-            "bandit": BanditConfig(max_prompt_tokens=10_000),
-            "training": TrainingConfig(preset="paper", mode=mode),
-        }
-    values["engine"] = EngineConfig(kind="auto", model=FITTED)
-    return {
-        k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in values.items()
-    }
+from engines import EngineConfig
 
 
 class PipelineParams(BaseModel):
@@ -159,7 +90,7 @@ class PipelineParams(BaseModel):
     train_limit: int | None = Field(None, ge=1, description="Only the first N training problems.")
     eval_limit: int | None = Field(None, ge=1, description="Only the first N evaluation problems.")
     collect: CollectConfig = Field(
-        default_factory=_tiny_collect,
+        default_factory=tiny_collect,
         description="Trajectories for the bandit dataset (paper: n 16, turns 2, 6144 tokens).",
     )
     eval_turns: int = Field(2, ge=0, le=64, description="Feedback turns when evaluating.")
@@ -322,39 +253,18 @@ class PipelineParams(BaseModel):
         )
 
 
-def settings_text(params: PipelineParams) -> str:
-    """What the run will use, printed before it starts (the preset's choices and the user's)."""
-    from engines import resolve_kind
-
-    c, s, t = params.collect, params.collect.sampling, params.training
-    kind = params.engine.kind
-    engine = f"{kind} -> {resolve_kind(kind)}" if kind == "auto" else kind
-    lines = [
-        f"preset {params.preset}: reference and policy {params.reference}; engine {engine}",
-        f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "
-        f"tokens, T {s.temperature} top-p {s.top_p}, "
-        + ("the SPEC's system prompt" if c.system_prompt else "no system prompt"),
-        f"evaluation: {params.eval_turns} feedback turns on '{params.eval_table}'"
-        + (f" (first {params.eval_limit})" if params.eval_limit else ""),
-        f"bandit contexts up to {params.bandit.max_prompt_tokens} tokens; cleaning: statements "
-        f"of {params.rules.min_statement_alnum}+ alphanumerics, {params.rules.min_tests}+ tests",
-    ]
-    if t.mode == "offline":
-        lines.append(
-            f"training: offline {t.offline.objective}, {t.preset} preset, precision "
-            f"{t.precision}" + (", LoRA" if t.lora else "")
-        )
-    else:
-        kw = t.grpo_kwargs("out")
-        lines.append(
-            f"training: {t.mode} GRPO, {t.preset} preset: lr {kw['learning_rate']}, "
-            f"{kw['num_generations']} samples per prompt, {kw['max_completion_length']} "
-            f"completion tokens, {kw.get('max_steps') or str(kw.get('num_train_epochs')) + ' epochs'}"
-            f"{' steps' if kw.get('max_steps') else ''}, reward {t.reward}, KL {t.kl()} "
-            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}"
-            + (", LoRA" if t.lora else "")
-        )
-    return "\n".join("  " + line for line in ["settings:", *lines]).lstrip()
+def with_seed(params: PipelineParams, seed: int) -> PipelineParams:
+    """The same run with another seed: every sampled token (the training trajectories and both
+    evaluations), the bandit rows' order and the trainer's seed. The fitted reference model stays
+    the one fitted with seed 0 (`cobalt.reference.reference_model`)."""
+    sampling = params.collect.sampling.model_copy(update={"seed": seed})
+    return params.model_copy(
+        update={
+            "collect": params.collect.model_copy(update={"sampling": sampling}),
+            "bandit": params.bandit.model_copy(update={"seed": seed}),
+            "training": params.training.model_copy(update={"seed": seed}),
+        }
+    )
 
 
 def check_sets(data: DataSummary, params: PipelineParams) -> str:
@@ -538,14 +448,9 @@ def summarize(
         stages += hacking_rows(*hacking)
         compared = (hacking[1].comparison or {}).get("per_turn", [])
     table = before_after(before.table, after.table)
-    plot_rows = [
-        {**r, "difficulty": f"{r['difficulty']} {when}"}
-        for when, rows in (("before", before.table), ("after", after.table))
-        for r in rows
-    ]
     directory = st.path("pipeline", trained.policy.key)
     plot_path = f"{directory}/before_after.png"
-    st.write_atomic(plot_path, plot_pass_at_1(plot_rows, "Pass@1 per turn, before vs after"))
+    st.write_atomic(plot_path, plot_before_after(table, "Pass@1 per turn, before vs after"))
     st.write_atomic(
         f"{directory}/summary.json",
         json.dumps(
@@ -561,11 +466,16 @@ def summarize(
         )
     else:
         how = f"{params.training.mode} GRPO steps on {trained.dataset.rows} bandit rows"
+    spread = spread_for(params.reference, b[0])
     line = (
         f"pipeline: Pass@1 on {b[0]['problems']} {params.eval_table} problems "
-        f"{b[0]['pass@1']}% -> {a[0]['pass@1']}% at turn 0 and {b[-1]['pass@1']}% -> "
-        f"{a[-1]['pass@1']}% at turn {a[-1]['turn']} after {trained.policy.steps} {how}"
+        f"{change_at(b[0], a[0], spread)} and {change_at(b[-1], a[-1], spread)} after "
+        f"{trained.policy.steps} {how}"
     )
+    if spread is not None:
+        line += (
+            f" (spread: 2 SD of the default's change over {spread.seeds} seeds, docs/PIPELINE.md)"
+        )
     if hacking is not None and hacking[1].comparison_line:
         line += f"; {hacking[1].comparison_line}"
     return PipelineSummary(

@@ -23,7 +23,8 @@ from prefect import flow
 
 from cobalt.data import stages as data_stage
 from cobalt.params import deep_merge
-from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
+from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets
+from cobalt.presets import settings_text
 from cobalt.reference import FITTED, check_reference
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table

@@ -69,7 +69,8 @@ def report(
     create_image_artifact(
         image_url=summary.plot,
         key="pipeline-plot",
-        description="Pass@1 per turn, before vs after (PNG)",
+        description="Pass@1 per turn, each group before (dashed) and after (solid), the change "
+        "in points at each turn (PNG)",
     )
     create_markdown_artifact(
         key="pipeline-summary",

@@ -285,7 +285,7 @@ def test_one_default_objective_for_flows_pipeline_and_learning_check(monkeypatch
     import sys
     from pathlib import Path
 
-    from cobalt.pipeline import tiny_training
+    from cobalt.presets import tiny_training
     from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 
     assert DEFAULT_OBJECTIVE in OBJECTIVES

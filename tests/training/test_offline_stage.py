@@ -98,7 +98,8 @@ def test_nothing_to_learn_stops_before_training(tmp_path, monkeypatch) -> None:
 def test_offline_refuses_perturbed_mixing() -> None:
     from pydantic import ValidationError
 
-    from cobalt.pipeline import PipelineParams, tiny_training
+    from cobalt.pipeline import PipelineParams
+    from cobalt.presets import tiny_training
 
     bandit = BanditConfig(perturbed_ratio=0.2)
     with pytest.raises(ValidationError, match=r"bandit\.perturbed_ratio: the offline mode"):

@@ -1,0 +1,137 @@
+"""The pipeline's presets: the embedded run's settings (`tiny`, CPU minutes on the bundled
+synthetic problems) and the paper's (`paper`, SPEC §1.2-§1.6 for a real model), the fields they
+decide (`PRESET_FIELDS`), and the settings text a run prints before it starts. `PipelineParams`
+(cobalt/pipeline.py) fills what the parameters leave unset from them."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from cobalt.bandit.dataset import BanditConfig
+from cobalt.data.cleaning import CleanRules
+from cobalt.data.stages import SAMPLES
+from cobalt.reference import FITTED
+from cobalt.training.config import Mode, OfflineSettings, TrainingConfig
+from cobalt.trajectories.collect import CollectConfig
+from engines import EngineConfig, SamplingConfig
+
+if TYPE_CHECKING:
+    from cobalt.pipeline import PipelineParams
+
+SYNTHETIC_SOURCES = tuple(
+    f"{os.path.relpath(SAMPLES / name)}:taco{query}"
+    for name, query in (("synthetic_train.jsonl", ""), ("synthetic_test.jsonl", "?role=test"))
+)
+# the synthetic statements are short and have exactly 8 tests
+SYNTHETIC_RULES = CleanRules(min_statement_alnum=40)
+
+
+def tiny_collect() -> CollectConfig:
+    return CollectConfig(
+        sampling=SamplingConfig(n=4, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
+        turns=2,
+        system_prompt="",
+    )
+
+
+def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
+    """The embedded default's training: 32 GRPO steps of 16 completions, 4 prompts x 4 (cobalt,
+    single_turn: about one pass over the ~130 bandit rows), learning rate 1e-4, chosen over 5
+    seeds with `scripts/embedded_seeds.py` (docs/PIPELINE.md, "Signal or noise"); or one epoch
+    over the offline rows in batches of 16 (offline), learning rate 1e-4."""
+    if mode == "offline":
+        return TrainingConfig(
+            preset="tiny",
+            mode="offline",
+            save_steps=8,
+            offline=OfflineSettings(batch_size=16, learning_rate=1e-4, epochs=1),
+        )
+    return TrainingConfig(
+        preset="tiny",
+        mode=mode,
+        max_steps=32,
+        save_steps=8,
+        overrides={
+            "num_generations": 4,
+            "per_device_train_batch_size": 16,
+            "max_completion_length": 128,
+            "learning_rate": 1e-4,
+        },
+    )
+
+
+PipelinePreset = Literal["tiny", "paper"]
+# the settings a preset decides, unless the parameters set them (a partial nested object merges
+# over them: {"collect": {"turns": 3}} keeps the preset's sampling)
+PRESET_FIELDS = ("collect", "eval_turns", "bandit", "training", "engine")
+
+
+def paper_collect() -> CollectConfig:
+    """SPEC §1.2: 16 samples, T 0.6 / top-p 0.95, 6144 new tokens, 2 feedback turns, the SPEC's
+    system prompt."""
+    return CollectConfig(
+        sampling=SamplingConfig(n=16, temperature=0.6, top_p=0.95, max_new_tokens=6144, seed=0),
+        turns=2,
+    )
+
+
+def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, Any]:
+    """The fields of PRESET_FIELDS for a preset, as JSON (what a user's values merge over).
+    tiny: the embedded run (CPU minutes); paper: SPEC §1.2-§1.6 for a real model (16 samples, 8
+    evaluation turns, 10,000-token contexts, the paper training preset)."""
+    if preset == "tiny":
+        values = {
+            "collect": tiny_collect(),
+            "eval_turns": 2,
+            "bandit": BanditConfig(max_prompt_tokens=1024),
+            "training": tiny_training(mode),
+        }
+    else:
+        values = {
+            "collect": paper_collect(),
+            "eval_turns": 8,
+            "bandit": BanditConfig(max_prompt_tokens=10_000),
+            "training": TrainingConfig(preset="paper", mode=mode),
+        }
+    values["engine"] = EngineConfig(kind="auto", model=FITTED)
+    return {
+        k: v.model_dump(mode="json") if isinstance(v, BaseModel) else v for k, v in values.items()
+    }
+
+
+def settings_text(params: PipelineParams) -> str:
+    """What the run will use, printed before it starts (the preset's choices and the user's)."""
+    from engines import resolve_kind
+
+    c, s, t = params.collect, params.collect.sampling, params.training
+    kind = params.engine.kind
+    engine = f"{kind} -> {resolve_kind(kind)}" if kind == "auto" else kind
+    lines = [
+        f"preset {params.preset}: reference and policy {params.reference}; engine {engine}",
+        f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "
+        f"tokens, T {s.temperature} top-p {s.top_p}, "
+        + ("the SPEC's system prompt" if c.system_prompt else "no system prompt"),
+        f"evaluation: {params.eval_turns} feedback turns on '{params.eval_table}'"
+        + (f" (first {params.eval_limit})" if params.eval_limit else ""),
+        f"bandit contexts up to {params.bandit.max_prompt_tokens} tokens; cleaning: statements "
+        f"of {params.rules.min_statement_alnum}+ alphanumerics, {params.rules.min_tests}+ tests",
+    ]
+    if t.mode == "offline":
+        lines.append(
+            f"training: offline {t.offline.objective}, {t.preset} preset, precision "
+            f"{t.precision} -> {t.resolved_precision()}" + (", LoRA" if t.lora else "")
+        )
+    else:
+        kw = t.grpo_kwargs("out")
+        lines.append(
+            f"training: {t.mode} GRPO, {t.preset} preset: lr {kw['learning_rate']}, "
+            f"{kw['num_generations']} samples per prompt, {kw['max_completion_length']} "
+            f"completion tokens, {kw.get('max_steps') or str(kw.get('num_train_epochs')) + ' epochs'}"
+            f"{' steps' if kw.get('max_steps') else ''}, reward {t.reward}, KL {t.kl()} "
+            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}"
+            + (", LoRA" if t.lora else "")
+        )
+    return "\n".join("  " + line for line in ["settings:", *lines]).lstrip()

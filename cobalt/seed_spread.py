@@ -1,0 +1,63 @@
+"""The embedded default's run-to-run spread: how much its before/after change in Pass@1 moves
+between seeds (`scripts/embedded_seeds.py`, docs/PIPELINE.md "Signal or noise"), and the words
+the pipeline's summary line gives a run's change against it (beyond or within the spread)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cobalt.reference import FITTED
+
+
+class Spread(BaseModel):
+    """The run-to-run spread of the embedded default's before/after change: per evaluation turn,
+    the mean and the standard deviation over seeds of the change in Pass@1 (points)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seeds: int
+    problems: int = Field(description="Evaluation problems of every seed's run.")
+    samples: int = Field(description="Samples per problem.")
+    change: dict[int, tuple[float, float]] = Field(description="turn -> (mean, SD), points.")
+    source: str
+
+    def band(self, turn: int) -> float | None:
+        """Two standard deviations: a change inside +/- this is within the spread."""
+        return None if turn not in self.change else round(2 * self.change[turn][1], 1)
+
+
+# The default's change over seeds 0-4, measured with `python scripts/embedded_seeds.py
+# --max-steps 32 --batch 16` (the "all" rows of its report) on the 2-core VM, 2026-11-25
+# (docs/PIPELINE.md, "Signal or noise").
+DEFAULT_SPREAD = Spread(
+    seeds=5,
+    problems=60,
+    samples=4,
+    change={0: (0.83, 2.52), 1: (0.58, 0.96), 2: (-4.33, 5.03)},
+    source="benchmarks/results/embedded_seeds_2026-11-25.json",
+)
+
+
+def spread_for(reference: str, first: dict[str, Any]) -> Spread | None:
+    """The default's spread when a run's evaluation is the one it was measured on: the fitted
+    reference model, as many problems and samples (`first`: the turn-0 'all' row of its
+    per-turn table); else None."""
+    spread = DEFAULT_SPREAD
+    same = (
+        first["problems"] == spread.problems
+        and first["samples"] == spread.problems * spread.samples
+    )
+    return spread if reference == FITTED and same else None
+
+
+def change_at(before: dict[str, Any], after: dict[str, Any], spread: Spread | None) -> str:
+    """'62.5% -> 65.0% at turn 0 (+2.5 points, beyond the default's spread of +/-1.8)'."""
+    text = f"{before['pass@1']}% -> {after['pass@1']}% at turn {after['turn']}"
+    band = spread.band(after["turn"]) if spread else None
+    if band is None:
+        return text
+    change = round(after["pass@1"] - before["pass@1"], 2)
+    where = "beyond" if abs(change) > band else "within"
+    return f"{text} ({change:+.2f} points, {where} the default's spread of +/-{band})"
