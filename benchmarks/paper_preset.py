@@ -97,19 +97,23 @@ def build_model(path: Path, smoke: bool) -> Path:
 
 
 def long_prompt(model: Path, tokens: int) -> list[dict[str, str]]:
-    """A turn-0 conversation whose templated prompt is about `tokens` tokens long."""
+    """A turn-0 conversation whose templated prompt is `tokens` tokens long, give or take one
+    sentence."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model))
-    words = "Read a list of integers and print their sum. " * 4
-    text = ""
-    while True:
-        messages = [{"role": "user", "content": text + "Solve it in Python."}]
+    piece = "Read a list of integers and print their sum. "
+
+    def length(pieces: int) -> int:
+        messages = [{"role": "user", "content": piece * pieces + "Solve it in Python."}]
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        n = len(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        if n >= tokens:
-            return messages
-        text += words * max(1, (tokens - n) // 40)
+        return len(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    per_piece = length(2) - length(1)
+    pieces = max(1, (tokens - length(0)) // per_piece)
+    while length(pieces) > tokens and pieces > 1:
+        pieces -= 1
+    return [{"role": "user", "content": piece * pieces + "Solve it in Python."}]
 
 
 def run(args: argparse.Namespace, model: Path, work: Path) -> dict[str, Any]:
@@ -147,7 +151,7 @@ def run(args: argparse.Namespace, model: Path, work: Path) -> dict[str, Any]:
         mode="single_turn",
         lora=LoraSettings(),
         max_steps=args.steps,
-        max_prompt_length=args.prompt_tokens + 64,
+        max_prompt_length=args.prompt_tokens + 256,
         report_to=[],
         overrides=overrides,
     )

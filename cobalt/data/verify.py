@@ -3,7 +3,7 @@
 A problem is kept only if one of its (seeded-shuffled, at most 16) reference solutions passes
 every kept test. Solutions are tried in rounds: round k judges the k-th solution of every problem
 still undecided, all in one `judge_many` (bounded by the sandbox's concurrency, `fail_fast`).
-A problem without reference solutions cannot be verified: dropped (`no_reference`) when
+A problem without reference solutions cannot be verified: dropped (`no_solution`) when
 `require_reference` (training and dev sources: SPEC §1.1 keeps only verified problems), kept and
 marked `no_reference` otherwise (test sources: LiveCodeBench publishes no solutions).
 """
@@ -78,7 +78,7 @@ def verify_problems(
             tally.drop(
                 problem.source,
                 problem.difficulty,
-                Rejected("no_reference", "no reference solution to verify its tests with"),
+                Rejected("no_solution", "no reference solution to verify its tests with"),
                 problem.id,
             )
         else:

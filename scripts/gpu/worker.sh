@@ -26,7 +26,10 @@ case "$step" in
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
     python3 -m pip list --format=freeze >"$OUT/pip-list.txt" 2>/dev/null
     python3 -c 'import prefect, trl, torch; print("prefect", prefect.__version__, "trl", trl.__version__, "torch", torch.__version__)'
-    python3 -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -1 ;;
+    python3 -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -1
+    cat /proc/self/cgroup; ls /sys/fs/cgroup | head -20; cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null
+    printf '%s\n' '{"id": "a", "code": "print(int(input()) * 2)", "tests": {"inputs": ["3"], "outputs": ["6"]}}' >/tmp/p.jsonl
+    python3 -m sandbox judge -i /tmp/p.jsonl -o /tmp/v.jsonl --backend namespace -q; cat /tmp/v.jsonl ;;
   pipeline)
     tag="${PIPELINE_TAG:-pipeline}"
     pid=$(trace "$tag")

@@ -103,7 +103,7 @@ def test_verification_keeps_problems_a_reference_solves():
     # SPEC §1.1: only problems a reference solves are kept; without one nothing is verified
     assert [(p.id, p.verification) for p in kept] == [("t/second-passes", "passed")]
     outcomes = Counter({o: n for (_, _, o), n in tally.counts.items()})
-    assert outcomes == Counter({"passed": 1, "no_reference": 1, "no_passing_reference": 1})
+    assert outcomes == Counter({"passed": 1, "no_solution": 1, "no_passing_reference": 1})
     published, _ = verify_problems(
         problems,
         VerifyConfig(require_reference=False),  # a test set (LiveCodeBench has no solutions)
