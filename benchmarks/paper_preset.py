@@ -243,11 +243,13 @@ def main(argv: list[str] | None = None) -> int:
     arg("--backend", default="namespace")
     arg("--smoke", action="store_true", help="CPU: a tiny model, short lengths, 1 step")
     arg("--json", type=Path, help="write the result here")
+    arg("--work", type=Path, help="keep the work directory here (default: a temporary one)")
     args = parser.parse_args(argv)
     if args.smoke:
         args.prompt_tokens, args.completion_tokens, args.steps = 64, 8, 1
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         model = build_model(args.model_dir or work / "model", args.smoke)
         result = run(args, model, work)
     result |= {

@@ -17,6 +17,9 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_
 export VLLM_LOGGING_LEVEL=WARNING NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export VLLM_USE_FLASHINFER_SAMPLER=0  # the bundle has no flashinfer: PyTorch top-p/top-k sampling
 export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
+# Prefect 3.8.8's UI app needs FastAPI >= 0.139 (FastAPI.frontend); the GPU set pins 0.136.3
+# (vLLM's bound): the server runs its API without the UI there (docs/DEPLOYMENT.md)
+export PREFECT_UI_ENABLED=false
 export PATH="/tmp/site/bin:$PATH"
 trace() { nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 \
   >"$OUT/$1.mem.csv" 2>/dev/null & echo $!; }
@@ -64,9 +67,18 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
     tail -30 "$OUT/$name.worker.log" ;;
   paper)
     pid=$(trace paper)
-    python3 -m benchmarks.paper_preset --model-dir /root/model-8b-v152k --json "$OUT/paper_preset.json" \
-      "$@" >"$OUT/paper_preset.log" 2>&1
+    rm -rf /root/paper-work
+    timeout "${PAPER_TIMEOUT_S:-540}" python3 -m benchmarks.paper_preset --model-dir /root/model-8b-v152k \
+      --work /root/paper-work --json "$OUT/paper_preset.json" "$@" >"$OUT/paper_preset.log" 2>&1
     echo "paper preset exit $?"; kill "$pid"
-    tail -45 "$OUT/paper_preset.log" ;;
+    tr '\r' '\n' </root/paper-work/out/.launch/launch.log | grep -v "^\s*$" | tail -60 >"$OUT/paper_launch_tail.log"
+    tail -25 "$OUT/paper_launch_tail.log"; tail -30 "$OUT/paper_preset.log" ;;
+  learning)
+    name="$1"; seeds="$2"; shift 2
+    python3 scripts/learning_check.py --out "/tmp/$name" --seeds "$seeds" --parallel 3 \
+      --deadline-s "${LEARNING_DEADLINE_S:-545}" "$@" >"$OUT/$name.log" 2>&1
+    echo "learning check exit $?"; tail -5 "$OUT/$name.log"
+    tar -czf "$OUT/$name.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+      --exclude='tensorboard' -C /tmp "$name" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
