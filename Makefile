@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup docker run judge-samples serve test lint bench lock
+.PHONY: setup setup-gpu docker run judge-samples serve test lint bench lock lock-gpu
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -11,6 +11,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 setup: $(VENV)/.installed          ## the virtualenv with pinned dependencies
+
+setup-gpu:                         ## a GPU worker's virtualenv: the gpu extra (vLLM), constraints-gpu.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
+	$(BIN)/uv pip install --python $(BIN)/python -c constraints-gpu.txt --override overrides-gpu.txt -e ".[gpu]"
 
 docker:                            ## Docker engine running + sandbox image built (cached)
 	bash infra/docker/install-engine.sh
@@ -37,3 +42,8 @@ bench: setup docker                ## sandbox throughput vs. peers (see docs/BEN
 
 lock:                              ## re-pin constraints.txt from the current virtualenv
 	$(BIN)/pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
+
+lock-gpu: setup                    ## re-resolve constraints-gpu.txt (python 3.12, x86_64 Linux; needs the index)
+	{ head -2 constraints-gpu.txt; $(BIN)/uv pip compile pyproject.toml --extra gpu --override overrides-gpu.txt \
+	  --python-version 3.12 --python-platform x86_64-manylinux_2_28 --no-annotate --no-header -q; } > constraints-gpu.txt.new
+	mv constraints-gpu.txt.new constraints-gpu.txt

@@ -52,7 +52,7 @@ def run_flow_cli(
             params = parse()
             preflight(params)  # the flow checks again; here a failure costs no flow run
         except ValidationError as exc:
-            print(f"error: invalid parameters:\n{exc}", file=sys.stderr)
+            print("error: " + validation_line(exc), file=sys.stderr)
             return 2
         except USER_ERRORS as exc:
             return fail(exc)
@@ -64,6 +64,15 @@ def run_flow_cli(
             return fail(found)
     print(render(summary))
     return 0
+
+
+def validation_line(exc: ValidationError) -> str:
+    """Pydantic's errors as one line: each field's dotted path and what is wrong with it."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or exc.title
+        parts.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
+    return "invalid parameters: " + " ".join("; ".join(parts).split())
 
 
 def fail(exc: BaseException) -> int:

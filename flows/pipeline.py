@@ -95,7 +95,7 @@ EPILOG = """\
 Two presets decide the settings that flags and --config leave unset:
   tiny   the embedded run (default for --model fitted|tiny): samples/synthetic_{train,test}.jsonl,
          a ~1M-parameter model fitted on CPU for --fit-steps to 24 of the 30 synthetic kinds,
-         4 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 8 GRPO steps (--mode
+         4 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 32 GRPO steps (--mode
          offline: one epoch over the logged turns, objective --objective, batch 16).
   paper  SPEC §1.2-§1.6 (default for --model DIR, a real model): 16 samples x 2 feedback turns of
          up to 6144 tokens with the SPEC's system prompt, 8 evaluation turns, contexts up to
@@ -160,9 +160,15 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--mode", choices=MODES, help="training mode (cobalt)")
     arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
     arg("--reward", choices=["correctness", "dense"], help="GRPO reward (correctness)")
-    arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 8; offline: one epoch)")
+    arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 32; offline: one epoch)")
     arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
+    arg(
+        "--report-to",
+        action="append",
+        metavar="NAME",
+        help="training curves: tensorboard (default), wandb, mlflow, trackio (repeatable; none: off)",
+    )
     arg(
         "--set",
         action="append",
@@ -220,6 +226,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         training.setdefault("offline", {})["objective"] = args.objective
     if args.lora:
         training["lora"] = {}
+    if args.report_to:
+        training["report_to"] = [n for n in args.report_to if n != "none"]
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep or not key:

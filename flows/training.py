@@ -84,6 +84,12 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--reward", choices=["correctness", "dense"], help="dense: + VeRPO-style test weights")
     arg("--turns", type=int, help="multi_turn: feedback turns per conversation (2)")
     arg("--precision", choices=PRECISIONS, help="numerics (auto: mixed on GPU + paper preset)")
+    arg(
+        "--report-to",
+        action="append",
+        metavar="NAME",
+        help="training curves: tensorboard (default), wandb, mlflow, trackio (repeatable; none: off)",
+    )
     arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
     arg("--offline", action="append", default=[], metavar="KEY=JSON", help="offline setting")
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
@@ -124,6 +130,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     ):
         if getattr(args, flag) is not None:
             training[name] = getattr(args, flag)
+    if args.report_to:
+        training["report_to"] = [n for n in args.report_to if n != "none"]
     if args.format_reward:
         training["use_format_reward"] = True
     offline = training.setdefault("offline", {})

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.analysis.intervals import bootstrap_difference, bootstrap_mean, verdict
-from cobalt.analysis.run_stats import offline_diagnostics, phases, spread_of
+from cobalt.analysis.run_stats import curve_stability, offline_diagnostics, phases, spread_of
 from cobalt.analysis.transitions import merge, summarize
 
 MODEL_ORDER = (
@@ -315,7 +315,8 @@ def per_kind(primary: dict[int, dict], models: list[str], turns: int) -> list[di
 
 def training(primary: dict[int, dict]) -> dict[str, Any]:
     """Per mode over the primary seeds: outcomes, rows, steps, completions, wall / GPU seconds,
-    peak memory, step time, reward curve (mean per step), non-finite and failure messages."""
+    peak memory, step time, reward curve (mean per step) and its stability, non-finite and
+    failure messages."""
     out: dict[str, Any] = {}
     modes = [m for r in primary.values() for m in r.get("modes", [])]
     for mode in dict.fromkeys(modes):
@@ -350,6 +351,7 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             [c.get(curve_key, c.get("reward")) for c in t.get("curve", [])] for t in done.values()
         ]
         length = min((len(c) for c in curves), default=0)
+        stability = [st for c in curves if (st := curve_stability(c))]
         out[mode] = {
             "outcomes": outcomes,
             "seeds_completed": sorted(done),
@@ -374,6 +376,9 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             "curve_mean": [
                 _mean([c[i] for c in curves if c[i] is not None]) for i in range(length)
             ],
+            # how steady each seed's curve is (mean [min, max] over seeds)
+            "curve_std": spread_of([st["std"] for st in stability], 4),
+            "curve_jitter": spread_of([st["jitter"] for st in stability], 4),
         }
     return out
 

@@ -336,11 +336,14 @@ def training_lines(s: dict[str, Any]) -> list[str]:
         "",
         "Mean over the primary seeds [lowest, highest]. GPU s = wall x GPUs held; busy = NVML "
         "utilization integrated (the GPU is shared by the seed processes, so busy seconds "
-        "include the others' work); step s: median optimizer step after the first two.",
+        "include the others' work); step s: median optimizer step after the first two; curve "
+        "std / jitter: the training curve's standard deviation across steps and its step-to-step "
+        "noise (RMS of successive differences / √2), per seed (GRPO: the correctness reward; "
+        "offline: the loss).",
         "",
         "| mode | outcomes | rows | steps | completions sampled / trained | wall s | GPU s "
-        "| GPU busy s | peak GiB | step s | reward wait |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| GPU busy s | peak GiB | step s | reward wait | curve std | curve jitter |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def sp(x: dict[str, float] | None, digits: int = 1) -> str:
@@ -356,7 +359,8 @@ def training_lines(s: dict[str, Any]) -> list[str]:
             f"{_f(t['completions_sampled'], 0)} / {_f(t['completions_trained'], 0)} | "
             f"{sp(t['wall_s'])} | {sp(t['gpu_s'])} | {sp(t['gpu_busy_s'])} | "
             f"{sp(t['gpu_peak_memory_gib'], 2)} | {sp(t['step_s_median'], 3)} | "
-            f"{'–' if share is None else f'{100 * share:.1f}%'} |"
+            f"{'–' if share is None else f'{100 * share:.1f}%'} | "
+            f"{sp(t.get('curve_std'), 3)} | {sp(t.get('curve_jitter'), 3)} |"
         )
     bf16, fp32 = s["training"].get("cobalt_bf16"), s["training"].get("cobalt")
     if bf16 and fp32 and bf16.get("step_s_median") and fp32.get("step_s_median"):

@@ -1,8 +1,11 @@
 """Figures over the learning check's runs that are not Pass@1: the offline modes' logged
-diagnostics (first and last step), and phase times and GPU memory (mean, min, max)."""
+diagnostics (first and last step), how steady a training curve is, and phase times and GPU
+memory (mean, min, max)."""
 
 from __future__ import annotations
 
+import itertools
+import math
 import statistics
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -36,17 +39,32 @@ def offline_diagnostics(done: Iterable[dict[str, Any]]) -> dict[str, dict[str, f
     return out
 
 
+def curve_stability(curve: Sequence[float | None]) -> dict[str, float] | None:
+    """How steady one run's training curve is (issue 25: the reward per step): `std`, the
+    standard deviation of its values across steps, and `jitter`, the step-to-step noise (root
+    mean square of successive differences over sqrt 2: the std of independent steps, blind to a
+    slow trend such as learning). None for fewer than 2 steps."""
+    xs = [float(x) for x in curve if isinstance(x, int | float)]
+    if len(xs) < 2:
+        return None
+    steps = [b - a for a, b in itertools.pairwise(xs)]
+    return {
+        "std": round(statistics.stdev(xs), 4),
+        "jitter": round(math.sqrt(statistics.fmean(d * d for d in steps) / 2), 4),
+    }
+
+
 def _mean4(xs: Sequence[float]) -> float | None:
     return round(statistics.fmean(xs), 4) if xs else None
 
 
-def spread_of(xs: Sequence[float]) -> dict[str, float] | None:
+def spread_of(xs: Sequence[float], digits: int = 2) -> dict[str, float] | None:
     if not xs:
         return None
     return {
-        "mean": round(statistics.fmean(xs), 2),
-        "min": round(min(xs), 2),
-        "max": round(max(xs), 2),
+        "mean": round(statistics.fmean(xs), digits),
+        "min": round(min(xs), digits),
+        "max": round(max(xs), digits),
     }
 
 

@@ -9,6 +9,13 @@
 #   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu +
 #                                                   # a gpu-pool worker running it with PARAMS (JSON)
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
+#   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # scripts/learning_check.py, 3 at once
+#
+# The runs of docs/SCALING.md ("The pipeline on one GPU"):
+#   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
+#   bash scripts/gpu/worker.sh deploy tiny "$(cat scripts/gpu/params/deploy-tiny.json)"
+#   bash scripts/gpu/worker.sh model-8b && \
+#     bash scripts/gpu/worker.sh deploy 8b "$(cat scripts/gpu/params/deploy-8b.json)"
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"

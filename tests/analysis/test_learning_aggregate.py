@@ -125,6 +125,9 @@ def test_cells_differences_and_verdicts() -> None:
     assert training["cobalt_bf16"]["errors"] == {2: "step 7: grads not finite"}
     assert training["cobalt"]["step_s_median"] == {"mean": 3.0, "min": 2.0, "max": 4.0}
     assert training["cobalt"]["curve_mean"] == [0.0, 0.1, 0.2]
+    # a straight line 0, 0.1, 0.2: std 0.1 across steps, jitter 0.1 / sqrt 2 = 0.0707
+    assert training["cobalt"]["curve_std"] == {"mean": 0.1, "min": 0.1, "max": 0.1}
+    assert training["cobalt"]["curve_jitter"]["mean"] == pytest.approx(0.0707, abs=1e-4)
     kinds = {(k["kind"], k["model"]): k for k in summary["per_kind"]}
     assert (
         kinds[("a/x", "sft")]["mean"] == [50.0, 25.0, 0.0] and kinds[("a/x", "sft")]["seeds"] == 3
@@ -255,3 +258,16 @@ def test_gain_per_gpu_second_from_known_numbers() -> None:
     # no GPU: wall seconds, and the unit says so
     cpu = aggregate([seed_result(0)], 200)["gain_per_cost"]
     assert {g["cost_unit"] for g in cpu} == {"wall s"}
+
+
+def test_curve_stability_from_hand_worked_curves() -> None:
+    from cobalt.analysis.run_stats import curve_stability
+
+    # alternating 0, 1, 0, 1: std 0.5774 (sample std), every step moves 1: jitter 1/sqrt 2
+    assert curve_stability([0, 1, 0, 1]) == {"std": 0.5774, "jitter": 0.7071}
+    # a steady climb is not noise: a large std across steps, a small jitter
+    climb = curve_stability([0.0, 0.25, 0.5, 0.75, 1.0])
+    assert climb["jitter"] == pytest.approx(0.25 / 2**0.5, abs=1e-4)
+    assert climb["jitter"] < climb["std"] == pytest.approx(0.3953, abs=1e-4)
+    assert curve_stability([0.3]) is None and curve_stability([None, 0.2]) is None
+    assert curve_stability([0.2, None, 0.2]) == {"std": 0.0, "jitter": 0.0}

@@ -192,7 +192,8 @@ def test_cli_help(capsys):
         main(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    assert "--mode {cobalt,single_turn,offline}" in out and "synthetic" in out
+    assert "--mode {single_turn,cobalt,multi_turn,offline}" in out and "synthetic" in out
+    assert "--model DIR" in out and "--preset {tiny,paper}" in out and "--report-to" in out
     assert "--objective {reinforce_loo,awr,clipped_ratio}" in out
 
 

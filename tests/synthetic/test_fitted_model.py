@@ -6,6 +6,7 @@ import os
 import time
 
 import pytest
+from tensorboard_events import scalars
 
 from cobalt.data import synthetic
 from cobalt.reference import RECIPE_FILE, fit_tiny_model
@@ -27,6 +28,8 @@ def test_fit_generate_judge_and_cache(fitted_model):
     assert (path / RECIPE_FILE).exists()
     model = AutoModelForCausalLM.from_pretrained(path)
     AutoTokenizer.from_pretrained(path)
+    curve = scalars(path / "tensorboard")["train/loss"]  # the SFT's curve (report_to tensorboard)
+    assert [step for step, _ in curve][:2] == [50, 100] and curve[-1][1] < curve[0][1]
     assert 0.5e6 < sum(p.numel() for p in model.parameters()) < 2e6
 
     problems = synthetic.make_problems(synthetic.seen_kinds(), 8, seed=99)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from tensorboard_events import scalars
 
 from cobalt.training.config import TrainingConfig
 from cobalt.training.grpo import CobaltRewards, prepare_rows, train
@@ -110,6 +111,11 @@ def test_grpo_tiny_two_steps(tmp_path) -> None:
         assert all(-1.0 <= v <= 1.0 and not math.isnan(v) for v in values), (name, values)
     assert all(-1.0 <= h["reward"] <= 1.0 for h in steps)  # the clipped sum
     AutoModelForCausalLM.from_pretrained(str(out))
+    # the curves where researchers look (report_to tensorboard): one point per logged step
+    curves = scalars(out / "tensorboard")
+    assert [step for step, _ in curves["train/reward"]] == [1, 2], sorted(curves)
+    assert [v for _, v in curves["train/reward"]] == pytest.approx([h["reward"] for h in steps])
+    assert "train/rewards/correctness/mean" in curves
 
 
 @pytest.mark.timeout(300)

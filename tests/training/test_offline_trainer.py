@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tensorboard_events import scalars
 
 from cobalt.training.config import LoraSettings, OfflineSettings, TrainingConfig
 from cobalt.training.grpo import last_checkpoint
@@ -85,6 +86,8 @@ def test_a_step_follows_the_advantage(tiny: Path, tmp_path: Path, objective: str
         assert steps[0]["clip_fraction"] == 0.0
     for h in steps:
         assert {"loss", "advantage", "weighted_advantage", "logprob", "reward"} <= h.keys()
+    curves = scalars(tmp_path / "out" / "tensorboard")  # report_to tensorboard
+    assert [step for step, _ in curves["train/loss"]] == [1, 2, 3], sorted(curves)
 
 
 @pytest.mark.timeout(300)

@@ -1,0 +1,63 @@
+"""The GPU worker's install resolves (issue 24.4): a resolver dry run of the `gpu` extra against
+the package index's metadata (vLLM's wheel included), without a GPU. CI has the index."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLATFORM = ["--python-version", "3.12", "--python-platform", "x86_64-manylinux_2_28"]
+
+
+def uv() -> str:
+    found = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
+    assert found, "uv is in the dev extra: make setup"
+    return found
+
+
+def compile_gpu(*extra: str) -> subprocess.CompletedProcess[str]:
+    command = [uv(), "pip", "compile", "pyproject.toml", "--extra", "gpu", *PLATFORM]
+    command += ["--no-annotate", "--no-header", *extra]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def pins(text: str) -> dict[str, str]:
+    found = (re.match(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)", line) for line in text.splitlines())
+    return {m[1].lower().split("[")[0]: m[2] for m in found if m}
+
+
+@pytest.mark.slow
+def test_gpu_extra_resolves_with_the_lock_and_the_fastapi_override():
+    done = compile_gpu("--override", "overrides-gpu.txt", "-c", "constraints-gpu.txt")
+    assert done.returncode == 0, done.stderr[-2000:]
+    resolved = pins(done.stdout)
+    locked = pins((ROOT / "constraints-gpu.txt").read_text())
+    assert resolved["fastapi"] == "0.136.3"
+    assert resolved["vllm"] == locked["vllm"]
+    assert resolved == {k: v for k, v in locked.items() if k in resolved}
+    # the project's direct pins hold on the GPU set too (one prefect, trl, transformers)
+    cpu = pins((ROOT / "constraints.txt").read_text())
+    for name in ("prefect", "trl", "transformers", "peft", "accelerate", "datasets", "litellm"):
+        assert resolved[name] == cpu[name], name
+
+
+@pytest.mark.slow
+def test_without_the_override_the_gpu_extra_does_not_resolve_and_fastapi_is_why():
+    done = compile_gpu()
+    assert done.returncode != 0
+    assert "fastapi" in done.stderr
+
+
+def test_the_override_is_the_only_departure_from_prefects_declared_range():
+    lines = [
+        line
+        for line in (ROOT / "overrides-gpu.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    ]
+    assert lines == ["fastapi==0.136.3"]
