@@ -31,3 +31,15 @@ def deep_merge(base: dict[str, Any], over: Any, where: str = "") -> dict[str, An
         else:
             merged[key] = value
     return merged
+
+
+def check_objects(given: dict[str, Any], shape: dict[str, Any], where: str = "") -> None:
+    """`given` (a --config file's object) holds an object, or nothing, wherever `shape` (the
+    flags merged over it) holds one: a flag must not silently replace a mistake in the file."""
+    for key, value in shape.items():
+        name = f"{where}.{key}" if where else key
+        if not isinstance(value, dict) or given.get(key) is None:
+            continue
+        if not isinstance(given[key], dict):
+            deep_merge({}, given[key], name)  # raises the ConfigError that names the field
+        check_objects(given[key], value, name)

@@ -32,7 +32,7 @@ from cobalt.presets import (
     tiny_collect,
     tiny_training,
 )
-from cobalt.reference import FIT_STEPS, FITTED, TINY
+from cobalt.reference import FIT_STEPS, FITTED, TINY, embedded_reference
 from cobalt.seed_spread import change_at, spread_for
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
 from cobalt.training.config import MODES, TrainingConfig
@@ -55,7 +55,8 @@ class PipelineParams(BaseModel):
         None,
         description="Settings of trajectories, evaluation, bandit contexts, training and engine "
         "(PRESET_FIELDS) that the parameters do not set: tiny (the embedded run) or paper (SPEC "
-        "§1.2-§1.6). None: tiny for the embedded reference models, paper for a model directory.",
+        "§1.2-§1.6). None: tiny for the embedded reference models (fitted, tiny, or a directory "
+        "the tiny fit made), paper for any other model directory.",
     )
 
     sources: Sources = Field(
@@ -143,7 +144,7 @@ class PipelineParams(BaseModel):
         if not isinstance(values, dict):
             return values
         reference = values.get("reference", FITTED)
-        preset = values.get("preset") or ("tiny" if reference in (FITTED, TINY) else "paper")
+        preset = values.get("preset") or ("tiny" if embedded_reference(reference) else "paper")
         if preset not in ("tiny", "paper"):
             return values  # the field's own validation names the error
         training = values.get("training")

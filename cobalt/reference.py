@@ -104,6 +104,13 @@ def _recipe(**kwargs) -> dict:
     return recipe
 
 
+def embedded_reference(reference: str) -> bool:
+    """Whether `reference` is the embedded default's model: 'fitted', 'tiny', or a directory the
+    tiny fit made (its recipe file inside). Such a model gets the tiny preset; any other
+    directory is a real model (the paper preset)."""
+    return reference in (FITTED, TINY) or (Path(reference) / RECIPE_FILE).is_file()
+
+
 def cached_recipe(path: str | Path) -> dict | None:
     """The recipe of the fitted model saved in `path`, or None when there is none."""
     path = Path(path)

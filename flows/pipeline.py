@@ -22,7 +22,7 @@ from typing import Any
 from prefect import flow
 
 from cobalt.data import stages as data_stage
-from cobalt.params import deep_merge
+from cobalt.params import check_objects, deep_merge
 from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets
 from cobalt.presets import settings_text
 from cobalt.reference import FITTED, check_reference
@@ -93,8 +93,9 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
 
 EPILOG = """\
 Two presets decide the settings that flags and --config leave unset:
-  tiny   the embedded run (default for --model fitted|tiny): samples/synthetic_{train,test}.jsonl,
-         a ~1M-parameter model fitted on CPU for --fit-steps to 24 of the 30 synthetic kinds,
+  tiny   the embedded run (default for --model fitted|tiny, or a directory the tiny fit made):
+         samples/synthetic_{train,test}.jsonl, a ~1M-parameter model fitted on CPU for
+         --fit-steps to 24 of the 30 synthetic kinds,
          4 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 32 GRPO steps (--mode
          offline: one epoch over the logged turns, objective --objective, batch 16).
   paper  SPEC §1.2-§1.6 (default for --model DIR, a real model): 16 samples x 2 feedback turns of
@@ -243,6 +244,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     for field in ("engine", "collect", "training", "storage"):  # nothing given: the preset's
         if not values[field]:
             del values[field]
+    check_objects(config, values)
     return PipelineParams.model_validate(deep_merge(config, values))
 
 

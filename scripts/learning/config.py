@@ -181,6 +181,20 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         help="dtype the SFT model is saved in (bfloat16: the paper's case, a bf16 checkpoint; "
         "training still keeps fp32 trainable weights)",
     )
+    sft.add_argument(
+        "--sft-repair-share",
+        type=float,
+        default=0.25,
+        help="share of SFT conversations that start with a wrong program of another operation "
+        "and the sandbox's failure feedback before the right program (the family's repair)",
+    )
+    sft.add_argument(
+        "--sft-keep-share",
+        type=float,
+        default=0.25,
+        help="share of SFT conversations where the right program gets the all-passed feedback "
+        "and is given again (keeping a program told it passes)",
+    )
     # trajectories (reference and evaluation)
     traj = parser.add_argument_group("trajectories")
     traj.add_argument("--rl-problems", type=int, default=144, help="RL-kind problems, reference")
@@ -258,6 +272,9 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     args.modes = ",".join(m for m in MODES if m in modes)  # always in the table's order
     if args.parallel < 1:
         raise SystemExit("--parallel must be at least 1")
+    for flag in ("sft_repair_share", "sft_keep_share"):
+        if not 0.0 <= getattr(args, flag) <= 1.0:
+            raise SystemExit(f"--{flag.replace('_', '-')}: a share between 0 and 1")
     batch = args.rl_prompts * args.rl_generations
     args.rl_micro_batch = min(args.rl_micro_batch, batch)
     if batch % args.rl_micro_batch:

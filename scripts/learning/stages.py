@@ -76,6 +76,8 @@ def fit(args: argparse.Namespace, path: Path, device: str) -> dict[str, Any]:
         max_epochs=args.sft_epochs,
         device="cpu" if device == "cpu" else "cuda",
         save_dtype=getattr(args, "sft_save_dtype", "float32"),
+        repair_share=getattr(args, "sft_repair_share", 0.25),
+        keep_share=getattr(args, "sft_keep_share", 0.25),
     )
     recipe = json.loads((path / RECIPE_FILE).read_text())
     stats = dict(recipe.get("stats", {}))

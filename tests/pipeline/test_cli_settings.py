@@ -44,6 +44,15 @@ def test_a_model_directory_gets_the_papers_settings(model_dir: Path):
     assert real.rules.min_statement_alnum == 100
 
 
+def test_a_directory_the_tiny_fit_made_keeps_the_tiny_preset(tmp_path: Path):
+    from cobalt.reference import RECIPE_FILE
+
+    fitted = tmp_path / "fitted"
+    fitted.mkdir()
+    (fitted / RECIPE_FILE).write_text("{}")
+    assert parse_params(["--model", str(fitted)]).preset == "tiny"
+
+
 def test_flags_merge_over_the_preset_and_keep_the_rest(model_dir: Path):
     argv = ["--model", str(model_dir), "--n", "4", "--engine", "vllm", "--lora"]
     argv += ["--set", "learning_rate=2e-6", "--precision", "bf16", "--report-to", "wandb"]

@@ -18,7 +18,8 @@ from cobalt.data import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINED = ["single_turn", "cobalt", "offline", "offline_rloo", "offline_awr", "offline_clipped"]
-TRAINED += ["offline_grpo", "cobalt_bf16"]
+# cobalt_bf16 (fp32 master weights, bf16 compute) needs a GPU; the multi-turn baselines run here
+TRAINED += ["offline_grpo", "multi_turn", "multi_turn_dense"]
 MODELS = ["sft", *TRAINED]
 MODES = ["--modes", ",".join(TRAINED)]
 
@@ -67,7 +68,8 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
     assert {
         ("cobalt", "single_turn"),
         ("offline", "single_turn"),
-        ("cobalt_bf16", "cobalt"),
+        ("cobalt", "multi_turn"),
+        ("multi_turn_dense", "multi_turn"),
     } <= pairs
     assert {("offline_awr", "offline_rloo"), ("offline_grpo", "offline_awr")} <= pairs
     assert all(d["verdict"] for d in summary["differences"])
@@ -97,7 +99,7 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
         assert heading in text, heading
     assert (
         "| cobalt − single_turn | RL kinds | 2 |" in text
-        and "| cobalt_bf16 | completed 2 |" in text
+        and "| multi_turn | completed 2 |" in text
     )
     assert (merged / "REPORT.md").read_text() in text
     assert "- Seed 0 (seed0 and seed0): identical, every cell and every fingerprint." in text
@@ -155,14 +157,21 @@ def check_seed_result(label: str, run: dict) -> None:
     # equal budgets: the GRPO modes sample as many completions as the offline mode trains on
     training = run["training"]
     batch = settings["rl_prompts"] * settings["rl_generations"]
-    for mode in ("single_turn", "cobalt", "cobalt_bf16"):
+    for mode in ("single_turn", "cobalt", "multi_turn", "multi_turn_dense"):
         t = training[mode]
         assert t["outcome"] == "completed" and t["steps"] == settings["rl_steps"] == 2
-        assert t["completions_sampled"] == 2 * batch and [c["step"] for c in t["curve"]] == [1, 2]
-        assert t["bf16"] is (mode == "cobalt_bf16")
+        assert [c["step"] for c in t["curve"]] == [1, 2] and t["bf16"] is False
+        if mode.startswith("multi_turn"):  # fewer conversations, turns + 1 completions each
+            prompts = max(1, round(settings["rl_prompts"] / (turns + 1)))
+            assert t["prompts_per_step"] == prompts
+            assert t["completions_sampled"] == 2 * prompts * settings["rl_generations"] * (turns + 1)
+        else:
+            assert t["completions_sampled"] == 2 * batch
         timing = t["step_time"]
         shares = [timing[f"{b}_share"] for b in ("generation", "reward", "optimisation")]
         assert sum(shares) == pytest.approx(1.0, abs=1e-3)
+    assert training["multi_turn_dense"]["reward"] == "dense"
+    assert training["multi_turn"]["reward"] == "correctness"
     single, cobalt, offline = training["single_turn"], training["cobalt"], training["offline"]
     assert single["rows"] == single["turn0_rows"] == cobalt["turn0_rows"] >= 1
     assert cobalt["rows_before_length_filter"] == bandit["rows"] >= cobalt["rows"] >= single["rows"]

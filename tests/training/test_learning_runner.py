@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from learning import parallel  # noqa: E402
-from learning.config import build_parser, resolve  # noqa: E402
+from learning.config import as_json, build_parser, from_json, resolve  # noqa: E402
 from learning.seed_run import _determinism, too_late  # noqa: E402
 
 CHILD = """
@@ -216,3 +216,18 @@ def test_offline_grpo_reuses_the_default_objectives_weights(
     assert both["offline_phase_same_weights"] in (True, None) and both["cost"]["wall_s"] == 5.0
     assert both["offline_phase_result"]["cost"]["wall_s"] == 3.0
     assert not work.exists() or not any(work.glob("rl-*"))  # every mode directory removed
+
+
+def test_the_sft_repair_shares_are_settings_checked_before_any_run(tmp_path: Path) -> None:
+    """A second testbed (issue 25.4): more of the family's repair in SFT, the shares reaching
+    fit_tiny_model's recipe through the seed's settings; a share outside [0, 1] is refused."""
+    args = args_for(tmp_path, "--sft-repair-share", "0.5", "--sft-keep-share", "0.4")
+    assert (args.sft_repair_share, args.sft_keep_share) == (0.5, 0.4)
+    assert (args.sft_repair_share, args.sft_keep_share) == (
+        from_json(as_json(args)).sft_repair_share,
+        from_json(as_json(args)).sft_keep_share,
+    )
+    default = args_for(tmp_path)
+    assert (default.sft_repair_share, default.sft_keep_share) == (0.25, 0.25)  # the recipe's
+    with pytest.raises(SystemExit, match="--sft-keep-share: a share between 0 and 1"):
+        args_for(tmp_path, "--sft-keep-share", "1.5")
