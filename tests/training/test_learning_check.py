@@ -98,8 +98,7 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
     ):
         assert heading in text, heading
     assert (
-        "| cobalt − single_turn | RL kinds | 2 |" in text
-        and "| multi_turn | completed 2 |" in text
+        "| cobalt − single_turn | RL kinds | 2 |" in text and "| multi_turn | completed 2 |" in text
     )
     assert (merged / "REPORT.md").read_text() in text
     assert "- Seed 0 (seed0 and seed0): identical, every cell and every fingerprint." in text
@@ -164,7 +163,9 @@ def check_seed_result(label: str, run: dict) -> None:
         if mode.startswith("multi_turn"):  # fewer conversations, turns + 1 completions each
             prompts = max(1, round(settings["rl_prompts"] / (turns + 1)))
             assert t["prompts_per_step"] == prompts
-            assert t["completions_sampled"] == 2 * prompts * settings["rl_generations"] * (turns + 1)
+            assert t["completions_sampled"] == 2 * prompts * settings["rl_generations"] * (
+                turns + 1
+            )
         else:
             assert t["completions_sampled"] == 2 * batch
         timing = t["step_time"]

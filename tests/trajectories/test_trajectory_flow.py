@@ -150,7 +150,9 @@ def test_cli_on_the_bundled_sample(tmp_path, capsys):
     )
     assert code == 0
     out = capsys.readouterr().out
-    assert "trajectories (transformers): 2 problems x 1 samples, 1 feedback turns; Pass@1 0.0%" in out
+    assert (
+        "trajectories (transformers): 2 problems x 1 samples, 1 feedback turns; Pass@1 0.0%" in out
+    )
     assert "| all | 1 | 2 | 2 | 0.0 |" in out
     assert (tmp_path / "runs" / "models" / "tiny-seed0" / "tiny_model.json").exists()
 
