@@ -188,3 +188,18 @@ def storage_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
     for flag, field in STORAGE_FLAGS:
         if getattr(args, flag, None) is not None:
             storage[field] = getattr(args, flag)
+
+
+def add_report_to(parser: argparse.ArgumentParser) -> None:
+    """--report-to: where training curves go (training.report_to), for the training CLIs."""
+    parser.add_argument(
+        "--report-to",
+        action="append",
+        metavar="NAME",
+        help="training curves: tensorboard (default), wandb, mlflow, trackio (repeatable; none: off)",
+    )
+
+
+def report_to(args: argparse.Namespace) -> list[str] | None:
+    """--report-to as training.report_to: None when not given, [] for `none`."""
+    return None if not args.report_to else [n for n in args.report_to if n != "none"]

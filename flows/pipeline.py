@@ -31,7 +31,14 @@ from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.stages import check_training
-from flows.cli import add_storage_args, read_config, run_flow_cli, storage_values
+from flows.cli import (
+    add_report_to,
+    add_storage_args,
+    read_config,
+    report_to,
+    run_flow_cli,
+    storage_values,
+)
 from flows.data import data_flow
 from flows.reward_hacking import reward_hacking_flow
 from flows.training import training_flow
@@ -164,12 +171,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 32; offline: one epoch)")
     arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
-    arg(
-        "--report-to",
-        action="append",
-        metavar="NAME",
-        help="training curves: tensorboard (default), wandb, mlflow, trackio (repeatable; none: off)",
-    )
+    add_report_to(parser)
     arg(
         "--set",
         action="append",
@@ -227,8 +229,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         training.setdefault("offline", {})["objective"] = args.objective
     if args.lora:
         training["lora"] = {}
-    if args.report_to:
-        training["report_to"] = [n for n in args.report_to if n != "none"]
+    if report_to(args) is not None:
+        training["report_to"] = report_to(args)
     for item in args.set:
         key, sep, text = item.partition("=")
         if not sep or not key:

@@ -30,7 +30,14 @@ from prefect import flow
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
-from flows.cli import add_storage_args, read_config, run_flow_cli, storage_values
+from flows.cli import (
+    add_report_to,
+    add_storage_args,
+    read_config,
+    report_to,
+    run_flow_cli,
+    storage_values,
+)
 from tasks.training import Stages, report
 
 
@@ -84,12 +91,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--reward", choices=["correctness", "dense"], help="dense: + VeRPO-style test weights")
     arg("--turns", type=int, help="multi_turn: feedback turns per conversation (2)")
     arg("--precision", choices=PRECISIONS, help="numerics (auto: mixed on GPU + paper preset)")
-    arg(
-        "--report-to",
-        action="append",
-        metavar="NAME",
-        help="training curves: tensorboard (default), wandb, mlflow, trackio (repeatable; none: off)",
-    )
+    add_report_to(parser)
     arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
     arg("--offline", action="append", default=[], metavar="KEY=JSON", help="offline setting")
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
@@ -130,8 +132,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     ):
         if getattr(args, flag) is not None:
             training[name] = getattr(args, flag)
-    if args.report_to:
-        training["report_to"] = [n for n in args.report_to if n != "none"]
+    if report_to(args) is not None:
+        training["report_to"] = report_to(args)
     if args.format_reward:
         training["use_format_reward"] = True
     offline = training.setdefault("offline", {})

@@ -81,25 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="programs judged at once (default: CPU count)",
     )
-    d = Limits()
-    judge.add_argument(
-        "--timeout",
-        type=float,
-        default=d.timeout_s,
-        help=f"seconds per test, wall and CPU (default {d.timeout_s:g})",
-    )
-    judge.add_argument(
-        "--suite-timeout",
-        type=float,
-        default=d.suite_timeout_s,
-        help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})",
-    )
-    judge.add_argument(
-        "--memory-mb",
-        type=int,
-        default=d.memory_mb,
-        help=f"memory per test process (default {d.memory_mb})",
-    )
+    add_limit_args(judge)
     judge.add_argument(
         "--fail-fast",
         action="store_true",
@@ -144,34 +126,41 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.cpu_count() or 1,
         help="workers per pool, and programs judged at once in all (default: CPU count)",
     )
-    serve.add_argument(
-        "--timeout",
-        type=float,
-        default=d.timeout_s,
-        help=f"seconds per test, wall and CPU (default {d.timeout_s:g})",
-    )
-    serve.add_argument(
-        "--suite-timeout",
-        type=float,
-        default=d.suite_timeout_s,
-        help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})",
-    )
-    serve.add_argument(
-        "--memory-mb",
-        type=int,
-        default=d.memory_mb,
-        help=f"memory per test process (default {d.memory_mb})",
-    )
+    add_limit_args(serve)
     serve.add_argument(
         "--max-processes",
         type=int,
-        default=d.max_processes,
-        help=f"processes and threads a test may have at once (default {d.max_processes})",
+        default=Limits().max_processes,
+        help=f"processes and threads a test may have at once (default {Limits().max_processes})",
     )
     control = serve.add_mutually_exclusive_group()
     control.add_argument("--status", action="store_true", help="print a running server's status")
     control.add_argument("--stop", action="store_true", help="stop a running server")
     return parser
+
+
+def add_limit_args(parser: argparse.ArgumentParser) -> None:
+    """The per-test limits both `judge` and `serve` take: --timeout, --suite-timeout,
+    --memory-mb (defaults: `Limits()`)."""
+    d = Limits()
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=d.timeout_s,
+        help=f"seconds per test, wall and CPU (default {d.timeout_s:g})",
+    )
+    parser.add_argument(
+        "--suite-timeout",
+        type=float,
+        default=d.suite_timeout_s,
+        help=f"seconds for all tests of a program (default {d.suite_timeout_s:g})",
+    )
+    parser.add_argument(
+        "--memory-mb",
+        type=int,
+        default=d.memory_mb,
+        help=f"memory per test process (default {d.memory_mb})",
+    )
 
 
 def open_input(path: str) -> BinaryIO:

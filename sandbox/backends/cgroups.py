@@ -171,7 +171,7 @@ class Cgroups:
         for base in self.bases.values():
             for entry in os.listdir(base):
                 pid = entry[1:].partition("-")[0]
-                if entry.startswith("w") and pid.isdigit() and not _alive(int(pid)):
+                if entry.startswith("w") and pid.isdigit() and not pid_alive(int(pid)):
                     with contextlib.suppress(OSError):
                         _remove(os.path.join(base, entry))
 
@@ -238,7 +238,8 @@ def _remove(directory: str) -> None:
         time.sleep(0.01)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this pid exists (another user's counts: EPERM)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -17,6 +17,7 @@ import os
 import socket
 import struct
 
+from sandbox.backends.cgroups import pid_alive
 from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.backends.ipc import ipc_sysctls
 from sandbox.models import Limits
@@ -102,7 +103,7 @@ class DockerBackend(Backend):
         for c in stale:
             owner = c.labels.get(LABEL, "")
             name, _, pid = owner.partition(":")
-            if name == host and pid.isdigit() and not _alive(int(pid)):
+            if name == host and pid.isdigit() and not pid_alive(int(pid)):
                 with contextlib.suppress(Exception):
                     c.remove(force=True)
 
@@ -200,13 +201,3 @@ class DockerBackend(Backend):
 def _kill(container) -> None:
     with contextlib.suppress(Exception):  # already gone: it exited when its input closed
         container.kill()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
