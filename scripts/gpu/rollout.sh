@@ -7,11 +7,7 @@
 #                                         #       traj-vllm, grpo-8b, roofline-static
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-bash infra/gpu-bundle/install.sh
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export VLLM_LOGGING_LEVEL=WARNING NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export VLLM_USE_FLASHINFER_SAMPLER=0  # the bundle has no flashinfer: PyTorch top-p/top-k sampling
+source scripts/gpu/device-env.sh
 step="$1"; shift
 case "$step" in
   env)

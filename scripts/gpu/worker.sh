@@ -18,11 +18,7 @@
 #     bash scripts/gpu/worker.sh deploy 8b "$(cat scripts/gpu/params/deploy-8b.json)"
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT="${OUT:-/tmp/out}"; mkdir -p "$OUT"
-bash infra/gpu-bundle/install.sh
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export VLLM_LOGGING_LEVEL=WARNING NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export VLLM_USE_FLASHINFER_SAMPLER=0  # the bundle has no flashinfer: PyTorch top-p/top-k sampling
+source scripts/gpu/device-env.sh
 export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
 # Prefect 3.8.8's UI app needs FastAPI >= 0.139 (FastAPI.frontend); the GPU set pins 0.136.3
 # (vLLM's bound): the server runs its API without the UI there (docs/DEPLOYMENT.md)
