@@ -3,6 +3,7 @@ the package index's metadata (vLLM's wheel included), without a GPU. CI has the 
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ def uv() -> str:
 def compile_gpu(*extra: str) -> subprocess.CompletedProcess[str]:
     command = [uv(), "pip", "compile", "pyproject.toml", "--extra", "gpu", *PLATFORM]
     command += ["--no-annotate", "--no-header", *extra]
+    if os.environ.get("PIP_INDEX_URL"):  # the index pip installs from, where one is configured
+        command += ["--index-url", os.environ["PIP_INDEX_URL"]]
     return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
