@@ -55,6 +55,11 @@ TINY_RUN = [  # a trajectories run of the random tiny model: 2 problems, nothing
     *("--turns", "1", "--max-new-tokens", "8", "--backend", "namespace"),
 ]
 
+# the same, with a feedback stage long enough (about 1.5 s of its sandbox pool beside the server,
+# on this 2-core VM) to be caught in it: with TINY_RUN's the pool lived ~0.2 s, a coin flip
+WATCHED_RUN = [*TINY_RUN[:2], "--limit", "2", "--n", "4", "--turns", "2"]
+WATCHED_RUN += ["--max-new-tokens", "128", "--backend", "namespace"]
+
 
 @dataclass
 class Row:
@@ -375,7 +380,7 @@ def test_a_killed_flow_leaves_no_process_and_logs_no_telemetry(tmp_path: Path) -
     }
     log = tmp_path / "flow.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "flows.trajectories", *TINY_RUN, "--storage", str(tmp_path)],
+        [sys.executable, "-m", "flows.trajectories", *WATCHED_RUN, "--storage", str(tmp_path)],
         cwd=REPO,
         env=env,
         stdout=log.open("wb"),
@@ -391,7 +396,7 @@ def test_a_killed_flow_leaves_no_process_and_logs_no_telemetry(tmp_path: Path) -
             commands = [_command(p) for p in now]
             if any("uvicorn" in c for c in commands) and any(" -I -S -c " in c for c in commands):
                 break
-            time.sleep(0.3)
+            time.sleep(0.1)
         assert proc.poll() is None, log.read_text()
         assert any("uvicorn" in _command(p) for p in seen) and len(seen) >= 3, seen
         time.sleep(3 * TICK_S)  # the watchdog sees what runs at its next tick
