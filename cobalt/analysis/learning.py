@@ -7,7 +7,10 @@ A seed result holds, per evaluated model ("sft" and each trained mode), every ev
 as `{"group", "kind", "n", "c": [correct samples per turn], "c_stop": [...]}` (`c`: SPEC §1.2,
 `c_stop`: each sample stopped at its first program that passed every public test), so Pass@1 of
 a problem at turn t is c[t] / n. Runs of one seed: the first one given is the seed's primary
-run, the others are repeats (they measure the same-seed spread and enter no interval).
+run, the others are repeats (they measure the same-seed spread and enter no interval), except a
+continuation: a later run of the seed from the same SFT model (equal `sft_weights` fingerprint)
+that trained only modes the primary lacks adds those modes to it (one seed's modes spread over
+several calls stay paired on the same SFT model and problems).
 
     runs = load_runs([Path("out1"), Path("out2")])
     summary = aggregate(runs)       # JSON-ready; cobalt.analysis.learning_report renders it
@@ -84,15 +87,54 @@ def _run_order(path: Path) -> tuple[int, int, str]:
 
 
 def split_runs(runs: Sequence[dict[str, Any]]) -> tuple[dict[int, dict], list[dict]]:
-    """The primary run per seed (the first given with an evaluation, else the first) and the
-    repeats."""
+    """The primary run per seed (the first given with an evaluation, else the first, with its
+    continuations merged in: `continues`) and the repeats."""
     primary: dict[int, dict] = {}
     for run in runs:
         seed = run["seed"]
         if seed not in primary or (not primary[seed]["evaluation"] and run["evaluation"]):
             primary[seed] = run
-    repeats = [r for r in runs if primary[r["seed"]] is not r]
+    repeats = []
+    for run in runs:
+        first = primary[run["seed"]]
+        if first is run:
+            continue
+        if continues(first, run):
+            primary[run["seed"]] = first = _with_modes_of(first, run)
+        else:
+            repeats.append(run)
     return dict(sorted(primary.items())), repeats
+
+
+def _where(run: dict[str, Any]) -> str:
+    return f"{run.get('source')}/{run.get('label')}"
+
+
+def _trained(run: dict[str, Any]) -> set[str]:
+    return set(run["evaluation"]) - {"sft"}
+
+
+def continues(first: dict[str, Any], run: dict[str, Any]) -> bool:
+    """Whether `run` continues `first` (same seed and SFT model, only modes `first` lacks)."""
+    sft = first.get("fingerprints", {}).get("sft_weights")
+    return (
+        bool(sft)
+        and run.get("fingerprints", {}).get("sft_weights") == sft
+        and bool(_trained(run))
+        and not _trained(run) & _trained(first)
+    )
+
+
+def _with_modes_of(first: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """`first` with the trained modes of its continuation `run` (a new dict)."""
+    merged = dict(first)
+    for key in ("training", "evaluation", "fingerprints", "phases_s", "gpu_memory_gib"):
+        mine, theirs = first.get(key) or {}, run.get(key) or {}
+        merged[key] = {**mine, **{k: v for k, v in theirs.items() if k not in mine}}
+    merged["modes"] = [*first.get("modes", []), *_trained(run) - set(first.get("modes", []))]
+    merged["continued_by"] = [*first.get("continued_by", []), _where(run)]
+    merged["source"] = first.get("source")
+    return merged
 
 
 def models_of(runs: Iterable[dict[str, Any]]) -> list[str]:
@@ -249,11 +291,13 @@ def _row(protocol: str, group: str, turn: int, interval: Any) -> dict[str, Any]:
 
 
 def _run_info(run: dict[str, Any], primary: dict[int, dict]) -> dict[str, Any]:
+    first = primary.get(run["seed"], {})
     return {
         "label": run.get("label"),
         "seed": run["seed"],
         "source": run.get("source"),
-        "primary": primary.get(run["seed"]) is run,
+        "primary": _where(first) == _where(run),
+        "continues_primary": _where(run) in first.get("continued_by", []),
         "status": run.get("status"),
         "wall_s": run.get("wall_s"),
         "models": list(run["evaluation"]),

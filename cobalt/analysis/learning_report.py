@@ -61,7 +61,8 @@ def _f(x: Any, digits: int = 1) -> str:
 def render(s: dict[str, Any]) -> str:
     m = s["machine"]
     primary = [r for r in s["runs"] if r["primary"]]
-    repeats = [r for r in s["runs"] if not r["primary"]]
+    repeats = [r for r in s["runs"] if not r["primary"] and not r.get("continues_primary")]
+    continued = [r for r in s["runs"] if r.get("continues_primary")]
     lines = [
         "# Learning check",
         "",
@@ -69,6 +70,14 @@ def render(s: dict[str, Any]) -> str:
         f"({m.get('cpus')} CPUs), torch {m.get('torch')}, transformers {m.get('transformers')}, "
         f"trl {m.get('trl')}; runs: "
         + ", ".join(f"{r['label']} ({r['status']}, {_f(r['wall_s'], 0)} s)" for r in primary)
+        + (
+            "; continued from the same SFT model (more modes): "
+            + ", ".join(
+                f"{r['label']} in {r['source']} ({', '.join(r['training'])})" for r in continued
+            )
+            if continued
+            else ""
+        )
         + (
             "; repeats (same-seed spread only): " + ", ".join(r["label"] for r in repeats)
             if repeats

@@ -122,7 +122,7 @@ def launch_command(job_file: Path, config: TrainingConfig) -> list[str]:
     if config.accelerate_config:
         command += ["--config_file", config.accelerate_config]
     else:
-        many = ["--multi_gpu"] if config.num_processes > 1 else ["--gpu_ids", "0"]
+        many = ["--multi_gpu"] if config.num_processes > 1 else ["--gpu_ids", _first_gpu()]
         command += [*many, "--num_machines", "1", "--dynamo_backend", "no"]
         command += ["--mixed_precision", "no"]  # the trainer's own bf16 setting decides
     command += ["--num_processes", str(config.num_processes)]
@@ -153,6 +153,14 @@ def launch(job: Job, logger: Logger = log) -> Result:
     return found["history"], found["timing"], found["extra"]
 
 
+def _first_gpu() -> str:
+    """The GPU a one-process launch runs on: the first this process may use. accelerate sets
+    CUDA_VISIBLE_DEVICES to `--gpu_ids`, so a plain "0" would move a job pinned to another card
+    (CUDA_VISIBLE_DEVICES=1) onto card 0."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    return visible or "0"
+
+
 def _root() -> str:
     return str(Path(__file__).resolve().parents[2])  # the checkout holding cobalt/
 
@@ -174,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     job = Job.model_validate_json(job_file.read_text())
     processes, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     print(f"cobalt.training.launch: process {rank} of {processes} starts", flush=True)
+    if rank == 0:  # the launch log shows each step as it ends (cobalt.training.step_timing)
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
+        logging.getLogger("cobalt").setLevel(logging.INFO)
     history, timing, extra = train_here(job, processes)
     if rank == 0:
         import torch

@@ -4,11 +4,14 @@ TRL times its own blocks with `trl.extras.profiling.ProfilingContext` but report
 experiment trackers. `StepTimer` is a `TrainerCallback` that also listens to those contexts while
 it is active (`with StepTimer() as timer: trainer.train()`), so a plain run gets the breakdown:
 generation = TRL's `*.generate*` blocks, reward = `_calculate_rewards` (the sandbox judging every
-completion of a batch), optimisation = the rest of the optimizer step. Plain Python, no Prefect.
+completion of a batch), optimisation = the rest of the optimizer step. Each step is also logged
+as it ends (a run cut short still shows its step times and, on a GPU, its peak memory so far).
+Plain Python, no Prefect.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import defaultdict
 from typing import Any
@@ -18,6 +21,7 @@ from transformers import TrainerCallback
 GENERATION = "generation"
 REWARD = "reward"
 OPTIMISATION = "optimisation"
+log = logging.getLogger(__name__)
 
 
 def _bucket(name: str) -> str | None:
@@ -71,6 +75,15 @@ class StepTimer(TrainerCallback):
         self.steps.append(step)
         self._current.clear()
         self._started = None
+        log.info(
+            "step %d: %.1f s (generation %.1f, reward %.1f, optimisation %.1f)%s",
+            state.global_step,
+            total,
+            step[GENERATION],
+            step[REWARD],
+            step[OPTIMISATION],
+            _gpu_peak(),
+        )
 
     def summary(self) -> dict[str, Any]:
         """Seconds per bucket over all steps, their share of step time, and the step count."""
@@ -82,3 +95,11 @@ class StepTimer(TrainerCallback):
             out[f"{bucket}_s"] = round(seconds, 3)
             out[f"{bucket}_share"] = round(seconds / total, 4) if total else 0.0
         return out
+
+
+def _gpu_peak() -> str:
+    import torch
+
+    if not torch.cuda.is_available():
+        return ""
+    return f", GPU peak so far {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB allocated"

@@ -2,21 +2,24 @@
 # Build the offline bundle of requirements.txt for a GPU worker that cannot download (python 3.12,
 # x86-64, torch 2.11.0+cu130 in its image), in pieces small enough to carry one at a time:
 #
-#   bash infra/gpu-bundle/build.sh [OUT_DIR] [PART_MB]     # default .gpu/, 54 MiB parts
+#   bash infra/gpu-bundle/build.sh [OUT_DIR] [PART_MB]     # default .gpu/, 45 MiB parts
 #
-#   OUT_DIR/wheels/            every wheel but vLLM's (44 MB: pydantic, TRL, datasets, LiteLLM,
-#                              what vLLM imports); install.sh installs them the call they arrive
+#   OUT_DIR/wheels-GROUP/      the wheels of each group of requirements.txt (`# group: NAME`):
+#                              train 8 MB (TRL, datasets, pydantic), vllm 22 MB (what vLLM
+#                              imports), prefect 41 MB, remote 42 MB (LiteLLM, s3fs); a call
+#                              carries the groups its runs need, install.sh installs what arrived
 #   OUT_DIR/vllm.part-NN       vLLM, unpacked, trimmed, as .tar.xz cut into parts; PARTS lists them
 #
-# vLLM's wheel (304 MB) is trimmed of what the Hopper (H100/H200) bf16 path never loads: the
-# FlashAttention-2 kernels (Ampere/Ada; Hopper runs vLLM's FlashAttention 3), the optional Rust
-# front end binary (vllm-rs), the DeepGEMM/SM100 CUDA headers (JIT sources for FP8 and Blackwell)
-# and DeepGEMM's extension for other Pythons; the rest is byte for byte the release (115 MB as
-# .tar.xz). Needs pip and network here.
+# vLLM's wheel (304 MB) is trimmed of what the Hopper (H100/H200) bf16 path of a dense model never
+# loads: the FlashAttention-2 kernels (Ampere/Ada; Hopper runs vLLM's FlashAttention 3), the
+# mixture-of-experts kernels (_moe_C: imported only if present; Qwen3-8B and R1-Distill-Llama-8B
+# are dense), the optional Rust front end binary (vllm-rs), the DeepGEMM/SM100 CUDA headers (JIT
+# sources for FP8 and Blackwell) and DeepGEMM's extension for other Pythons; the rest is byte for
+# byte the release (75 MB as .tar.xz: two parts). Needs pip and network here.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 out="$(realpath -m "${1:-.gpu}")"
-part_mb="${2:-54}"
+part_mb="${2:-45}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 platforms=()
@@ -24,18 +27,25 @@ for p in manylinux_2_35 manylinux_2_34 manylinux_2_31 manylinux_2_28 manylinux_2
          manylinux_2_24 manylinux_2_17 manylinux2014 manylinux_2_5 manylinux1; do
   platforms+=(--platform "${p}_x86_64")
 done
-mkdir -p "$work/whl" "$work/vllm-site"
-sed 's/#.*//' "$here/requirements.txt" | grep -v '^\s*$' >"$work/reqs.txt"
-PIP_CONSTRAINT='' python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-  --implementation cp "${platforms[@]}" -d "$work/whl" -r "$work/reqs.txt"
-unzip -q "$work"/whl/vllm-*.whl -d "$work/vllm-site"
-rm "$work"/whl/vllm-*.whl
-rm -f "$work/vllm-site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$work/vllm-site/vllm/vllm-rs"
+mkdir -p "$work/vllm-site"
+# one requirements file per `# group: NAME` section
+awk '/^# group: /{g=$3; next} {sub(/#.*/, "")} NF{print > (dir "/reqs-" g ".txt")}' \
+  dir="$work" "$here/requirements.txt"
+for reqs in "$work"/reqs-*.txt; do
+  group="$(basename "$reqs" .txt)"; group="${group#reqs-}"
+  mkdir -p "$work/wheels-$group"
+  PIP_CONSTRAINT='' python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp "${platforms[@]}" -d "$work/wheels-$group" -r "$reqs"
+done
+unzip -q "$work"/wheels-*/vllm-*.whl -d "$work/vllm-site"
+rm "$work"/wheels-*/vllm-*.whl
+rm -f "$work/vllm-site/vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so" "$work/vllm-site/vllm/vllm-rs" \
+      "$work/vllm-site/vllm/_moe_C_stable_libtorch.abi3.so"
 rm -f "$work"/vllm-site/vllm/third_party/deep_gemm/_C.cpython-31[0134]-*.so
 rm -rf "$work/vllm-site/vllm/third_party/deep_gemm/include" \
        "$work/vllm-site/vllm/third_party/fmha_sm100/cutlass/include"
 rm -rf "$out" && mkdir -p "$out"
-mv "$work/whl" "$out/wheels"
+mv "$work"/wheels-* "$out/"
 tar -cf - -C "$work/vllm-site" . | xz -T0 -6 | split -b "${part_mb}M" -d - "$out/vllm.part-"
 (cd "$out" && ls vllm.part-* >"$work/PARTS") && mv "$work/PARTS" "$out/PARTS"
-echo "bundle under $out: wheels $(du -sh "$out/wheels" | cut -f1), vLLM in $(wc -l <"$out/PARTS") parts"
+echo "bundle under $out: $(cd "$out" && du -sh wheels-* | tr '\t\n' ' '), vLLM in $(wc -l <"$out/PARTS") parts"

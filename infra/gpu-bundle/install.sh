@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU worker, from the repository root: install what the bundle's pieces carried so far
-# (see build.sh). Wheels in .gpu/wheels are installed into /tmp/site at once; vLLM's parts are kept
+# (see build.sh). Wheels in .gpu/wheels-*/ (any group) are installed into /tmp/site at once; vLLM's parts are kept
 # outside the repository (they stay on the warm machine across calls) and unpacked into /tmp/site
 # when all have arrived.
 #
@@ -9,13 +9,14 @@ set -euo pipefail
 store="${GPU_BUNDLE_STORE:-/root/gpu-bundle}"
 site="${GPU_SITE:-/tmp/site}"
 mkdir -p "$store" "$site"
-if compgen -G ".gpu/wheels/*.whl" >/dev/null; then
+for dir in .gpu/wheels-*/; do
+  compgen -G "$dir*.whl" >/dev/null || continue
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --only-binary=:all: --python-version 3.12 --target "$site" .gpu/wheels/*.whl 2>&1 \
+    --only-binary=:all: --python-version 3.12 --target "$site" "$dir"*.whl 2>&1 \
     | grep -v "Running pip as the 'root' user" || true
-  rm -rf .gpu/wheels
-  echo "bundle: wheels installed into $site"
-fi
+  rm -rf "$dir"
+  echo "bundle: $(basename "$dir") installed into $site"
+done
 for f in .gpu/vllm.part-* .gpu/PARTS; do [ -e "$f" ] && mv -f "$f" "$store/"; done
 if [ -f "$site/vllm/.complete" ]; then echo "bundle: vLLM installed"; exit 0; fi
 [ -f "$store/PARTS" ] || { echo "bundle: vLLM waiting (no PARTS list yet)"; exit 0; }

@@ -7,15 +7,16 @@
 #   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
 #   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
 #   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu +
-#                                                   # a gpu-pool worker running it with PARAMS (JSON)
+#                                                   # a gpu-pool worker running it with PARAMS (JSON,
+#                                                   # or a file of it; the 8B model built if missing)
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
 #   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # scripts/learning_check.py, 3 at once
 #
 # The runs of docs/SCALING.md ("The pipeline on one GPU"):
 #   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
 #   bash scripts/gpu/worker.sh deploy tiny "$(cat scripts/gpu/params/deploy-tiny.json)"
-#   bash scripts/gpu/worker.sh model-8b && \
-#     bash scripts/gpu/worker.sh deploy 8b "$(cat scripts/gpu/params/deploy-8b.json)"
+#   bash scripts/gpu/worker.sh deploy 8b scripts/gpu/params/deploy-8b.json
+# Two steps at once on a two-GPU machine: scripts/gpu/pair.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/device-env.sh
@@ -24,8 +25,17 @@ export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_
 # (vLLM's bound): the server runs its API without the UI there (docs/DEPLOYMENT.md)
 export PREFECT_UI_ENABLED=false
 export PATH="/tmp/site/bin:$PATH"
-trace() { nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 \
+trace() { nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} \
+  --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 \
   >"$OUT/$1.mem.csv" 2>/dev/null & echo $!; }
+build_8b() {  # the Qwen3-8B-shaped random model with the tiny tokenizer, built once
+  [ -f /root/model-8b/config.json ] && return 0
+  python3 -c 'from engines.tiny import build_tiny_model as b; import sys
+b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+  intermediate_size=12288, max_position_embeddings=32768, eos_logit=0.0, device="cuda",
+  dtype="bfloat16")'
+  du -sh /root/model-8b
+}
 step="$1"; shift
 case "$step" in
   env)
@@ -46,14 +56,11 @@ case "$step" in
     python3 scripts/gpu/flow_times.py --mem "$OUT/$tag.mem.csv" \
       --json "$OUT/$tag.stages.json" || true
     tail -40 "$OUT/$tag.log" ;;
-  model-8b)
-    python3 -c 'from engines.tiny import build_tiny_model as b; import sys
-b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
-  intermediate_size=12288, max_position_embeddings=32768, eos_logit=0.0, device="cuda",
-  dtype="bfloat16")'
-    du -sh /root/model-8b ;;
+  model-8b) build_8b ;;
   deploy)
     name="$1"; params="$2"
+    [ -f "$params" ] && params="$(cat "$params")"
+    case "$params" in *'"/root/model-8b"'*) build_8b || exit 1 ;; esac
     pid=$(trace "$name")
     prefect server start --host 127.0.0.1 --port 4200 >"$OUT/$name.server.log" 2>&1 &
     export PREFECT_API_URL=http://127.0.0.1:4200/api COBALT_REPO=$PWD
@@ -69,10 +76,15 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
     python3 scripts/gpu/flow_times.py --mem "$OUT/$name.mem.csv" --json "$OUT/$name.stages.json"
     tail -30 "$OUT/$name.worker.log" ;;
   paper)
+    # vLLM's share of the card: half of an H200's 141 GB; 0.3 of an 80 GB H100 (the memory plan
+    # needs ~50 GB beside it for the bf16 base, one 16k-token sequence and the fp32 log-softmax)
+    total=$(nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} \
+      --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    share=0.5; [ "${total:-0}" -lt 100000 ] && share=0.3
     pid=$(trace paper)
     rm -rf /root/paper-work
     timeout "${PAPER_TIMEOUT_S:-540}" python3 -m benchmarks.paper_preset --model-dir /root/model-8b-v152k \
-      --work /root/paper-work --json "$OUT/paper_preset.json" "$@" >"$OUT/paper_preset.log" 2>&1
+      --work /root/paper-work --vllm-memory "$share" --json "$OUT/paper_preset.json" "$@" >"$OUT/paper_preset.log" 2>&1
     echo "paper preset exit $?"; kill "$pid"
     tr '\r' '\n' </root/paper-work/out/.launch/launch.log | grep -v "^\s*$" | tail -60 >"$OUT/paper_launch_tail.log"
     tail -25 "$OUT/paper_launch_tail.log"; tail -30 "$OUT/paper_preset.log" ;;

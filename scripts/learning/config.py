@@ -280,7 +280,7 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
     if batch % args.rl_micro_batch:
         raise SystemExit(f"--rl-micro-batch must divide prompts x generations ({batch})")
     if not args.sandbox_concurrency:
-        args.sandbox_concurrency = max(1, (os.cpu_count() or 1) // args.parallel)
+        args.sandbox_concurrency = max(1, cpus() // args.parallel)
     if args.rl_bf16:
         args.precision = "mixed"
     if args.generation.startswith("vllm") and args.strict_determinism:
@@ -289,6 +289,14 @@ def resolve(args: argparse.Namespace) -> argparse.Namespace:
             "no deterministic variant; leave --strict-determinism out (it turns off)"
         )
     return args
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (`taskset` splits a machine between two checks)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
 
 
 def seeds_of(text: str) -> list[int]:

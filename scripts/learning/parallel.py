@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .config import as_json, seeds_of
+from .config import as_json, cpus, seeds_of
 
 SCRIPT = Path(__file__).resolve().parents[1] / "learning_check.py"
 POLL_S = 0.5
@@ -41,7 +41,7 @@ def labels(args: argparse.Namespace) -> list[tuple[int, str]]:
 
 
 def child_env(args: argparse.Namespace) -> dict[str, str]:
-    threads = str(max(1, (os.cpu_count() or 1) // args.parallel))
+    threads = str(max(1, cpus() // args.parallel))
     env = dict(os.environ)
     env.update(
         {

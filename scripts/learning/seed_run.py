@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from . import stages
-from .config import GROUPS, KIND_GROUPS, MODES, SHORT, as_json, mode_list, offline_twins
+from .config import GROUPS, KIND_GROUPS, MODES, SHORT, as_json, cpus, mode_list, offline_twins
 
 log = logging.getLogger("learning_check")
 
@@ -117,7 +117,7 @@ class SeedRun:
             "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             "machine": {
                 "device": torch.cuda.get_device_name(0) if self.cuda else "cpu",
-                "cpus": os.cpu_count(),
+                "cpus": cpus(),
                 "python": platform.python_version(),
                 "torch": torch.__version__,
                 "transformers": transformers.__version__,

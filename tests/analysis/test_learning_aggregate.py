@@ -271,3 +271,61 @@ def test_curve_stability_from_hand_worked_curves() -> None:
     assert climb["jitter"] < climb["std"] == pytest.approx(0.3953, abs=1e-4)
     assert curve_stability([0.3]) is None and curve_stability([None, 0.2]) is None
     assert curve_stability([0.2, None, 0.2]) == {"std": 0.0, "jitter": 0.0}
+
+
+def test_a_later_call_with_other_modes_of_the_same_sft_model_continues_the_seed(
+    tmp_path: Path,
+) -> None:
+    """One seed's modes spread over two calls: the second run (same SFT weights, only modes the
+    first lacks) adds its modes to the seed instead of counting as a repeat; a run from another
+    SFT model, or one that retrains a mode, stays a repeat."""
+    first_call, second_call = tmp_path / "call1", tmp_path / "call2"
+    base = seed_result(0)
+    more_sft = problems({"rl_kinds": [2, 1, 0], "unseen_kinds": [0, 0, 0]})
+    more = run(
+        0,
+        "seed0",
+        {
+            "sft": more_sft,
+            "multi_turn": problems({"rl_kinds": [3, 3, 3], "unseen_kinds": [0, 0, 0]}),
+        },
+        {"multi_turn": base["training"]["cobalt"]},
+        fingerprints={"sft_weights": "w0", "multi_turn_weights": "m0"},
+        phases_s={"sft": 10.0, "train_multi_turn": 4.0},
+    )
+    other_sft = run(0, "seed0-r1", {"sft": more_sft, "multi_turn": more_sft},
+                    fingerprints={"sft_weights": "other"})  # fmt: skip
+    for directory, docs in ((first_call, [base]), (second_call, [more, other_sft])):
+        (directory / "runs").mkdir(parents=True)
+        for doc in docs:
+            (directory / "runs" / f"{doc['label']}.json").write_text(json.dumps(doc))
+
+    primary, repeats = split_runs(load_runs([first_call, second_call]))
+    merged = primary[0]
+    assert set(merged["evaluation"]) == {
+        "sft",
+        "single_turn",
+        "cobalt",
+        "cobalt_bf16",
+        "multi_turn",
+    }
+    assert merged["evaluation"]["sft"] == base["evaluation"]["sft"]  # the primary's SFT cells
+    assert merged["fingerprints"]["multi_turn_weights"] == "m0"
+    assert merged["phases_s"]["train_multi_turn"] == 4.0
+    assert [r["label"] for r in repeats] == ["seed0-r1"]  # another SFT model: a repeat
+
+    summary = aggregate(load_runs([first_call, second_call]), iterations=200)
+    d = diffs(summary)
+    assert d[("cobalt", "multi_turn", "spec", "rl_kinds", 2)]["mean"] == pytest.approx(25.0)
+    info = {(r["label"], Path(r["source"]).name): r for r in summary["runs"]}
+    assert info[("seed0", "call1")]["primary"]
+    assert info[("seed0", "call2")]["continues_primary"] and not info[("seed0", "call2")]["primary"]
+    assert not info[("seed0-r1", "call2")]["continues_primary"]
+    text = render(summary)
+    assert "continued from the same SFT model (more modes): seed0 in" in text
+
+    # a run that trains a mode the primary already has is a repeat, not a continuation
+    again = seed_result(0)
+    (second_call / "runs" / "seed0.json").write_text(json.dumps(again))
+    _, repeats = split_runs(load_runs([first_call, second_call]))
+    assert {r["label"] for r in repeats} == {"seed0", "seed0-r1"}

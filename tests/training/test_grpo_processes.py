@@ -54,6 +54,20 @@ def test_the_launch_command_is_accelerate_with_ddp_or_a_config_file(tmp_path) ->
     assert "--multi_gpu" not in zero and zero[zero.index("--config_file") + 1] == "zero2.yaml"
 
 
+def test_a_one_process_launch_stays_on_the_card_its_caller_was_given(tmp_path, monkeypatch) -> None:
+    """accelerate sets CUDA_VISIBLE_DEVICES to --gpu_ids: a job pinned to card 1 (two jobs on a
+    two-GPU worker) must not be moved to card 0."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    one = launch_command(tmp_path / "job.json", TrainingConfig())
+    assert one[one.index("--gpu_ids") + 1] == "0" and "--multi_gpu" not in one
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    pinned = launch_command(tmp_path / "job.json", TrainingConfig())
+    assert pinned[pinned.index("--gpu_ids") + 1] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5e1f,GPU-77aa")
+    uuid = launch_command(tmp_path / "job.json", TrainingConfig())
+    assert uuid[uuid.index("--gpu_ids") + 1] == "GPU-5e1f"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_grpo_on_two_processes(tmp_path) -> None:
@@ -68,6 +82,7 @@ def test_grpo_on_two_processes(tmp_path) -> None:
     assert timing["processes"] == 2 and timing["steps"] == 2
     log = (tmp_path / "out" / ".launch" / "launch.log").read_text()
     assert "process 0 of 2 starts" in log and "process 1 of 2 starts" in log
+    assert "cobalt.training.step_timing: step 2: " in log  # each step logged as it ends
     AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))  # saved once, loadable
 
 
