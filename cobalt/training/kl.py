@@ -11,6 +11,10 @@ of the configured loss type (dapo: a token sum over the accumulation window's to
 logs it as `kl`. The policy's per-token log-probabilities come from the loss's own forward pass
 (captured, not recomputed), so k2 costs no extra forward. With `kl_estimator="k3"` it is TRL's
 trainer unchanged.
+
+It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
+prompts to a `rollout_func`): the multi-turn rollout finds each conversation's problem by them,
+since problems can share a statement and differ in their tests.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
 
 
 class CobaltGRPOTrainer(GRPOTrainer):
-    """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's)."""
+    """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's) and
+    the batch's example ids for a `rollout_func`."""
 
     def __init__(self, *args: Any, kl_estimator: str = "k3", **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -37,6 +42,15 @@ class CobaltGRPOTrainer(GRPOTrainer):
             )
         self.kl_estimator = kl_estimator
         self._policy_logps: Any = None
+        self.batch_example_ids: list[str] | None = None
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
+        # TRL takes the prompts from `inputs` in this order and hands them to rollout_func
+        self.batch_example_ids = [str(x.get("example_id") or "") for x in inputs]
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self.batch_example_ids = None
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
         out = super()._get_per_token_logps_and_entropies(*args, **kwargs)

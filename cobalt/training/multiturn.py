@@ -84,18 +84,39 @@ def instruction_of(prompt: Conversation) -> str:
     return prompt[-1]["content"]
 
 
-def problem_index(problems: Iterable[ProblemLike]) -> dict[str, ProblemLike]:
-    """Problems by instruction (what a turn-0 prompt carries); two problems with one instruction
-    must share their feedback tests, or the prompt could not say which tests give feedback."""
-    index: dict[str, ProblemLike] = {}
-    for problem in problems:
-        seen = index.setdefault(problem.instruction, problem)
-        if seen is not problem and seen.feedback_tests != problem.feedback_tests:
-            raise ValueError(
-                f"problems {seen.id} and {problem.id} have the same instruction but different "
-                "public tests: drop one of them from the problem set for multi_turn training"
+class ProblemIndex:
+    """The problem of each prompt. By the row's `example_id` (the problem id, which
+    `CobaltGRPOTrainer` hands the rollout as `batch_example_ids`), else by the prompt's
+    instruction; an instruction that several problems with different public tests share (one
+    statement, other tests: the synthetic kinds, duplicated TACO statements) cannot say whose
+    tests give feedback, and fails only when a prompt needs it."""
+
+    def __init__(self, problems: Iterable[ProblemLike]) -> None:
+        self.by_id: dict[str, ProblemLike] = {}
+        self.by_instruction: dict[str, list[ProblemLike]] = {}
+        for problem in problems:
+            self.by_id[problem.id] = problem
+            same = self.by_instruction.setdefault(problem.instruction, [])
+            if all(p.feedback_tests != problem.feedback_tests for p in same):
+                same.append(problem)
+
+    def find(self, prompt: Conversation, example_id: str | None = None) -> ProblemLike:
+        instruction = instruction_of(prompt)
+        if example_id and example_id in self.by_id:
+            return self.by_id[example_id]
+        found = self.by_instruction.get(instruction)
+        if not found:
+            raise KeyError(
+                f"no problem has the instruction {instruction[:80]!r}: give repair_rollout "
+                "the problem set the bandit dataset was built from"
             )
-    return index
+        if len(found) > 1:
+            raise ValueError(
+                f"problems {found[0].id} and {found[1].id} have the same instruction but "
+                "different public tests, and the row names neither (example_id): train with "
+                "CobaltGRPOTrainer, which passes each row's example_id to the rollout"
+            )
+        return found[0]
 
 
 def feedback_template(trainer: Any, feedback: str) -> tuple[int, list[int]]:
@@ -148,25 +169,21 @@ def repair_rollout(
 ) -> RolloutFunc:
     """TRL's `rollout_func` for multi-turn repair conversations (see the module docstring).
 
-    `problems` give each prompt's public tests (looked up by the prompt's instruction; a prompt
-    of an unknown problem fails with its first words); `judge` runs the programs on them (share
+    `problems` give each prompt's public tests (looked up by the row's example_id, else by the
+    prompt's instruction: `ProblemIndex`; a prompt of an unknown problem fails with its first
+    words); `judge` runs the programs on them (share
     `CobaltRewards.judge`); `turns` feedback turns per conversation; `max_answer_chars` caps the
     answer kept for code extraction as collection does; `max_context_tokens` stops a
     conversation whose next context would be longer (None: no limit)."""
     if turns < 0:
         raise ValueError(f"turns must be >= 0, got {turns}")
-    index = problem_index(problems)
+    index = ProblemIndex(problems)
 
     def rollout(prompts: list[Any], trainer: Any) -> dict[str, list[Any] | None]:
-        found = []
-        for prompt in prompts:
-            instruction = instruction_of(prompt)
-            if instruction not in index:
-                raise KeyError(
-                    f"no problem has the instruction {instruction[:80]!r}: give repair_rollout "
-                    "the problem set the bandit dataset was built from"
-                )
-            found.append(index[instruction])
+        ids = getattr(trainer, "batch_example_ids", None)
+        if ids is None or len(ids) != len(prompts):
+            ids = [None] * len(prompts)
+        found = [index.find(prompt, i) for prompt, i in zip(prompts, ids, strict=True)]
         prompt_ids = trainer._tokenize_prompts(prompts)[0]
         opened = template_opens_thinking(trainer.processing_class, **trainer.chat_template_kwargs)
         rows = [_Rollout(p, list(ids)) for p, ids in zip(found, prompt_ids, strict=True)]

@@ -18,7 +18,8 @@ from cobalt.problems import Problem, Provenance
 from cobalt.training.config import TrainingConfig
 from cobalt.training.dense_reward import dense_reward_func
 from cobalt.training.grpo import CobaltRewards, prepare_rows
-from cobalt.training.multiturn import feedback_template, problem_index, repair_rollout
+from cobalt.training.kl import CobaltGRPOTrainer
+from cobalt.training.multiturn import ProblemIndex, feedback_template, repair_rollout
 from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
 from cobalt.trajectories.prompts import extract_code, first_messages
 from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig, split_thinking
@@ -115,10 +116,9 @@ def rewards():
 def make_trainer(model_dir, out, rewards, rollout, funcs=None, **changes):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    return GRPOTrainer(
+    return CobaltGRPOTrainer(
         model=AutoModelForCausalLM.from_pretrained(str(model_dir)),
         reward_funcs=funcs or rewards.reward_funcs(),
         args=grpo_args(out, **changes),
@@ -297,10 +297,12 @@ def test_rows_templates_and_problems_that_cannot_be_used(scripted_run, rewards) 
     with pytest.raises(KeyError, match="no problem has the instruction 'Read a and b"):
         rollout([first_messages(SYSTEM, SUM.instruction)], trainer)
     twin = DOUBLE.model_copy(update={"id": "hand/twin"})
-    assert problem_index([DOUBLE, twin])[DOUBLE.instruction] is DOUBLE
+    assert ProblemIndex([DOUBLE, twin]).find(first_messages(SYSTEM, DOUBLE.instruction)) is DOUBLE
     other = twin.model_copy(update={"public_tests": SUM.public_tests})
+    index = ProblemIndex([DOUBLE, other])  # fine until a prompt needs the instruction alone
+    assert index.find(first_messages(SYSTEM, DOUBLE.instruction), "hand/twin") is other
     with pytest.raises(ValueError, match="hand/double and hand/twin have the same instruction"):
-        problem_index([DOUBLE, other])
+        index.find(first_messages(SYSTEM, DOUBLE.instruction))
     # a template that ends an assistant turn with no end-of-sequence token cannot be continued
     plain = SimpleNamespace(
         processing_class=trainer.processing_class,
@@ -310,6 +312,35 @@ def test_rows_templates_and_problems_that_cannot_be_used(scripted_run, rewards) 
     )
     with pytest.raises(ValueError, match="closed with one of the model's end-of-sequence"):
         feedback_template(plain, "Your program failed.")
+
+
+def test_problems_sharing_a_statement_get_feedback_from_their_own_tests(
+    scripted_run, rewards
+) -> None:
+    """Two problems with one statement and other public tests (the synthetic kinds, duplicated
+    TACO statements): the rows' example ids, which CobaltGRPOTrainer hands the rollout, decide
+    whose tests give feedback."""
+    trainer, _, _ = scripted_run
+    twin = DOUBLE.model_copy(
+        update={
+            "id": "hand/twin",
+            "public_tests": Suite(inputs=["5\n", "6\n"], outputs=["10\n", "13\n"]),
+        }
+    )
+    rollout = repair_rollout([DOUBLE, twin], rewards.judge, turns=1)
+    order = [(DOUBLE.id, s) for s in range(G)] * 2  # the same replies for both problems
+    trainer._generate_single_turn = Scripted(
+        trainer.processing_class, trainer.eos_token_ids[0], order
+    )
+    prompts = [first_messages(SYSTEM, DOUBLE.instruction)] * (2 * G)
+    trainer.batch_example_ids = [DOUBLE.id] * G + [twin.id] * G
+    try:
+        out = rollout(prompts, trainer)
+    finally:
+        trainer.batch_example_ids = None
+    # sample 2 writes 2n first: it passes DOUBLE's public tests, and fails the twin's 6 -> 13
+    assert "passed" in out["feedback"][2][0] and "13" not in out["feedback"][2][0]
+    assert "13" in out["feedback"][G + 2][0]
 
 
 @pytest.mark.timeout(300)
@@ -322,7 +353,7 @@ def test_grpo_two_steps_with_the_rollout(tiny_model, tmp_path, rewards) -> None:
 
     def rollout(prompts, trainer):
         out = inner(prompts, trainer)
-        seen.append({"prompts": prompts, **out})
+        seen.append({"prompts": prompts, "ids": trainer.batch_example_ids, **out})
         return out
 
     funcs = [*rewards.reward_funcs(), dense_reward_func(rewards, num_generations=G)]
@@ -339,6 +370,9 @@ def test_grpo_two_steps_with_the_rollout(tiny_model, tmp_path, rewards) -> None:
         # one group = G consecutive rows of one prompt
         firsts = batch["prompts"][::G]
         assert all(batch["prompts"][k] == firsts[k // G] for k in range(len(batch["prompts"])))
+        # CobaltGRPOTrainer names each prompt's problem, in the prompts' order
+        by_id = {p.id: p.instruction for p in PROBLEMS}
+        assert [by_id[i] for i in batch["ids"]] == [p[-1]["content"] for p in batch["prompts"]]
         model_tokens = [sum(m) for m in batch["env_mask"]]
         assert step["completions/mean_length"] == pytest.approx(
             sum(model_tokens) / len(model_tokens)
