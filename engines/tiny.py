@@ -422,6 +422,11 @@ def build_tiny_model(
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     del model
+    if str(device).startswith("cuda"):
+        # hand the weights' memory back: the caller's next step (a training process launched
+        # beside it, vLLM) plans from the GPU's free memory; the caching allocator would keep
+        # the 16 GB of an 8B shape reserved in this process
+        torch.cuda.empty_cache()
     return _mark(path, seed)
 
 

@@ -126,12 +126,22 @@ def continues(first: dict[str, Any], run: dict[str, Any]) -> bool:
 
 
 def _with_modes_of(first: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-    """`first` with the trained modes of its continuation `run` (a new dict)."""
+    """`first` with the trained modes of its continuation `run` (a new dict): the continuation's
+    entries for its modes (also over the primary's record of a failed attempt at one), the
+    primary's for the rest."""
+    added = _trained(run)
+    keys = {k for m in added for k in (m, f"{m}_weights", f"eval_{m}_texts", f"train_{m}",
+                                       f"evaluate_{m}")}  # fmt: skip
+
+    def of_added(key: str) -> bool:
+        return key in keys
+
     merged = dict(first)
     for key in ("training", "evaluation", "fingerprints", "phases_s", "gpu_memory_gib"):
         mine, theirs = first.get(key) or {}, run.get(key) or {}
-        merged[key] = {**mine, **{k: v for k, v in theirs.items() if k not in mine}}
-    merged["modes"] = [*first.get("modes", []), *_trained(run) - set(first.get("modes", []))]
+        kept = {k: v for k, v in mine.items() if not of_added(k)}
+        merged[key] = {**kept, **{k: v for k, v in theirs.items() if of_added(k) or k not in kept}}
+    merged["modes"] = [*first.get("modes", []), *sorted(added - set(first.get("modes", [])))]
     merged["continued_by"] = [*first.get("continued_by", []), _where(run)]
     merged["source"] = first.get("source")
     return merged

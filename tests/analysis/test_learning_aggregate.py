@@ -281,6 +281,8 @@ def test_a_later_call_with_other_modes_of_the_same_sft_model_continues_the_seed(
     SFT model, or one that retrains a mode, stays a repeat."""
     first_call, second_call = tmp_path / "call1", tmp_path / "call2"
     base = seed_result(0)
+    base["training"]["multi_turn"] = {"outcome": "failed", "error": "ValueError: a bug"}
+    base["phases_s"]["train_multi_turn"] = 0.1  # the failed attempt
     more_sft = problems({"rl_kinds": [2, 1, 0], "unseen_kinds": [0, 0, 0]})
     more = run(
         0,
@@ -312,6 +314,8 @@ def test_a_later_call_with_other_modes_of_the_same_sft_model_continues_the_seed(
     assert merged["evaluation"]["sft"] == base["evaluation"]["sft"]  # the primary's SFT cells
     assert merged["fingerprints"]["multi_turn_weights"] == "m0"
     assert merged["phases_s"]["train_multi_turn"] == 4.0
+    assert merged["training"]["multi_turn"]["outcome"] == "completed"  # over the failed attempt
+    assert merged["training"]["cobalt_bf16"] == base["training"]["cobalt_bf16"]
     assert [r["label"] for r in repeats] == ["seed0-r1"]  # another SFT model: a repeat
 
     summary = aggregate(load_runs([first_call, second_call]), iterations=200)
