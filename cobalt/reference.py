@@ -9,7 +9,8 @@ pipeline's feedback turns), then fits it with TRL's `SFTTrainer` on problems of 
 the conversations the pipeline shows it with `system_prompt=''` (instruction -> one line of
 reasoning and the reference program; a quarter of them after a repair: a wrong program and the
 sandbox's feedback words; independently a quarter after the right program and the all-passed
-feedback), stopping after `max_steps` optimizer steps (the same model on any machine) or a
+feedback, once or, for the embedded default, twice: the evaluation's second feedback turn follows
+two passes), stopping after `max_steps` optimizer steps (the same model on any machine) or a
 wall-time budget, and saves model and tokenizer with `save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with the same recipe
 returns the saved model at once.
 """
@@ -38,6 +39,9 @@ FITTED = "fitted"
 TINY = "tiny"
 TINY_SEED = 0
 FIT_STEPS = 240
+# passed-feedback rounds a kept answer may get in the embedded fit's SFT corpus: the evaluation's
+# 2 feedback turns reach a context where the public tests passed twice (issue 27)
+FIT_KEEP_ROUNDS = 2
 FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
 
 
@@ -72,11 +76,22 @@ def reference_model(
     if reference == FITTED:
         path = models_dir(storage, work_dir) / "fitted-seed0"
         (logger or log).info("fitting (or reusing) the tiny model in %s", path)
-        fitted = fit_tiny_model(path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=fit_steps)
+        fitted = fit_embedded(path, fit_steps)
         return str(fitted)
     if reference == TINY:
         return str(tiny_model(storage, work_dir))
     return reference
+
+
+def fit_embedded(path: str | Path, fit_steps: int = FIT_STEPS) -> Path:
+    """The embedded default's reference: `fit_tiny_model` with the pipeline's recipe."""
+    return fit_tiny_model(
+        path,
+        seed=0,
+        seconds_budget=FIT_SECONDS_CAP,
+        max_steps=fit_steps,
+        keep_rounds=FIT_KEEP_ROUNDS,
+    )
 
 
 def tiny_model(storage: StorageConfig, work_dir: str) -> Path:
@@ -141,6 +156,7 @@ def fit_tiny_model(
     learning_rate: float = 3e-3,
     repair_share: float = 0.25,
     keep_share: float = 0.25,
+    keep_rounds: int = 1,
     batch_size: int = 8,
     max_epochs: int = 50,
     threads: int | None = None,
@@ -175,6 +191,7 @@ def fit_tiny_model(
         learning_rate=learning_rate,
         repair_share=repair_share,
         keep_share=keep_share,
+        **({} if keep_rounds == 1 else {"keep_rounds": keep_rounds}),
         batch_size=batch_size,
         max_epochs=max_epochs,
         **({} if device == "cpu" else {"device": device}),
@@ -201,7 +218,7 @@ def fit_tiny_model(
     kinds = synthetic.seen_kinds(held, family)
     problems = synthetic.make_problems(kinds, n_examples, seed=seed)
     rng = random.Random(seed)
-    rows = [conversation(p, kinds, rng, repair_share, keep_share) for p in problems]
+    rows = [conversation(p, kinds, rng, repair_share, keep_share, keep_rounds) for p in problems]
     # the tokenizer sees every kind's text (held-out ones included: only pieces, no pairing)
     corpus = builtin_corpus()
     for kind in family:
@@ -305,13 +322,19 @@ def fit_tiny_model(
 
 
 def conversation(
-    problem, kinds: list[str], rng: random.Random, repair_share: float, keep_share: float
+    problem,
+    kinds: list[str],
+    rng: random.Random,
+    repair_share: float,
+    keep_share: float,
+    keep_rounds: int = 1,
 ) -> dict:
     """One SFT row: the instruction (no system prompt), then the reference answer. With
     probability `repair_share` a repair comes first: a program of another operation on the same
     input format and the feedback turn the sandbox gives on its first failing public test; then,
     with probability `keep_share` (independently: some rows have both, two turns deep), the
-    right program and the all-tests-passed feedback before it is given again."""
+    right program and the all-tests-passed feedback before it is given again, 1 to `keep_rounds`
+    times (drawn uniformly; with 1 the draw is skipped, so older corpora stay the same)."""
     from cobalt.data import synthetic
     from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from sandbox.feedback import test_report
@@ -333,5 +356,7 @@ def conversation(
                 ]
                 break
     if rng.random() < keep_share:
-        prompt += [answer, {"role": "user", "content": passed_feedback(len(tests.inputs))}]
+        rounds = 1 if keep_rounds <= 1 else rng.randint(1, keep_rounds)
+        passed = {"role": "user", "content": passed_feedback(len(tests.inputs))}
+        prompt += [answer, passed] * rounds
     return {"prompt": prompt, "completion": [answer]}

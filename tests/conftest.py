@@ -89,11 +89,11 @@ def fitted_model(tmp_path_factory) -> dict:
     (about 75 s of CPU): its directory and how long the fit took."""
     import time
 
-    from cobalt.reference import FIT_SECONDS_CAP, FIT_STEPS, fit_tiny_model
+    from cobalt.reference import fit_embedded
 
     path = tmp_path_factory.mktemp("fitted") / "model"
     start = time.monotonic()
-    fit_tiny_model(path, seed=0, seconds_budget=FIT_SECONDS_CAP, max_steps=FIT_STEPS)
+    fit_embedded(path)
     return {"path": path, "seconds": time.monotonic() - start}
 
 

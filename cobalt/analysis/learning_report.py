@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cobalt.analysis.learning import COMPARISONS, aggregate, load_runs
+from cobalt.analysis.learning import COMPARISONS, aggregate
 from cobalt.analysis.learning_plots import (
     index_by,
     model_label,
@@ -17,6 +17,7 @@ from cobalt.analysis.learning_plots import (
     plot_pass,
     plot_rewards,
 )
+from cobalt.analysis.learning_runs import load_runs
 
 PROTOCOL_NAMES = {
     "spec": "SPEC §1.2 protocol (feedback after every turn, also after all public tests pass)",

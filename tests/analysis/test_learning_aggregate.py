@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cobalt.analysis.learning import aggregate, load_runs, split_runs
+from cobalt.analysis.learning import aggregate
 from cobalt.analysis.learning_report import aggregate_dirs, render
+from cobalt.analysis.learning_runs import load_runs, split_runs
 
 GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds"}
 N = 4  # samples per problem

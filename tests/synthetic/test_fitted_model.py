@@ -9,7 +9,7 @@ import pytest
 from tensorboard_events import scalars
 
 from cobalt.data import synthetic
-from cobalt.reference import RECIPE_FILE, fit_tiny_model
+from cobalt.reference import RECIPE_FILE, conversation, fit_embedded
 from cobalt.trajectories.prompts import extract_code
 from engines import EngineConfig, SamplingConfig, make_engine
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge
@@ -49,5 +49,33 @@ def test_fit_generate_judge_and_cache(fitted_model):
 
     # same recipe: the cache answers at once; another recipe would refit
     start = time.monotonic()
-    assert fit_tiny_model(path, seed=0, seconds_budget=900, max_steps=240) == path
+    assert fit_embedded(path) == path
     assert time.monotonic() - start < 1.0
+
+
+def test_the_sft_corpus_keeps_a_passing_program_through_as_many_passes_as_the_evaluation_gives():
+    """The embedded fit's conversations hold contexts where the public tests passed twice (the
+    evaluation's second feedback turn after two passes), and keep the answer there; with one
+    round the corpus is the older one, draw for draw (the learning check's SFT models stay)."""
+    import random
+
+    kinds = synthetic.seen_kinds()
+    problems = synthetic.make_problems(kinds, 400, seed=3)
+
+    def rows(keep_rounds: int) -> list[dict]:
+        rng = random.Random(0)
+        return [conversation(p, kinds, rng, 0.25, 0.5, keep_rounds) for p in problems]
+
+    def passes(row: dict) -> int:
+        return sum("passed all" in m["content"] for m in row["prompt"] if m["role"] == "user")
+
+    two = rows(2)
+    counts = [passes(r) for r in two]
+    assert {0, 1, 2} <= set(counts) and max(counts) == 2
+    for row in two:  # after the passes the answer is the one already given: kept
+        if passes(row) == 2:
+            answers = [m["content"] for m in row["prompt"] if m["role"] == "assistant"]
+            assert answers[-2:] == [row["completion"][0]["content"]] * 2
+    assert max(passes(r) for r in rows(1)) == 1
+    rng = random.Random(0)
+    assert rows(1) == [conversation(p, kinds, rng, 0.25, 0.5) for p in problems]
