@@ -30,8 +30,12 @@ SYNTHETIC_RULES = CleanRules(min_statement_alnum=40)
 
 
 def tiny_collect() -> CollectConfig:
+    """The embedded run's trajectories and evaluations: 8 samples (4 until issue 27: with 4, a
+    third of the training problems had every first sample right and gave no context, and the
+    evaluation's own noise was larger than what training changed; docs/PIPELINE.md), 2 feedback
+    turns, 128 new tokens, no system prompt (the fitted model's conversations have none)."""
     return CollectConfig(
-        sampling=SamplingConfig(n=4, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
+        sampling=SamplingConfig(n=8, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
         turns=2,
         system_prompt="",
     )

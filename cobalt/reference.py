@@ -83,15 +83,24 @@ def reference_model(
     return reference
 
 
+def _embedded(fit_steps: int) -> dict:
+    return {"seed": 0, "seconds_budget": FIT_SECONDS_CAP, "max_steps": fit_steps,
+            "keep_rounds": FIT_KEEP_ROUNDS}  # fmt: skip
+
+
 def fit_embedded(path: str | Path, fit_steps: int = FIT_STEPS) -> Path:
     """The embedded default's reference: `fit_tiny_model` with the pipeline's recipe."""
-    return fit_tiny_model(
-        path,
-        seed=0,
-        seconds_budget=FIT_SECONDS_CAP,
-        max_steps=fit_steps,
-        keep_rounds=FIT_KEEP_ROUNDS,
-    )
+    return fit_tiny_model(path, **_embedded(fit_steps))
+
+
+def embedded_recipe_hash(fit_steps: int = FIT_STEPS) -> str:
+    """The recipe hash of the embedded default's reference, without fitting it (what a
+    measurement of the default names its reference by)."""
+    import inspect
+
+    bound = inspect.signature(fit_tiny_model).bind("model", **_embedded(fit_steps))
+    bound.apply_defaults()
+    return _recipe_of(bound.arguments)["hash"]
 
 
 def tiny_model(storage: StorageConfig, work_dir: str) -> Path:
@@ -108,6 +117,42 @@ def tiny_model(storage: StorageConfig, work_dir: str) -> Path:
         except OSError:  # another run built it meanwhile
             shutil.rmtree(tmp, ignore_errors=True)
     return path
+
+
+def _recipe_of(a: dict) -> dict:
+    """The recipe (and its hash) of `fit_tiny_model`'s arguments `a`: what decides the model."""
+    from cobalt.data import synthetic
+
+    held = tuple(synthetic.HELD_OUT if a["held_out"] is None else a["held_out"])
+    family = tuple(synthetic.KINDS if a["kinds"] is None else a["kinds"])
+    return _recipe(
+        seed=a["seed"],
+        seconds_budget=a["seconds_budget"],
+        **({} if a["max_steps"] is None else {"max_steps": a["max_steps"]}),
+        n_examples=a["n_examples"],
+        held_out=list(held),
+        # only when not the default, so that the default's recipe hash (and model) stay
+        **({} if family == synthetic.KINDS else {"kinds": list(family)}),
+        **{k: a[k] for k in _RECIPE_FIELDS},
+        **({} if a["keep_rounds"] == 1 else {"keep_rounds": a["keep_rounds"]}),
+        batch_size=a["batch_size"],
+        max_epochs=a["max_epochs"],
+        **({} if a["device"] == "cpu" else {"device": a["device"]}),
+        **({} if a["save_dtype"] == "float32" else {"save_dtype": a["save_dtype"]}),
+    )
+
+
+_RECIPE_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "intermediate_size",
+    "learning_rate",
+    "repair_share",
+    "keep_share",
+)
 
 
 def _recipe(**kwargs) -> dict:
@@ -171,32 +216,11 @@ def fit_tiny_model(
     ship, which training must not train in pure bf16; cobalt.training.precision)."""
     from cobalt.data import synthetic
 
+    arguments = dict(locals())
     path = Path(path)
     held = tuple(synthetic.HELD_OUT if held_out is None else held_out)
     family = tuple(synthetic.KINDS if kinds is None else kinds)
-    recipe = _recipe(
-        seed=seed,
-        seconds_budget=seconds_budget,
-        **({} if max_steps is None else {"max_steps": max_steps}),
-        n_examples=n_examples,
-        held_out=list(held),
-        # only when not the default, so that the default's recipe hash (and model) stay
-        **({} if family == synthetic.KINDS else {"kinds": list(family)}),
-        vocab_size=vocab_size,
-        hidden_size=hidden_size,
-        num_layers=num_layers,
-        num_heads=num_heads,
-        num_kv_heads=num_kv_heads,
-        intermediate_size=intermediate_size,
-        learning_rate=learning_rate,
-        repair_share=repair_share,
-        keep_share=keep_share,
-        **({} if keep_rounds == 1 else {"keep_rounds": keep_rounds}),
-        batch_size=batch_size,
-        max_epochs=max_epochs,
-        **({} if device == "cpu" else {"device": device}),
-        **({} if save_dtype == "float32" else {"save_dtype": save_dtype}),
-    )
+    recipe = _recipe_of(arguments)
     cached = cached_recipe(path)
     if cached is not None and cached.get("hash") == recipe["hash"]:
         return path

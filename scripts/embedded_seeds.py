@@ -108,9 +108,21 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     short = {"per_device_train_batch_size": "b", "num_generations": "g", "learning_rate": "lr"}
     parts = [args.mode, f"steps{training.get('max_steps')}"]
     parts += [f"{short.get(k, k)}{overrides[k]}" for k in named if k in overrides]
-    parts += [f"n{args.n}"] * (args.n is not None)
+    parts += [f"n{(fields.get('collect') or _default('collect'))['sampling']['n']}"]
     parts += [f"limit{args.train_limit}"] * (args.train_limit is not None)
+    parts += [reference_tag(fields)]
     return args.label or "_".join(parts), fields
+
+
+def reference_tag(fields: dict[str, Any]) -> str:
+    """The reference model a setting starts from, in its label: the embedded fit's recipe hash
+    (another fit recipe is another default, measured apart), else the reference's name."""
+    from cobalt.reference import FIT_STEPS, FITTED, embedded_recipe_hash
+
+    reference = fields.get("reference", FITTED)
+    if reference != FITTED:
+        return f"ref-{Path(reference).name}"
+    return f"ref{embedded_recipe_hash(fields.get('fit_steps', FIT_STEPS))[:8]}"
 
 
 # --- one seed --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ def model_dir(tmp_path: Path) -> Path:
 def test_the_embedded_default_is_the_tiny_preset_on_the_auto_engine():
     p = parse_params([])
     assert p.preset == "tiny" and p.engine.kind == "auto"
-    assert (p.collect.sampling.n, p.collect.sampling.max_new_tokens, p.eval_turns) == (4, 128, 2)
+    assert (p.collect.sampling.n, p.collect.sampling.max_new_tokens, p.eval_turns) == (8, 128, 2)
     assert p.training.max_steps == 32 and p.training.preset == "tiny"
     assert p.training.report_to == ["tensorboard"]
 
@@ -70,11 +70,11 @@ def test_an_explicit_preset_wins_over_the_models_and_config_files_merge(
     model_dir: Path, tmp_path: Path
 ):
     p = parse_params(["--model", str(model_dir), "--preset", "tiny"])
-    assert p.preset == "tiny" and p.collect.sampling.n == 4
+    assert p.preset == "tiny" and p.collect.sampling.n == 8
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"collect": {"turns": 3}, "training": {"mode": "multi_turn"}}))
-    p = parse_params(["--config", str(config), "--model", str(model_dir), "--n", "8"])
-    assert p.collect.turns == 3 and p.collect.sampling.n == 8
+    p = parse_params(["--config", str(config), "--model", str(model_dir), "--n", "6"])
+    assert p.collect.turns == 3 and p.collect.sampling.n == 6
     assert p.collect.sampling.max_new_tokens == 6144  # the paper preset's sampling stays
     assert p.training.mode == "multi_turn" and p.training.preset == "paper"
 

@@ -39,7 +39,9 @@ def test_with_seed_changes_what_a_rerun_varies_and_nothing_else():
     assert other.reference == base.reference  # the fitted reference model stays
 
 
-def row(turn: int, pass_at_1: float, problems: int = 60, samples: int = 240) -> dict:
+def row(turn: int, pass_at_1: float, problems: int = 60, samples: int | None = None) -> dict:
+    """A per-turn 'all' row; samples: the embedded default's (60 problems x its n)."""
+    samples = problems * PipelineParams().collect.sampling.n if samples is None else samples
     return {"turn": turn, "pass@1": pass_at_1, "problems": problems, "samples": samples}
 
 
@@ -56,6 +58,7 @@ def test_each_change_is_judged_against_the_defaults_spread():
     assert "beyond" in change_at(row(0, 60.0), row(0, 60.0 - band - 0.5), spread)  # losses too
     # no spread where it was not measured: another evaluation or another reference model
     assert spread_for(params.reference, row(0, 60.0, problems=12, samples=48)) is None
+    assert spread_for(params.reference, row(0, 60.0, samples=60 * 4)) is None  # 4 samples
     assert spread_for("tiny", row(0, 60.0)) is None
     assert change_at(row(0, 60.0), row(0, 61.0), None) == "60.0% -> 61.0% at turn 0"
     assert spread.band(99) is None
@@ -91,7 +94,10 @@ def test_setting_builds_the_flags_over_the_embedded_default(tmp_path):
     script = load_script()
     args = script.parse_args(["--max-steps", "24", "--lr", "5e-5", "--batch", "16", "--n", "8"])
     label, fields = script.setting(args)
-    assert label == "cobalt_steps24_b16_g4_lr5e-05_n8"
+    assert label.startswith("cobalt_steps24_b16_g4_lr5e-05_n8_ref")  # + the fit recipe's hash
+    from cobalt.reference import embedded_recipe_hash
+
+    assert label.endswith(embedded_recipe_hash()[:8])
     params = PipelineParams.model_validate(fields)
     assert params.training.max_steps == 24 and params.collect.sampling.n == 8
     assert params.training.overrides["learning_rate"] == 5e-5

@@ -20,6 +20,7 @@ from prefect.client.schemas.filters import (
 from prefect_states import task_run_states
 
 from cobalt.pipeline import PipelineParams
+from cobalt.presets import tiny_collect
 from cobalt.training.config import DEFAULT_OBJECTIVE
 from flows.pipeline import main, pipeline_flow
 
@@ -256,10 +257,11 @@ def test_offline_mode_end_to_end(tmp_path, fitted_model, capsys):
     assert "| offline dataset |" in out and f"| 3 offline steps ({DEFAULT_OBJECTIVE}) |" in out
     assert "| all | 2 |" in out  # the before/after table, to the last evaluation turn
 
-    # the offline dataset: every logged turn of the 16 training problems (4 samples, 3 turns)
+    # the offline dataset: every logged turn of the 16 training problems (n samples, 3 turns)
     manifest = json.loads(next(storage.glob("offline/*/MANIFEST.json")).read_text())
     stats = manifest["stats"]
-    assert stats["problems"] == 16 and 0 < stats["rows"] <= 16 * 4 * 3
+    n = tiny_collect().sampling.n
+    assert stats["problems"] == 16 and 0 < stats["rows"] <= 16 * n * 3
     assert set(stats["rows_by_turn"]) == {"0", "1", "2"}
     assert stats["nonzero_advantage_rows"] > 0
     assert not list(storage.glob("bandit/*"))  # no bandit dataset in this mode
