@@ -337,6 +337,7 @@ def plot_before_after(rows: list[dict[str, Any]], title: str = "Pass@1 per turn"
         groups[r["difficulty"]].append(r)
     with figure(figsize=(7.6, 4.2), dpi=100) as (fig, ax):
         handles = []
+        placed: dict[int, list[float]] = defaultdict(list)  # per turn: the labels written
         for index, (name, members) in enumerate(groups.items()):
             members.sort(key=lambda r: r["turn"])
             colour, width = f"C{index}", 2.5 if name == "all" else 1.2
@@ -347,10 +348,15 @@ def plot_before_after(rows: list[dict[str, Any]], title: str = "Pass@1 per turn"
             ax.plot(xs, after, color=colour, linestyle="-", marker="o", lw=width)
             for r in members:  # the label on the side away from the before point
                 up = r["change_points"] >= 0
+                # beside, not over, a label already written at about the same height (in Pass@1
+                # points: the label sits ~4 above or below its point) at the same turn
+                height = r["after_pass@1"] + (4 if up else -4)
+                near = sum(abs(y - height) < 5 for y in placed[r["turn"]])
+                placed[r["turn"]].append(height)
                 ax.annotate(
                     f"{r['change_points']:+.1f}",
                     (r["turn"], r["after_pass@1"]),
-                    xytext=(0, 7 if up else -7),
+                    xytext=(22 * near, 7 if up else -7),
                     textcoords="offset points",
                     ha="center",
                     va="bottom" if up else "top",

@@ -232,6 +232,20 @@ def uses_format_reward(config: TrainingConfig, tokenizer: Any) -> bool:
     return config.preset == "paper" and "</think>" in tokenizer.get_vocab()
 
 
+def check_generation_batch(rows: int, generation_batch_size: int, num_generations: int) -> None:
+    """TRL's sampler draws whole generation batches of generation_batch_size / num_generations
+    prompts and drops what is left over: with fewer rows than that, no step would run."""
+    prompts = generation_batch_size // num_generations
+    if rows < prompts:
+        raise ValueError(
+            f"training: {rows} rows but each generation batch samples {prompts} prompts "
+            f"(generation_batch_size {generation_batch_size} / num_generations {num_generations}): "
+            f"no step would run; use more problems, or set training.overrides "
+            f"generation_batch_size to at most {rows * num_generations} (a multiple of "
+            f"num_generations and of the micro-batch)"
+        )
+
+
 def train(
     config: TrainingConfig,
     dataset_rows: Sequence[dict[str, Any]],
@@ -306,6 +320,7 @@ def train(
         logger.info(plan.describe())
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
     args = GRPOConfig(**kwargs)
+    check_generation_batch(len(rows), args.generation_batch_size, args.num_generations)
     dataset = Dataset.from_list(rows)
 
     def count_tokens(text: str) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -147,10 +148,18 @@ def launch(job: Job, logger: Logger = log) -> Result:
     if code != 0 or not result.exists():
         tail = output.read_text(errors="replace")[-4000:]
         raise LaunchError(
-            f"training on {job.config.num_processes} processes failed ({code}):\n{tail}"
+            f"training on {job.config.num_processes} processes failed ({code}): "
+            f"{_last_error(tail)}\n{tail}"
         )
     found = json.loads(result.read_text())
     return found["history"], found["timing"], found["extra"]
+
+
+def _last_error(output: str) -> str:
+    """The last `SomeError: message` line of a traceback in the output (first in the message, so
+    a clear error such as the memory plan's is the line a user reads), or a pointer to the log."""
+    found = re.findall(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception): .+)$", output, re.MULTILINE)
+    return found[-1] if found else "see the output below"
 
 
 def _first_gpu() -> str:

@@ -11,10 +11,13 @@ site="${GPU_SITE:-/tmp/site}"
 mkdir -p "$store" "$site"
 for dir in .gpu/wheels-*/; do
   compgen -G "$dir*.whl" >/dev/null || continue
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --only-binary=:all: --python-version 3.12 --target "$site" "$dir"*.whl 2>&1 \
+  # into a fresh folder, then merged: `pip --target --upgrade` into $site itself would replace
+  # its bin/ (and any shared folder) with this group's, losing an earlier call's console scripts
+  staged="$(mktemp -d)"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --only-binary=:all: --python-version 3.12 --target "$staged" "$dir"*.whl 2>&1 \
     | grep -v "Running pip as the 'root' user" || true
-  rm -rf "$dir"
+  cp -a "$staged"/. "$site"/ && rm -rf "$staged" "$dir"
   echo "bundle: $(basename "$dir") installed into $site"
 done
 for f in .gpu/vllm.part-* .gpu/PARTS; do [ -e "$f" ] && mv -f "$f" "$store/"; done

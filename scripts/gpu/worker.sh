@@ -6,9 +6,11 @@
 #   bash scripts/gpu/worker.sh env                  # what the image has (pip list, GPU)
 #   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
 #   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
+#   bash scripts/gpu/worker.sh models               # that and the paper preset's (152k vocabulary)
 #   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu +
 #                                                   # a gpu-pool worker running it with PARAMS (JSON,
 #                                                   # or a file of it; the 8B model built if missing)
+#   bash scripts/gpu/worker.sh wait NAME            # a deployment that outlived its call: wait on
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
 #   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # scripts/learning_check.py, 3 at once
 #
@@ -25,9 +27,9 @@ export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_
 # (vLLM's bound): the server runs its API without the UI there (docs/DEPLOYMENT.md)
 export PREFECT_UI_ENABLED=false
 export PATH="/tmp/site/bin:$PATH"
-trace() { nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} \
+trace() { setsid nohup nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} \
   --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 \
-  >"$OUT/$1.mem.csv" 2>/dev/null & echo $!; }
+  >"$OUT/$1.mem.csv" 2>/dev/null </dev/null & echo $!; }
 build_8b() {  # the Qwen3-8B-shaped random model with the tiny tokenizer, built once
   [ -f /root/model-8b/config.json ] && return 0
   python3 -c 'from engines.tiny import build_tiny_model as b; import sys
@@ -35,6 +37,22 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
   intermediate_size=12288, max_position_embeddings=32768, eos_logit=0.0, device="cuda",
   dtype="bfloat16")'
   du -sh /root/model-8b
+}
+wait_deploy() {  # until the detached worker ends or the call's time is nearly spent; logs to $OUT
+  local name="$1" logs="/root/deploy-$1" waited=0
+  while [ ! -f "$logs/worker.rc" ] && [ "$waited" -lt "${DEPLOY_WAIT_S:-520}" ]; do
+    sleep 5; waited=$((waited + 5))
+  done
+  if [ -f "$logs/worker.rc" ]; then
+    echo "worker exit $(cat "$logs/worker.rc") after $(( $(date +%s) - $(cat "$logs/started") )) s"
+    kill "$(cat "$logs/trace.pid")" 2>/dev/null
+  else
+    echo "worker still running after $(( $(date +%s) - $(cat "$logs/started") )) s:" \
+      "bash scripts/gpu/worker.sh wait $name (within 30 s of this call's end)"
+  fi
+  cp "$logs"/*.log "$logs"/*.csv "$OUT/" 2>/dev/null
+  python3 scripts/gpu/flow_times.py --mem "$OUT/$name.mem.csv" --json "$OUT/$name.stages.json"
+  tail -30 "$OUT/$name.worker.log"
 }
 step="$1"; shift
 case "$step" in
@@ -57,24 +75,34 @@ case "$step" in
       --json "$OUT/$tag.stages.json" || true
     tail -40 "$OUT/$tag.log" ;;
   model-8b) build_8b ;;
+  models)
+    build_8b
+    python3 -c 'from pathlib import Path; from benchmarks.paper_preset import build_model
+build_model(Path("/root/model-8b-v152k"), smoke=False)'
+    du -sh /root/model-8b-v152k; df -h /root | tail -1 ;;
   deploy)
-    name="$1"; params="$2"
+    # a fresh server and database (a run left scheduled by an earlier call would run beside this
+    # one: --run-once starts every scheduled run), the worker detached, its logs in /root/deploy-NAME
+    name="$1"; params="$2"; logs="/root/deploy-$name"
     [ -f "$params" ] && params="$(cat "$params")"
     case "$params" in *'"/root/model-8b"'*) build_8b || exit 1 ;; esac
-    pid=$(trace "$name")
-    prefect server start --host 127.0.0.1 --port 4200 >"$OUT/$name.server.log" 2>&1 &
+    pkill -f "prefect (server|worker) start" 2>/dev/null; sleep 2
+    rm -rf "$PREFECT_HOME" "$logs"; mkdir -p "$logs"
     export PREFECT_API_URL=http://127.0.0.1:4200/api COBALT_REPO=$PWD
-    python3 scripts/gpu/flow_times.py --wait-api 120 || { tail -20 "$OUT/$name.server.log"; exit 1; }
+    OUT="$logs" trace "$name" >"$logs/trace.pid"
+    setsid nohup python3 -m prefect server start --host 127.0.0.1 --port 4200 \
+      >"$logs/$name.server.log" 2>&1 </dev/null &
+    python3 scripts/gpu/flow_times.py --wait-api 120 || { tail -20 "$logs/$name.server.log"; exit 1; }
     prefect work-pool create gpu-pool --type process >/dev/null 2>&1 || true
-    prefect --no-prompt deploy --name pipeline-gpu >"$OUT/$name.deploy.log" 2>&1
+    prefect --no-prompt deploy --name pipeline-gpu >"$logs/$name.deploy.log" 2>&1
     echo "prefect deploy exit $?"
-    prefect deployment run pipeline/pipeline-gpu --params "$params" >"$OUT/$name.run.log" 2>&1
+    prefect deployment run pipeline/pipeline-gpu --params "$params" >"$logs/$name.run.log" 2>&1
     echo "deployment run exit $?"
-    started=$(date +%s)
-    prefect worker start --pool gpu-pool --run-once >"$OUT/$name.worker.log" 2>&1
-    echo "worker exit $? after $(( $(date +%s) - started )) s"; kill "$pid"
-    python3 scripts/gpu/flow_times.py --mem "$OUT/$name.mem.csv" --json "$OUT/$name.stages.json"
-    tail -30 "$OUT/$name.worker.log" ;;
+    date +%s >"$logs/started"
+    setsid nohup bash -c 'python3 -m prefect worker start --pool gpu-pool --run-once; echo $? >"$0/worker.rc"' \
+      "$logs" >"$logs/$name.worker.log" 2>&1 </dev/null &
+    wait_deploy "$name" ;;
+  wait) export PREFECT_API_URL=http://127.0.0.1:4200/api; wait_deploy "$1" ;;  # a deployment still running when the call that started it ended
   paper)
     # vLLM's share of the card: half of an H200's 141 GB; 0.3 of an 80 GB H100 (the memory plan
     # needs ~50 GB beside it for the bf16 base, one 16k-token sequence and the fp32 log-softmax)

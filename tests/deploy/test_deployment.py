@@ -259,12 +259,20 @@ def test_prefect_yaml_lists_every_deployment_with_valid_parameters():
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "scripts/gpu/params").glob("*.json")), ids=str)
-def test_the_gpu_runs_parameters_validate(path: Path):
+def test_the_gpu_runs_parameters_validate(path: Path, tmp_path: Path):
     """The parameters `scripts/gpu/worker.sh deploy` hands pipeline-gpu (docs/SCALING.md) are
     PipelineParams a worker accepts: a GPU call is not spent on a typo."""
-    from cobalt.pipeline import PipelineParams
+    from trl import GRPOConfig
 
-    PipelineParams.model_validate(json.loads(path.read_text())["params"])
+    from cobalt.pipeline import PipelineParams
+    from cobalt.training.grpo import check_generation_batch
+
+    params = PipelineParams.model_validate(json.loads(path.read_text())["params"])
+    if params.training.mode == "single_turn" and params.train_limit:
+        # one row per problem: enough for a whole generation batch (else TRL runs no step)
+        kwargs = params.training.grpo_kwargs(tmp_path) | {"bf16": False, "use_cpu": True}
+        args = GRPOConfig(**kwargs)
+        check_generation_batch(params.train_limit, args.generation_batch_size, args.num_generations)
 
 
 @pytest.mark.slow

@@ -64,3 +64,52 @@ def test_the_override_is_the_only_departure_from_prefects_declared_range():
         if line and not line.startswith("#")
     ]
     assert lines == ["fastapi==0.136.3"]
+
+
+def build_wheel(tmp: Path, name: str) -> Path:
+    """A one-module wheel with a console script `name` (built offline with this venv's setuptools)."""
+    src = tmp / f"src-{name}"
+    (src / name).mkdir(parents=True)
+    (src / name / "__init__.py").write_text("def main():\n    print('hello from " + name + "')\n")
+    (src / "pyproject.toml").write_text(
+        f'[project]\nname = "{name}"\nversion = "1.0"\n'
+        f'[project.scripts]\n{name} = "{name}:main"\n'
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+    )
+    out = tmp / "wheels"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+         "-w", str(out), str(src)],
+        check=True, timeout=120,
+    )  # fmt: skip
+    return next(out.glob(f"{name}-*.whl"))
+
+
+def test_the_bundle_installs_call_by_call_and_keeps_every_console_script(tmp_path):
+    """infra/gpu-bundle/install.sh on the worker, one wheel folder per device call: the second
+    call's folder must not take the first call's console scripts away (pip --target --upgrade
+    into one folder replaced its bin/: `prefect: command not found` on the H200, 2026-11-26)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "infra/gpu-bundle").mkdir(parents=True)
+    shutil.copy(ROOT / "infra/gpu-bundle/install.sh", checkout / "infra/gpu-bundle/install.sh")
+    site, store = tmp_path / "site", tmp_path / "store"
+    env = {**os.environ, "GPU_SITE": str(site), "GPU_BUNDLE_STORE": str(store),
+           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
+    for group, name in (("prefect", "cobaltfirst"), ("remote", "cobaltsecond")):
+        folder = checkout / ".gpu" / f"wheels-{group}"
+        folder.mkdir(parents=True)
+        shutil.copy(build_wheel(tmp_path, name), folder)
+        done = subprocess.run(
+            ["bash", "infra/gpu-bundle/install.sh"], cwd=checkout, env=env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert f"wheels-{group} installed" in done.stdout
+        assert not folder.exists()  # installed once, then gone from the checkout
+    for name in ("cobaltfirst", "cobaltsecond"):
+        assert (site / "bin" / name).exists(), sorted(p.name for p in (site / "bin").iterdir())
+        ran = subprocess.run(
+            [sys.executable, "-c", f"import {name}; {name}.main()"],
+            env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert ran.stdout.strip() == f"hello from {name}"

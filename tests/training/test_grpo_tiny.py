@@ -193,3 +193,22 @@ def test_generation_backends_map_to_grpo_fields(monkeypatch) -> None:
     }
     with pytest.raises(ValueError, match="vllm_server_base_url"):
         TrainingConfig(generation="vllm_server").generation_kwargs(gpu=True)
+
+
+def test_fewer_rows_than_a_generation_batch_is_an_error_naming_the_setting(tmp_path) -> None:
+    """TRL's sampler drops an incomplete generation batch: the paper preset's 128 prompts per
+    batch on a 32-problem subset ran 0 steps and reported success (8B deployment, 2026-11-26)."""
+    from engines.tiny import build_tiny_model
+
+    model_dir = tmp_path / "tiny"
+    build_tiny_model(model_dir, seed=0)
+    # 3 single-turn rows; 4 prompts x 2 generations per generation batch
+    config = TrainingConfig(
+        preset="tiny",
+        mode="single_turn",
+        sandbox=SANDBOX,
+        overrides={"generation_batch_size": 8, "per_device_train_batch_size": 2},
+    )
+    with pytest.raises(ValueError, match=r"3 rows .* samples 4 prompts .* at most 6"):
+        train(config, rows(), model_dir, tmp_path / "out")
+    assert not (tmp_path / "out" / "model.safetensors").exists()
