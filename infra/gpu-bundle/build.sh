@@ -6,7 +6,7 @@
 #
 #   OUT_DIR/wheels-GROUP/      the wheels of each group of requirements.txt (`# group: NAME`):
 #                              train 8 MB (TRL, datasets, pydantic), vllm 22 MB (what vLLM
-#                              imports), prefect 41 MB, remote 42 MB (LiteLLM, s3fs); a call
+#                              imports), prefect 34 MB, remote 41 MB (LiteLLM, s3fs); a call
 #                              carries the groups its runs need, install.sh installs what arrived
 #   OUT_DIR/vllm.part-NN       vLLM, unpacked, trimmed, as .tar.xz cut into parts; PARTS lists them
 #
