@@ -10,7 +10,8 @@
 #   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu +
 #                                                   # a gpu-pool worker running it with PARAMS (JSON,
 #                                                   # or a file of it; the 8B model built if missing)
-#   bash scripts/gpu/worker.sh wait NAME            # a deployment that outlived its call: wait on
+#   bash scripts/gpu/worker.sh wait NAME            # a deployment that outlived its call: wait for
+#                                                   # its worker, then collect its logs
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
 #   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # scripts/learning_check.py, 3 at once
 #
