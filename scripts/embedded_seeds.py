@@ -243,6 +243,21 @@ def dumps(results: dict[str, Any]) -> str:
     return inner.sub(lambda m: m[1] + " ".join(x.strip() for x in m[2].split("\n")) + m[3], text)
 
 
+def save_setting(out: Path, label: str, entry: dict[str, Any]) -> None:
+    """Write one setting into the results file: under a lock, over what is there now (settings
+    run side by side each add their own), through a temporary file (a crash leaves the old one)."""
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        results = json.loads(out.read_text()) if out.exists() else {"settings": {}}
+        results.setdefault("settings", {})[label] = entry
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(dumps(results))
+        os.replace(tmp, out)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     results: dict[str, Any] = {"settings": {}}
@@ -269,8 +284,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             entry["seeds"][str(seed)] = run_seed(fields, seed, args.storage)
             entry["date"] = date.today().isoformat()
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(dumps(results))
+            save_setting(args.out, label, entry)
             print(f"{label} seed {seed}: {entry['seeds'][str(seed)]['line']}", flush=True)
     print(report({"settings": {label: entry}}))
     return 0

@@ -147,6 +147,23 @@ def test_aggregate_gives_mean_spread_and_intervals_over_seeds():
     assert "## x: 5 seeds" in text and "| all | 0 | 5 |" in text
 
 
+def test_settings_run_side_by_side_keep_each_others_seeds(tmp_path):
+    """Two settings measured at once share one results file: each write adds its own setting
+    to what the file holds now, instead of the copy its process read at start."""
+    script = load_script()
+    out = tmp_path / "results.json"
+    first = {"seeds": {"0": seed_result(0, [1.0, 2.0])}}
+    second = {"seeds": {"0": seed_result(0, [3.0, 4.0])}}
+    script.save_setting(out, "first", first)
+    script.save_setting(out, "second", second)  # as if started before "first" was written
+    first["seeds"]["1"] = seed_result(1, [0.5, 0.5])
+    script.save_setting(out, "first", first)
+    saved = json.loads(out.read_text())["settings"]
+    assert sorted(saved) == ["first", "second"]
+    assert sorted(saved["first"]["seeds"]) == ["0", "1"] and list(saved["second"]["seeds"]) == ["0"]
+    assert not out.with_name(out.name + ".tmp").exists()
+
+
 def test_help():
     script = load_script()
     with pytest.raises(SystemExit) as exit_:
