@@ -244,15 +244,19 @@ def dumps(results: dict[str, Any]) -> str:
 
 
 def save_setting(out: Path, label: str, entry: dict[str, Any]) -> None:
-    """Write one setting into the results file: under a lock, over what is there now (settings
-    run side by side each add their own), through a temporary file (a crash leaves the old one)."""
+    """Write one setting into the results file: under a lock, over what is there now (settings,
+    or seeds of one setting, run side by side each add their own), through a temporary file (a
+    crash leaves the old one)."""
     import fcntl
 
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.with_name(out.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         results = json.loads(out.read_text()) if out.exists() else {"settings": {}}
-        results.setdefault("settings", {})[label] = entry
+        settings = results.setdefault("settings", {})
+        if label in settings:  # seeds another process added meanwhile stay
+            entry["seeds"] = settings[label]["seeds"] | entry["seeds"]
+        settings[label] = entry
         tmp = out.with_name(out.name + ".tmp")
         tmp.write_text(dumps(results))
         os.replace(tmp, out)

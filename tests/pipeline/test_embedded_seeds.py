@@ -162,6 +162,9 @@ def test_settings_run_side_by_side_keep_each_others_seeds(tmp_path):
     assert sorted(saved) == ["first", "second"]
     assert sorted(saved["first"]["seeds"]) == ["0", "1"] and list(saved["second"]["seeds"]) == ["0"]
     assert not out.with_name(out.name + ".tmp").exists()
+    # seeds of one setting run by two processes: the second write keeps the first's seed
+    script.save_setting(out, "second", {"seeds": {"2": seed_result(2, [1.0, 1.0])}})
+    assert sorted(json.loads(out.read_text())["settings"]["second"]["seeds"]) == ["0", "2"]
 
 
 def test_help():
