@@ -42,6 +42,10 @@ FIT_STEPS = 240
 # passed-feedback rounds a kept answer may get in the embedded fit's SFT corpus: the evaluation's
 # 2 feedback turns reach a context where the public tests passed twice (issue 27)
 FIT_KEEP_ROUNDS = 2
+# share of the embedded fit's SFT rows that end with the right program kept after the passed
+# feedback: half (a quarter until issue 27's fourth round) keeps the trained policy from
+# rewriting a passing program when told to look for edge cases (docs/PIPELINE.md)
+FIT_KEEP_SHARE = 0.5
 FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
 
 
@@ -85,7 +89,7 @@ def reference_model(
 
 def _embedded(fit_steps: int) -> dict:
     return {"seed": 0, "seconds_budget": FIT_SECONDS_CAP, "max_steps": fit_steps,
-            "keep_rounds": FIT_KEEP_ROUNDS}  # fmt: skip
+            "keep_rounds": FIT_KEEP_ROUNDS, "keep_share": FIT_KEEP_SHARE}  # fmt: skip
 
 
 def fit_embedded(path: str | Path, fit_steps: int = FIT_STEPS) -> Path:

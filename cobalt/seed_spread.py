@@ -29,14 +29,15 @@ class Spread(BaseModel):
 
 
 # The default's change over seeds 0-4, measured with `python scripts/embedded_seeds.py` (the
-# "all" rows of its report) on the 2-core VM, 2026-11-25 (docs/PIPELINE.md, "Signal or noise"):
-# the reference fitted with two keep rounds, 8 samples, 32 GRPO steps of 16 at lr 1e-4.
+# "all" rows of its report) on the 2-core VM, 2026-11-26 (docs/PIPELINE.md, "Signal or noise"):
+# the reference fitted with half its SFT rows keeping the answer after one or two passed
+# feedbacks, 8 samples, 32 GRPO steps of 16 at lr 1e-4.
 DEFAULT_SPREAD = Spread(
     seeds=5,
     problems=60,
     samples=8,
-    change={0: (1.33, 1.68), 1: (-0.84, 2.52), 2: (0.58, 3.39)},
-    source="benchmarks/results/embedded_seeds_2026-11-25.json",
+    change={0: (1.96, 1.35), 1: (2.5, 1.9), 2: (1.75, 1.32)},
+    source="benchmarks/results/embedded_seeds_2026-11-26.json",
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -9,7 +10,13 @@ import pytest
 from tensorboard_events import scalars
 
 from cobalt.data import synthetic
-from cobalt.reference import RECIPE_FILE, conversation, fit_embedded
+from cobalt.reference import (
+    FIT_KEEP_ROUNDS,
+    FIT_KEEP_SHARE,
+    RECIPE_FILE,
+    conversation,
+    fit_embedded,
+)
 from cobalt.trajectories.prompts import extract_code
 from engines import EngineConfig, SamplingConfig, make_engine
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge
@@ -26,6 +33,8 @@ def test_fit_generate_judge_and_cache(fitted_model):
     path = fitted_model["path"]  # fitted once for the session (the pipeline tests use it too)
     assert fitted_model["seconds"] < 300
     assert (path / RECIPE_FILE).exists()
+    recipe = json.loads((path / RECIPE_FILE).read_text())
+    assert (recipe["keep_share"], recipe["keep_rounds"]) == (FIT_KEEP_SHARE, FIT_KEEP_ROUNDS)
     model = AutoModelForCausalLM.from_pretrained(path)
     AutoTokenizer.from_pretrained(path)
     curve = scalars(path / "tensorboard")["train/loss"]  # the SFT's curve (report_to tensorboard)
