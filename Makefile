@@ -2,6 +2,9 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
+# A target's prerequisites build side by side: on a fresh machine the virtualenv (pip) and the
+# Docker engine and sandbox image (apt, debootstrap) install at once; each one's output stays whole.
+MAKEFLAGS += --jobs=2 --output-sync=target
 
 .PHONY: setup setup-gpu docker run judge-samples serve test lint bench lock lock-gpu
 
