@@ -8,7 +8,7 @@ BIN    := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
-	UV_FIND_LINKS="$${UV_FIND_LINKS:-$${PIP_FIND_LINKS:-}}" $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt -e ".[dev]"
+	UV_FIND_LINKS="$${UV_FIND_LINKS:-$$(echo $${PIP_FIND_LINKS:-} | tr -s ' ' ',')}" $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt -e ".[dev]"
 	touch $@
 
 setup: $(VENV)/.installed          ## the virtualenv with pinned dependencies
@@ -23,9 +23,9 @@ docker:                            ## Docker engine running + sandbox image buil
 	bash infra/sandbox-image/build.sh
 
 # The virtualenv (uv: 17 s from an empty cache where pip took 1 min 57 s; pip's find-links, where
-# set, carry over) and the Docker engine and sandbox image (apt, debootstrap: about a minute)
-# install side by side, each one's output kept whole. The jobs stay inside this one step, so a
-# target's own output (the flow's progress) streams.
+# set, carry over: pip separates them with spaces, uv with commas) and the Docker engine and
+# sandbox image (apt, debootstrap: about a minute) install side by side, each one's output kept
+# whole. The jobs stay inside this one step, so a target's own output (the flow's progress) streams.
 install:                           ## setup and docker at once
 	@$(MAKE) --no-print-directory --jobs=2 --output-sync=target setup docker
 
