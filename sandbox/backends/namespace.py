@@ -21,7 +21,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from sandbox.backends.cgroups import Cgroups, worker_name
+from sandbox.backends.cgroups import Cgroups, pid_alive, worker_name
 from sandbox.backends.cpus import release_cpu, take_cpu
 from sandbox.backends.ipc import ipc_sysctls
 from sandbox.models import Limits
@@ -50,6 +50,21 @@ def _take_uid() -> tuple[int, int]:
 def _release_uid(slot: int) -> None:
     with _slots_lock:
         _slots.discard(slot)
+
+
+ROOT_PREFIX = "cobalt-jail-"
+
+
+def remove_stale_roots() -> None:
+    """Remove the empty jail roots of processes that died without cleaning up (killed: their
+    workers' `close` never ran). A root is named after the pid that made it."""
+    tmp = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(tmp):
+            pid = entry[len(ROOT_PREFIX) :].partition("-")[0]
+            if entry.startswith(ROOT_PREFIX) and pid.isdigit() and not pid_alive(int(pid)):
+                with contextlib.suppress(OSError):  # not empty or not ours: left alone
+                    os.rmdir(os.path.join(tmp, entry))
 
 
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin")
@@ -96,6 +111,7 @@ class NamespaceBackend(Backend):
         self.cpus = cpus
         self.python = python or str(Path(sys._base_executable).resolve())
         self._roots: list[str] = []
+        remove_stale_roots()
         self.cgroups: Cgroups | None = None
         if cgroup == "off":
             log.warning(
@@ -106,7 +122,7 @@ class NamespaceBackend(Backend):
             self.cgroups = Cgroups(cgroup, quota=not pin)  # SandboxUnavailable names the fix
 
     async def spawn(self, index: int) -> Worker:
-        root = tempfile.mkdtemp(prefix="cobalt-jail-")
+        root = tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{os.getpid()}-")
         self._roots.append(root)
         slot, uid = _take_uid()
         cpu = take_cpu() if self.pin else None

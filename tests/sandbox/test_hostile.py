@@ -1000,3 +1000,41 @@ def test_namespace_pools_of_one_process_share_no_uid(judges):
     assert len(seen[0]) == len(seen[1]) == 2  # both workers of each pool ran
     assert not seen[0] & seen[1]
     assert all(BASE_UID <= int(uid) < BASE_UID + (1 << 24) for uid in seen[0] | seen[1])
+
+
+def test_jail_roots_of_a_killed_process_are_removed_by_the_next_backend(tmp_path, monkeypatch):
+    """A process killed with live namespace workers never runs their cleanup; the next backend
+    on the machine removes its empty jail roots and leaves a live process's alone."""
+    import signal
+    import subprocess
+    import sys
+    import tempfile
+
+    from sandbox.backends.namespace import NamespaceBackend
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from sandbox import SandboxConfig, SyncJudge\n"
+            "judge = SyncJudge(SandboxConfig(backend='namespace', concurrency=2, use_server=False))\n"
+            "judge.__enter__()\n"
+            "print('ready', flush=True)\n"
+            "import time; time.sleep(60)\n",
+        ],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left and all(name.startswith(f"cobalt-jail-{holder.pid}-") for name in left), left
+    live = tmp_path / f"cobalt-jail-{os.getpid()}-x"
+    live.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    NamespaceBackend(Limits(), cgroup="off")
+    assert [p.name for p in tmp_path.iterdir()] == [live.name]
