@@ -95,6 +95,13 @@ class PipelineParams(BaseModel):
         description="Trajectories for the bandit dataset (paper: n 16, turns 2, 6144 tokens).",
     )
     eval_turns: int = Field(2, ge=0, le=64, description="Feedback turns when evaluating.")
+    eval_samples: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Samples per problem when evaluating (None: the trajectories' "
+        "collect.sampling.n); more samples, a finer Pass@1.",
+    )
     batch: BatchConfig = Field(default_factory=BatchConfig)
     bandit: BanditConfig = Field(default_factory=lambda: BanditConfig(max_prompt_tokens=1024))
     training: TrainingConfig = Field(
@@ -187,6 +194,9 @@ class PipelineParams(BaseModel):
         collect = self.collect
         if purpose == "eval":
             collect = collect.model_copy(update={"turns": self.eval_turns})
+            if self.eval_samples is not None:
+                sampling = collect.sampling.model_copy(update={"n": self.eval_samples})
+                collect = collect.model_copy(update={"sampling": sampling})
         return TrajectoryParams(
             problems=problems,
             table=table,

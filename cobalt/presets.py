@@ -118,7 +118,8 @@ def settings_text(params: PipelineParams) -> str:
         f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "
         f"tokens, T {s.temperature} top-p {s.top_p}, "
         + ("the SPEC's system prompt" if c.system_prompt else "no system prompt"),
-        f"evaluation: {params.eval_turns} feedback turns on '{params.eval_table}'"
+        f"evaluation: {params.eval_samples or s.n} samples x {params.eval_turns} feedback turns "
+        f"on '{params.eval_table}'"
         + (f" (first {params.eval_limit})" if params.eval_limit else ""),
         f"bandit contexts up to {params.bandit.max_prompt_tokens} tokens; cleaning: statements "
         f"of {params.rules.min_statement_alnum}+ alphanumerics, {params.rules.min_tests}+ tests",

@@ -161,9 +161,10 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--fit-steps", type=int, help="optimizer steps of the tiny model's fit (240)")
     arg("--train-limit", type=int, help="only the first N training problems")
     arg("--eval-limit", type=int, help="only the first N evaluation problems")
-    arg("--n", type=int, help="samples per problem (tiny 4, paper 16)")
+    arg("--n", type=int, help="samples per problem (tiny 8, paper 16)")
     arg("--turns", type=int, help="feedback turns of the training trajectories (2)")
     arg("--eval-turns", type=int, help="feedback turns when evaluating (tiny 2, paper 8)")
+    arg("--eval-samples", type=int, help="samples per problem when evaluating (default: --n)")
     arg("--max-new-tokens", type=int, help="tokens per turn (tiny 128, paper 6144)")
     arg("--mode", choices=MODES, help="training mode (cobalt)")
     arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
@@ -198,7 +199,15 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
 
     config = read_config(args.config)
     values: dict[str, Any] = {}  # the flags, merged over the --config file's at the end
-    for flag in ("preset", "reference", "fit_steps", "train_limit", "eval_limit", "eval_turns"):
+    for flag in (
+        "preset",
+        "reference",
+        "fit_steps",
+        "train_limit",
+        "eval_limit",
+        "eval_turns",
+        "eval_samples",
+    ):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.source:

@@ -63,6 +63,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     arg("--generations", type=int, help="completions per prompt (num_generations)")
     arg("--set", action="append", default=[], metavar="KEY=JSON", help="other GRPOConfig field")
     arg("--n", type=int, help="samples per problem of trajectories and evaluations")
+    arg("--eval-samples", type=int, help="samples per problem of the evaluations alone")
     arg("--train-limit", type=int, help="only the first N training problems")
     arg("--storage", default=str(ROOT / "runs" / "seeds"), help="storage shared by settings")
     arg("--out", type=Path, default=OUT, help=f"results JSON ({OUT.relative_to(ROOT)})")
@@ -74,6 +75,12 @@ def _default(field: str) -> dict[str, Any]:
     from cobalt.pipeline import PipelineParams
 
     return PipelineParams.model_fields[field].default_factory().model_dump()
+
+
+def _plain_default(field: str) -> Any:
+    from cobalt.pipeline import PipelineParams
+
+    return PipelineParams.model_fields[field].default
 
 
 def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
@@ -103,12 +110,17 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         collect = fields.get("collect") or _default("collect")
         collect["sampling"]["n"] = args.n
         fields["collect"] = collect
+    if args.eval_samples is not None:
+        fields["eval_samples"] = args.eval_samples
     if args.train_limit is not None:
         fields["train_limit"] = args.train_limit
     short = {"per_device_train_batch_size": "b", "num_generations": "g", "learning_rate": "lr"}
     parts = [args.mode, f"steps{training.get('max_steps')}"]
     parts += [f"{short.get(k, k)}{overrides[k]}" for k in named if k in overrides]
-    parts += [f"n{(fields.get('collect') or _default('collect'))['sampling']['n']}"]
+    n = (fields.get("collect") or _default("collect"))["sampling"]["n"]
+    parts += [f"n{n}"]
+    eval_n = fields.get("eval_samples", _plain_default("eval_samples"))
+    parts += [f"eval{eval_n}"] * (eval_n not in (None, n))
     parts += [f"limit{args.train_limit}"] * (args.train_limit is not None)
     parts += [reference_tag(fields)]
     return args.label or "_".join(parts), fields

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from cobalt.presets import settings_text
 from flows.pipeline import main, parse_params
@@ -86,7 +87,7 @@ def test_the_run_prints_the_settings_it_uses(model_dir: Path):
         f"preset paper: reference and policy {model_dir}",
         "engine auto -> ",
         "16 samples x 2 feedback turns, 6144 new tokens",
-        "evaluation: 8 feedback turns",
+        "evaluation: 16 samples x 8 feedback turns",
         "bandit contexts up to 10000 tokens",
         "training: cobalt GRPO, paper preset: lr 1e-06",
         "LoRA",
@@ -98,3 +99,17 @@ def test_a_setting_another_field_owns_is_one_line_naming_that_field(capsys):
     assert main(["--set", "bf16=true"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "training.precision" in err[0], err
+
+
+def test_eval_samples_change_the_evaluations_alone():
+    p = parse_params(["--eval-samples", "16", "--n", "4"])
+    train = p.trajectories("sets", p.train_table, "model", "train")
+    evaluation = p.trajectories("sets", p.eval_table, "model", "eval")
+    assert train.collect.sampling.n == 4 and train.collect.turns == 2
+    assert evaluation.collect.sampling.n == 16 and evaluation.collect.turns == p.eval_turns
+    assert evaluation.collect.sampling.seed == train.collect.sampling.seed
+    assert "evaluation: 16 samples x 2 feedback turns" in settings_text(p)
+    plain = parse_params(["--n", "4"])
+    assert plain.trajectories("sets", "test", "model", "eval").collect.sampling.n == 4
+    with pytest.raises(ValidationError, match="eval_samples"):
+        parse_params(["--eval-samples", "0"])

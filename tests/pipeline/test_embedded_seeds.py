@@ -108,6 +108,9 @@ def test_setting_builds_the_flags_over_the_embedded_default(tmp_path):
     _, fields = script.setting(script.parse_args(["--config", str(config), "--mode", "offline"]))
     params = PipelineParams.model_validate(fields)
     assert params.eval_limit == 6 and params.training.mode == "offline"
+    label, fields = script.setting(script.parse_args(["--eval-samples", "16"]))
+    assert "_n8_eval16_ref" in label and fields["eval_samples"] == 16
+    assert "_eval" not in script.setting(script.parse_args(["--eval-samples", "8"]))[0]
 
 
 def seed_result(seed: int, changes: list[float], before: float = 60.0) -> dict:
