@@ -77,6 +77,10 @@ def _default(field: str) -> dict[str, Any]:
     return PipelineParams.model_fields[field].default_factory().model_dump()
 
 
+# overrides of the default's that no setting changes, left out of the labels
+UNLABELLED = {"max_completion_length"}
+
+
 def _plain_default(field: str) -> Any:
     from cobalt.pipeline import PipelineParams
 
@@ -116,7 +120,8 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         fields["train_limit"] = args.train_limit
     short = {"per_device_train_batch_size": "b", "num_generations": "g", "learning_rate": "lr"}
     parts = [args.mode, f"steps{training.get('max_steps')}"]
-    parts += [f"{short.get(k, k)}{overrides[k]}" for k in named if k in overrides]
+    labelled = [*named, *(k for k in overrides if k not in named and k not in UNLABELLED)]
+    parts += [f"{short.get(k, k)}{overrides[k]}" for k in labelled if k in overrides]
     n = (fields.get("collect") or _default("collect"))["sampling"]["n"]
     parts += [f"n{n}"]
     eval_n = fields.get("eval_samples", _plain_default("eval_samples"))

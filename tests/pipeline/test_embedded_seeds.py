@@ -94,7 +94,7 @@ def test_setting_builds_the_flags_over_the_embedded_default(tmp_path):
     script = load_script()
     args = script.parse_args(["--max-steps", "24", "--lr", "5e-5", "--batch", "16", "--n", "8"])
     label, fields = script.setting(args)
-    assert label.startswith("cobalt_steps24_b16_g4_lr5e-05_n8_ref")  # + the fit recipe's hash
+    assert label.startswith("cobalt_steps24_b16_g4_lr5e-05_temperature0.6_n8_ref")  # + fit hash
     from cobalt.reference import embedded_recipe_hash
 
     assert label.endswith(embedded_recipe_hash()[:8])
