@@ -1,9 +1,12 @@
 """Local `transformers` engine: the model runs in this process (CPU or GPU).
 
-Two paths: padded batches through `model.generate` (left padding, `num_return_sequences=n`), or,
+Two paths: padded batches through `model.generate` (left padding, each prompt's n rows), or,
 with `continuous_batching=True` and a transformers that has it, `model.generate_batch` (paged KV
 cache, requests scheduled as they finish). Both take the seed; the padded path is the default
-because it is the one that runs everywhere at the same speed.
+because it is the one that runs everywhere at the same speed. The padded path samples with
+`engines.keyed_sampling`: each row's randomness comes from its own key (seed, prompt, sample), so
+its text does not depend on the batch it ran in, and two models sampled with one seed share
+their noise.
 
 Padded batches are sized by memory (`engines.memory`): on GPU, or with `memory_budget_gb`, the
 conversations are grouped so that each batch's KV cache and activations fit the budget, at most
@@ -13,7 +16,6 @@ conversations are grouped so that each batch's KV cache and activations fit the 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import math
 import time
@@ -22,6 +24,7 @@ from typing import Any
 
 from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
 from .config import EngineConfig, SamplingConfig
+from .keyed_sampling import KeyedSampler, row_keys
 from .memory import FIXES, Footprint, check_fits, is_out_of_memory, plan_batches
 
 log = logging.getLogger(__name__)
@@ -189,17 +192,16 @@ class TransformersEngine(Engine):
                 len(plan),
                 budget / 1e9,
             )
+        # each row's noise is its own (keyed sampling): the plan's cut points, a halving retry
+        # or another batch size change no text
+        keys = row_keys(sampling.seed, prompts, 1 if sampling.greedy else sampling.n)
         results: list[list[Completion]] = [[] for _ in prompts]
-        with self._seeded(sampling.seed):
-            for k, group in enumerate(plan):
-                if sampling.seed is not None and budget is not None:
-                    # planned by memory: each batch its own stream, so the plan's cut points
-                    # and a halving retry shift nothing after them (no budget: one stream, as
-                    # before, so CPU runs give the texts they always gave)
-                    self._torch.manual_seed(_batch_seed(sampling.seed, k))
-                batch = self._generate_batch([prompts[i] for i in group], sampling)
-                for i, row in zip(group, batch, strict=True):
-                    results[i] = row
+        for group in plan:
+            batch = self._generate_batch(
+                [prompts[i] for i in group], [keys[i] for i in group], sampling
+            )
+            for i, row in zip(group, batch, strict=True):
+                results[i] = row
         return results
 
     def _generation_kwargs(self, sampling: SamplingConfig) -> dict[str, Any]:
@@ -217,13 +219,13 @@ class TransformersEngine(Engine):
         return kwargs
 
     def _generate_batch(
-        self, prompts: list[list[int]], sampling: SamplingConfig
+        self, prompts: list[list[int]], keys: list[list[int]], sampling: SamplingConfig
     ) -> list[list[Completion]]:
         """One padded batch. Out of memory: the batch is split in halves and retried (the memory
         estimate was too low). Any other failure: each conversation is retried alone, so one bad
         prompt only fails its own completions. A conversation that fails alone is recorded."""
         try:
-            return self._run_padded(prompts, sampling)
+            return self._run_padded(prompts, keys, sampling)
         except Exception as exc:
             error, oom = f"{type(exc).__name__}: {exc}", is_out_of_memory(exc)
         # retried outside the handler, so the traceback's frames (and their tensors) are freed
@@ -244,17 +246,19 @@ class TransformersEngine(Engine):
                 half,
                 len(prompts) - half,
             )
-            first = self._generate_batch(prompts[:half], sampling)
-            return first + self._generate_batch(prompts[half:], sampling)
+            first = self._generate_batch(prompts[:half], keys[:half], sampling)
+            return first + self._generate_batch(prompts[half:], keys[half:], sampling)
         log.warning("batch of %d failed (%s); retrying one by one", len(prompts), error)
         out: list[list[Completion]] = []
-        for prompt in prompts:
-            out.extend(self._generate_batch([prompt], sampling))
+        for prompt, key in zip(prompts, keys, strict=True):
+            out.extend(self._generate_batch([prompt], [key], sampling))
         return out
 
     def _run_padded(
-        self, prompts: list[list[int]], sampling: SamplingConfig
+        self, prompts: list[list[int]], keys: list[list[int]], sampling: SamplingConfig
     ) -> list[list[Completion]]:
+        from transformers import LogitsProcessorList
+
         torch = self._torch
         started = time.perf_counter()
         width = max(len(p) for p in prompts)
@@ -262,12 +266,20 @@ class TransformersEngine(Engine):
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
         per_prompt = 1 if sampling.greedy else sampling.n  # greedy samples are all the same
+        kwargs = self._generation_kwargs(sampling.model_copy(update={"temperature": 0}))
+        if not sampling.greedy:  # greedy decoding of keyed Gumbel-perturbed logits: sampling
+            flat = [k for row in keys for k in row]
+            sampler = KeyedSampler(flat, width, sampling.temperature, sampling.top_p)
+            kwargs["logits_processor"] = LogitsProcessorList([sampler])
+            # the rows of each prompt side by side, as num_return_sequences would (greedy
+            # decoding refuses it)
+            input_ids = input_ids.repeat_interleave(per_prompt, dim=0)
+            attention = attention.repeat_interleave(per_prompt, dim=0)
         with torch.inference_mode():
             output = self.model.generate(
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention.to(self.device),
-                num_return_sequences=per_prompt,
-                **self._generation_kwargs(sampling),
+                **kwargs,
             )
         generated = output[:, width:].tolist()
         seconds = (time.perf_counter() - started) / (len(prompts) * sampling.n)
@@ -324,9 +336,3 @@ class TransformersEngine(Engine):
         self.model = None
         if self._torch.cuda.is_available():
             self._torch.cuda.empty_cache()
-
-
-def _batch_seed(seed: int, index: int) -> int:
-    """The seed of the `index`-th batch of a call seeded with `seed` (64 bits, well mixed)."""
-    digest = hashlib.blake2b(f"{seed}:{index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") >> 1

@@ -127,7 +127,9 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     eval_n = fields.get("eval_samples", _plain_default("eval_samples"))
     parts += [f"eval{eval_n}"] * (eval_n not in (None, n))
     parts += [f"limit{args.train_limit}"] * (args.train_limit is not None)
-    parts += [reference_tag(fields)]
+    # the transformers engine's keyed sampling (each row its own noise, engines.keyed_sampling)
+    # since issue 27's seventh round; labels without it drew one random stream per batch
+    parts += ["keyed", reference_tag(fields)]
     return args.label or "_".join(parts), fields
 
 

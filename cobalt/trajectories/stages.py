@@ -206,6 +206,8 @@ def engine_identity(engine: EngineConfig) -> dict[str, Any]:
     identity["extra"] = {k: v for k, v in identity["extra"].items() if "key" not in k.lower()}
     if engine.kind != "litellm" and (config := Path(engine.model, "config.json")).exists():
         identity["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
+    if engine.kind == "transformers":  # how its padded batches draw tokens
+        identity["sampler"] = code_version("engines.keyed_sampling")
     return identity
 
 

@@ -121,14 +121,15 @@ def engine_with(base, **updates) -> TransformersEngine:
     return TransformersEngine(config, model=base.model, tokenizer=base.tokenizer)
 
 
-def record_generate(monkeypatch, engine, fail=None) -> list[int]:
-    """Wrap the real model's generate; returns the conversations (input rows) of each call.
-    `fail(rows)` may return an exception to raise instead of generating."""
+def record_generate(monkeypatch, engine, n: int, fail=None) -> list[int]:
+    """Wrap the real model's generate; returns the conversations of each call (its input rows
+    are the conversations' `n` samples side by side). `fail(conversations)` may return an
+    exception to raise instead of generating."""
     calls: list[int] = []
     real = engine.model.generate
 
     def generate(*args, **kwargs):
-        rows = kwargs["input_ids"].shape[0]
+        rows = kwargs["input_ids"].shape[0] // n
         calls.append(rows)
         if fail is not None and (exc := fail(rows)) is not None:
             raise exc
@@ -158,7 +159,7 @@ def test_small_budget_splits_a_call_and_keeps_order_and_seeds(base_engine, monke
     footprint = base_engine.footprint
     budget = footprint.batch_bytes(max(lengths), 2 * sampling.n, sampling.max_new_tokens)
     engine = engine_with(base_engine, batch_size=8, memory_budget_gb=budget / 1e9)
-    calls = record_generate(monkeypatch, engine)
+    calls = record_generate(monkeypatch, engine, sampling.n)
     first = engine.generate(CONVERSATIONS, sampling)
     check_rows(engine, first, sampling)
     assert len(calls) == len(engine.last_plan) >= 2 and sum(calls) == len(CONVERSATIONS)
@@ -177,7 +178,7 @@ def test_budget_below_one_conversation_raises_before_generating(base_engine, mon
     sampling = SamplingConfig(n=4, max_new_tokens=64, seed=0)
     for continuous in (False, True):
         engine = engine_with(base_engine, memory_budget_gb=1e-6, continuous_batching=continuous)
-        calls = record_generate(monkeypatch, engine)
+        calls = record_generate(monkeypatch, engine, sampling.n)
         with pytest.raises(InsufficientMemoryError, match="memory_fraction"):
             engine.generate(CONVERSATIONS, sampling)
         assert calls == []
@@ -190,7 +191,7 @@ def test_out_of_memory_halves_the_batch(base_engine, monkeypatch):
     def oom_above_two(rows):
         return torch.cuda.OutOfMemoryError("CUDA out of memory.") if rows > 2 else None
 
-    calls = record_generate(monkeypatch, engine, oom_above_two)
+    calls = record_generate(monkeypatch, engine, sampling.n, oom_above_two)
     results = engine.generate(CONVERSATIONS, sampling)
     check_rows(engine, results, sampling)
     assert calls == [5, 2, 3, 1, 2]  # halves, not one by one
@@ -206,7 +207,7 @@ def test_other_errors_still_isolate_each_conversation(base_engine, monkeypatch):
         return torch.cuda.OutOfMemoryError("CUDA out of memory.") if fail.alone == 0 else None
 
     fail.alone = 1
-    calls = record_generate(monkeypatch, engine, fail)
+    calls = record_generate(monkeypatch, engine, sampling.n, fail)
     results = engine.generate(CONVERSATIONS, sampling)
     check_rows(engine, results, sampling)
     assert calls == [5, 1, 1, 1, 1, 1]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from cobalt.pipeline import evaluation_seed
 from cobalt.presets import settings_text
 from flows.pipeline import main, parse_params
 
@@ -107,7 +108,11 @@ def test_eval_samples_change_the_evaluations_alone():
     evaluation = p.trajectories("sets", p.eval_table, "model", "eval")
     assert train.collect.sampling.n == 4 and train.collect.turns == 2
     assert evaluation.collect.sampling.n == 16 and evaluation.collect.turns == p.eval_turns
-    assert evaluation.collect.sampling.seed == train.collect.sampling.seed
+    # the evaluations draw other noise than the trajectories, one noise before and after
+    assert evaluation.collect.sampling.seed == evaluation_seed(train.collect.sampling.seed)
+    assert evaluation.collect.sampling.seed != train.collect.sampling.seed
+    after = p.trajectories("sets", p.eval_table, "trained", "eval")
+    assert after.collect.sampling == evaluation.collect.sampling
     assert "evaluation: 16 samples x 2 feedback turns" in settings_text(p)
     plain = parse_params(["--n", "4"])
     assert plain.trajectories("sets", "test", "model", "eval").collect.sampling.n == 4

@@ -94,7 +94,8 @@ def test_setting_builds_the_flags_over_the_embedded_default(tmp_path):
     script = load_script()
     args = script.parse_args(["--max-steps", "24", "--lr", "5e-5", "--batch", "16", "--n", "8"])
     label, fields = script.setting(args)
-    assert label.startswith("cobalt_steps24_b16_g4_lr5e-05_temperature0.6_n8_ref")  # + fit hash
+    # + keyed sampling and the fit hash
+    assert label.startswith("cobalt_steps24_b16_g4_lr5e-05_temperature0.6_n8_keyed_ref")
     from cobalt.reference import embedded_recipe_hash
 
     assert label.endswith(embedded_recipe_hash()[:8])
@@ -109,7 +110,7 @@ def test_setting_builds_the_flags_over_the_embedded_default(tmp_path):
     params = PipelineParams.model_validate(fields)
     assert params.eval_limit == 6 and params.training.mode == "offline"
     label, fields = script.setting(script.parse_args(["--eval-samples", "16"]))
-    assert "_n8_eval16_ref" in label and fields["eval_samples"] == 16
+    assert "_n8_eval16_keyed_ref" in label and fields["eval_samples"] == 16
     assert "_eval" not in script.setting(script.parse_args(["--eval-samples", "8"]))[0]
 
 
