@@ -26,14 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def _keyed_sampling():
     """engines/keyed_sampling.py without the engines package (whose __init__ needs pydantic)."""
-    spec = importlib.util.spec_from_file_location("keyed_sampling", ROOT / "engines" / "keyed_sampling.py")
+    spec = importlib.util.spec_from_file_location(
+        "keyed_sampling", ROOT / "engines" / "keyed_sampling.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.keyed_sampling", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.keyed_sampling", description=__doc__
+    )
     arg = parser.add_argument
     arg("--rows", type=int, default=64, help="rows per generate call (conversations x n)")
     arg("--prompt", type=int, default=320, help="prompt tokens")
@@ -109,8 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     ms = {k: round(1000 * v / args.steps, 3) for k, v in best.items()}
     figures = {
         "date": date.today().isoformat(),
-        "machine": torch.cuda.get_device_name() if device == "cuda" else platform.processor()
-        or platform.machine(),
+        "machine": torch.cuda.get_device_name()
+        if device == "cuda"
+        else platform.processor() or platform.machine(),
         "device": device,
         "threads": args.threads,
         "shape": {k: getattr(args, k) for k in ("rows", "prompt", "steps", "hidden", "layers")}

@@ -388,3 +388,24 @@ def conversation(
         passed = {"role": "user", "content": passed_feedback(len(tests.inputs))}
         prompt += [answer, passed] * rounds
     return {"prompt": prompt, "completion": [answer]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Fit (or reuse) the embedded reference model where the pipeline's defaults keep it, then
+    print its directory. `make run` runs this beside the Docker engine's and sandbox image's
+    install (the fit needs no sandbox); the flow's reference-model task then reuses it."""
+    import argparse
+
+    from cobalt.pipeline import PipelineParams
+
+    argparse.ArgumentParser(prog="python -m cobalt.reference", description=main.__doc__).parse_args(
+        argv
+    )
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    params = PipelineParams()
+    print(reference_model(FITTED, params.storage, params.work_dir, params.fit_steps))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
