@@ -127,3 +127,11 @@ def test_noise_on_the_nucleus_alone_draws_what_noise_on_every_token_draws():
     masked = scaled.masked_fill(drop.scatter(1, order, drop), float("-inf"))
     noise = gumbel_noise(torch.tensor(keys), 3, torch.arange(64))
     assert torch.equal(drawn, (masked + noise).argmax(dim=-1))
+
+
+def test_a_batch_with_other_rows_than_keys_is_refused():
+    """A generate call whose rows are not the keyed ones (beam search, a caller's bug) raises
+    instead of sampling some rows with another row's noise."""
+    sampler = KeyedSampler(row_keys(0, [[1]], 2)[0], prompt_width=1, temperature=1.0, top_p=1.0)
+    with pytest.raises(ValueError, match="3 rows but 2 keys"):
+        sampler(torch.zeros((3, 2), dtype=torch.int64), torch.zeros((3, 8)))
