@@ -270,8 +270,8 @@ class PipelineParams(BaseModel):
 
 def evaluation_seed(seed: int | None) -> int | None:
     """The evaluations' sampling seed: derived from the trajectories' `seed`, never equal to it.
-    With one seed, a test problem whose prompt is a training problem's (39 of the embedded test
-    set's 60 statements are) would be sampled the same texts as the training trajectories drew:
+    With one seed, a test problem whose prompt is a training problem's (each of the embedded test
+    set's 60 statements is) would be sampled the same texts as the training trajectories drew:
     the evaluation would replay the contexts training saw. The evaluations before and after
     training share this seed, so they share their noise (common random numbers,
     engines.keyed_sampling)."""
