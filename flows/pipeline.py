@@ -103,8 +103,9 @@ Two presets decide the settings that flags and --config leave unset:
   tiny   the embedded run (default for --model fitted|tiny, or a directory the tiny fit made):
          samples/synthetic_{train,test}.jsonl, a ~1M-parameter model fitted on CPU for
          --fit-steps to 24 of the 30 synthetic kinds,
-         4 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 32 GRPO steps (--mode
-         offline: one epoch over the logged turns, objective --objective, batch 16).
+         8 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 32 GRPO steps of 32
+         completions (--mode offline: one epoch over the logged turns, objective --objective,
+         batch 16).
   paper  SPEC §1.2-§1.6 (default for --model DIR, a real model): 16 samples x 2 feedback turns of
          up to 6144 tokens with the SPEC's system prompt, 8 evaluation turns, contexts up to
          10,000 tokens, the paper GRPO preset (lr 1e-6, 16 samples per prompt, fp32 master
