@@ -1,0 +1,74 @@
+"""`scripts/gpu/seed_scan.sh`, the device call that runs `scripts/embedded_seeds.py` for many seeds
+at once, on CPU with a small plan: every seed's process adds its results to one file, the script
+returns once the plan is done, and at its deadline it stops the seeds still running."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def scan(tmp_path: Path, plan_lines: list[str], seeds: str, seconds: int) -> str:
+    plan = tmp_path / "plan.txt"
+    plan.write_text("# a comment line, skipped\n\n" + "\n".join(plan_lines) + "\n")
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # python3: this venv's
+        "OUT": str(tmp_path / "out"),
+        "SCAN_DIR": str(tmp_path / "scan"),
+        "BUNDLE_READY": "1",  # no bundle to install here
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts/gpu/seed_scan.sh"), seeds, str(seconds), str(plan)],
+        env=env, capture_output=True, text=True, timeout=seconds + 120, check=True,
+    )  # fmt: skip
+    return done.stdout
+
+
+def leftovers(tmp_path: Path) -> list[str]:
+    """Processes still running with the scan's storage in their command line."""
+    found = subprocess.run(["pgrep", "-af", str(tmp_path / "scan")], capture_output=True, text=True)
+    return [line for line in found.stdout.splitlines() if "pgrep" not in line]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_seeds_run_side_by_side_into_one_results_file_and_the_deadline_stops_them(
+    tmp_path, fitted_model
+):
+    config = tmp_path / "small.json"
+    config.write_text(
+        json.dumps(
+            {
+                "reference": str(fitted_model["path"]),
+                "train_limit": 12,
+                "eval_limit": 4,
+                "sandbox": {"backend": "namespace", "concurrency": 1},
+            }
+        )
+    )
+    small = f"--config {config} --max-steps 1 --batch 8"
+    out = scan(tmp_path, [f"{small} --label a", f"{small} --label b"], "0-1", 600)
+    assert "0 of 2 seeds stopped at the deadline" in out
+    results = json.loads((tmp_path / "out" / "scan.json").read_text())["settings"]
+    assert {label: sorted(entry["seeds"]) for label, entry in results.items()} == {
+        "a": ["0", "1"],
+        "b": ["0", "1"],
+    }
+    assert (tmp_path / "out" / "seed-1.tail.log").stat().st_size > 0
+
+    # a plan longer than its deadline: the seeds are stopped, nothing of them keeps running
+    out = scan(tmp_path, [f"{small} --max-steps 3 --label c"], "2-3", 3)
+    assert "2 of 2 seeds stopped at the deadline" in out
+    time.sleep(2)
+    assert leftovers(tmp_path) == []
+    results = json.loads((tmp_path / "scan" / "scan.json").read_text())["settings"]
+    assert "c" not in results and sorted(results["a"]["seeds"]) == ["0", "1"]
