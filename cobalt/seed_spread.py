@@ -29,8 +29,9 @@ class Spread(BaseModel):
 
 
 # The default's change over 26 seeds (0-11 and 14-27), measured with `scripts/embedded_seeds.py`
-# one process per seed on a 16-core device host's CPUs (scripts/gpu/seed_scan.sh; the same CPU
-# numerics as the 2-core VM: seeds 0 and 2 gave the VM's tables to the digit), 2026-11-26
+# one process per seed, one thread each, on a 16-core device host's CPUs (scripts/gpu/seed_scan.sh;
+# the trajectories and evaluations before are the 2-core VM's to the digit, training's sums
+# differ with the thread count: seeds 0, 2 and 5 of 0-6 gave the VM's tables), 2026-11-26
 # (docs/PIPELINE.md, "Signal or noise", eighth round): the fitted reference, 8 samples, 32 GRPO
 # steps of 32 completions at lr 1e-4 and T 0.6, keyed sampling, the evaluations' own seed.
 DEFAULT_SPREAD = Spread(
