@@ -181,21 +181,11 @@ def test_help():
 @pytest.mark.slow
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.timeout(900)
-def test_two_seeds_of_a_small_embedded_run(tmp_path, fitted_model, capsys):
+def test_two_seeds_of_a_small_embedded_run(tmp_path, small_run_config, capsys):
     """Two seeds through the real pipeline flow in one storage: each seed its own trajectories
     and evaluations, the data stage shared; a second call runs nothing already recorded."""
     script = load_script()
-    config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "reference": str(fitted_model["path"]),
-                "train_limit": 12,
-                "eval_limit": 8,
-                "sandbox": {"backend": "namespace", "concurrency": 2},
-            }
-        )
-    )
+    config = small_run_config(eval_limit=8, concurrency=2)
     storage, out = tmp_path / "runs", tmp_path / "seeds.json"
     argv = ["--config", str(config), "--storage", str(storage), "--out", str(out)]
     argv += ["--seeds", "0,1", "--max-steps", "1", "--label", "small"]

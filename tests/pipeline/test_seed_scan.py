@@ -42,19 +42,9 @@ def leftovers(tmp_path: Path) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_seeds_run_side_by_side_into_one_results_file_and_the_deadline_stops_them(
-    tmp_path, fitted_model
+    tmp_path, small_run_config
 ):
-    config = tmp_path / "small.json"
-    config.write_text(
-        json.dumps(
-            {
-                "reference": str(fitted_model["path"]),
-                "train_limit": 12,
-                "eval_limit": 4,
-                "sandbox": {"backend": "namespace", "concurrency": 1},
-            }
-        )
-    )
+    config = small_run_config(eval_limit=4, concurrency=1)
     small = f"--config {config} --max-steps 1 --batch 8"
     out = scan(tmp_path, [f"{small} --label a", f"{small} --label b"], "0-1", 600)
     assert "0 of 2 seeds stopped at the deadline" in out
