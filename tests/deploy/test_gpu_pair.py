@@ -101,3 +101,47 @@ def test_with_one_card_the_steps_run_one_after_the_other_on_every_cpu(tmp_path: 
     assert float((unpacked / "learning-a" / "end").read_text()) <= float(
         (unpacked / "learning-b" / "start").read_text()
     )
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/taskset"), reason="needs taskset (util-linux)")
+def test_scan_and_steps_gives_each_step_a_card_and_cores_of_its_own_beside_the_scan(
+    tmp_path: Path,
+) -> None:
+    """`scripts/gpu/scan_and_steps.sh`: the step on GPU 0 and the top CPU (STEP_CPUS=1), the seed
+    scan (a plan of comments only: its seeds have nothing to run) on the other CPUs; more steps
+    than GPUs are refused before anything starts."""
+    cpus = len(os.sched_getaffinity(0))
+    if cpus < 2:
+        pytest.skip("needs two CPUs")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_nvidia_smi(bin_dir, 1)
+    (tmp_path / "worker.sh").write_text(WORKER)
+    plan = tmp_path / "plan.txt"
+    plan.write_text("# nothing to run\n")
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "OUT": str(tmp_path / "out"),
+        "SCAN_DIR": str(tmp_path / "scan"),
+        "PAIR_WORKER": str(tmp_path / "worker.sh"),
+        "STEP_CPUS": "1",
+        "BUNDLE_READY": "1",  # no bundle to install here
+    }
+    script = str(REPO / "scripts/gpu/scan_and_steps.sh")
+    done = subprocess.run(
+        ["bash", script, "0-1", "30", str(plan), "learning a 1"],
+        env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert f"the scan on CPUs 0-{cpus - 2}" in done.stdout
+    assert "0 of 2 seeds stopped at the deadline" in done.stdout
+    with tarfile.open(tmp_path / "out" / "learning-a.tgz") as tar:
+        tar.extractall(tmp_path / "unpacked", filter="data")
+    info = (tmp_path / "unpacked" / "learning-a" / "info.txt").read_text().strip()
+    assert parse(info) == ("0", {cpus - 1}, "learning a 1")
+
+    refused = subprocess.run(
+        ["bash", script, "0-1", "30", str(plan), "learning a 1", "learning b 2"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "2 steps for 1 GPUs" in refused.stdout
