@@ -151,6 +151,20 @@ def test_aggregate_gives_mean_spread_and_intervals_over_seeds():
     assert "## x: 5 seeds" in text and "| all | 0 | 5 |" in text
 
 
+def test_t_quantile_beyond_the_table_keeps_to_the_exact_values():
+    """Over 31 seeds the interval's t quantile comes from an expansion, not the table: it must
+    stay within rounding of the exact quantiles (scipy's t.ppf(0.975, df))."""
+    script = load_script()
+    exact = {31: 2.0395, 45: 2.0141, 60: 2.0003, 71: 1.9939, 200: 1.9719}
+    assert {df: script.t975(df) for df in exact} == pytest.approx(exact, abs=1.5e-4)
+    assert script.t975(30) == 2.042
+    changes = [float(s % 7) for s in range(46)]
+    low, high = script.t_interval(changes)
+    half = 2.0141 * statistics.stdev(changes) / 46**0.5
+    mean = statistics.fmean(changes)
+    assert (low, high) == pytest.approx((mean - half, mean + half), abs=0.006)
+
+
 def test_settings_run_side_by_side_keep_each_others_seeds(tmp_path):
     """Two settings measured at once share one results file: each write adds its own setting
     to what the file holds now, instead of the copy its process read at start."""
