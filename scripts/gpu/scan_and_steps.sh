@@ -23,6 +23,6 @@ for spec in "$@"; do
   step=$(( step + 1 ))
 done
 scan_cpus="0-$(( cpus - 1 - step * per_step ))"
-echo "scan_and_steps: $step steps on GPUs 0-$(( step - 1 )), the scan on CPUs $scan_cpus"
+echo "scan_and_steps: $step step(s) on the first GPUs, the scan on CPUs $scan_cpus"
 taskset -c "$scan_cpus" bash scripts/gpu/seed_scan.sh "$seeds" "$seconds" "$plan"
 wait
