@@ -10,6 +10,7 @@ stage is all it needs. To reach a `vllm serve` endpoint instead, use the litellm
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Sequence
@@ -17,8 +18,26 @@ from typing import Any
 
 from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
 from .config import EngineConfig, SamplingConfig
+from .keyed_sampling import row_keys
 
 log = logging.getLogger(__name__)
+
+
+# how this engine seeds its requests: part of a vLLM stage's cache key (a call used to share one
+# seed; trajectories seeded that way are not read back as this scheme's)
+SEEDING = "per-conversation seeds from row_keys"
+
+
+def conversation_seeds(seed: int | None, conversations: Sequence[Conversation]) -> list[int | None]:
+    """One vLLM seed per conversation, from the run's seed, the conversation and its occurrence
+    among identical conversations of the call (`row_keys`, the transformers engine's keys): with
+    one seed for the whole call, two identical conversations (two samples that wrote the same
+    program and got the same feedback) would get identical completions, and every conversation
+    would share the others' noise. vLLM gives sample i of a request the seed + i."""
+    if seed is None:
+        return [None] * len(conversations)
+    encoded = [tuple(json.dumps(list(c), sort_keys=True).encode()) for c in conversations]
+    return [keys[0] for keys in row_keys(seed, encoded, 1)]
 
 
 class VLLMEngine(Engine):
@@ -53,13 +72,16 @@ class VLLMEngine(Engine):
         validate_conversations(conversations)
         if not conversations:
             return []
-        params = self._vllm.SamplingParams(
-            n=sampling.n,
-            temperature=sampling.temperature,
-            top_p=1.0 if sampling.greedy else sampling.top_p,
-            max_tokens=sampling.max_new_tokens,
-            seed=sampling.seed,
-        )
+        params = [
+            self._vllm.SamplingParams(
+                n=sampling.n,
+                temperature=sampling.temperature,
+                top_p=1.0 if sampling.greedy else sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                seed=seed,
+            )
+            for seed in conversation_seeds(sampling.seed, conversations)
+        ]
         started = time.perf_counter()
         try:
             outputs = self.llm.chat(

@@ -74,3 +74,20 @@ def test_auto_without_vllm_makes_the_transformers_engine(tiny_model_dir):
             [[{"role": "user", "content": "hi"}]], SamplingConfig(n=2, seed=0, max_new_tokens=4)
         )
     assert len(out[0]) == 2
+
+
+def test_vllm_gives_each_conversation_its_own_seed():
+    """vLLM seeds a request's sample i with seed + i: one seed for a whole call would give two
+    identical conversations identical completions. Each conversation's seed comes from the run's
+    seed, its messages and its occurrence in the call, not from its place in the call."""
+    from engines.vllm_engine import conversation_seeds
+
+    a = [{"role": "user", "content": "x"}]
+    b = [{"role": "user", "content": "y"}]
+    seeds = conversation_seeds(7, [a, b, a])
+    assert len(set(seeds)) == 3  # the second `a` samples independently of the first
+    assert conversation_seeds(7, [a, b, a]) == seeds
+    assert conversation_seeds(7, [b, a]) == [seeds[1], seeds[0]]
+    assert conversation_seeds(8, [a]) != seeds[:1]
+    assert all(0 <= s < 2**62 for s in seeds)  # seed + n stays within vLLM's int64
+    assert conversation_seeds(None, [a, b]) == [None, None]

@@ -110,6 +110,10 @@ def test_the_sampler_is_part_of_a_transformers_stage_key(tiny_model_dir):
     assert local["sampler"] == code_version("engines.keyed_sampling")
     served = engine_identity(EngineConfig(kind="litellm", model="served", api_base="http://x"))
     assert "sampler" not in served
+    from engines.vllm_engine import SEEDING
+
+    gpu = engine_identity(EngineConfig(kind="vllm", model=str(tiny_model_dir)))
+    assert gpu["sampler"] == SEEDING
 
 
 def test_noise_on_the_nucleus_alone_draws_what_noise_on_every_token_draws():
