@@ -30,6 +30,7 @@ from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
+from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_training
 from flows.cli import (
     add_report_to,
@@ -50,7 +51,7 @@ def preflight(params: PipelineParams) -> None:
     """Storage usable and every source present, before any work."""
     open_storage(params.storage).check()
     check_reference(params.reference)
-    check_training(params.training)
+    check_training(params.training, params.reference)  # a directory: can a GPU hold it
     data_stage.preflight(params.data())
 
 
@@ -116,6 +117,8 @@ else transformers). The run prints the settings it uses before it starts.
 A real run on one GPU (TACO-verified for training, LiveCodeBench v6 for evaluation):
   python -m flows.pipeline --model /models/Qwen3-8B --lora \\
       --source hf:likaixin/TACO-verified --source 'hf:livecodebench/code_generation_lite?version_tag=v6'
+The paper's own run, full fine-tuning on a 4-GPU node (FSDP, vLLM colocated on every GPU):
+  python -m flows.pipeline --model /models/Qwen3-8B --gpus 4 --sharding fsdp --source ...
 Other sources as in the data flow (--source URI[:KIND][?key=value]). Any field of PipelineParams
 via --config FILE.json (nested objects merge over the preset's; flags override the file).
 """
@@ -172,6 +175,13 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--reward", choices=["correctness", "dense"], help="GRPO reward (correctness)")
     arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 32; offline: one epoch)")
     arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
+    arg("--gpus", type=int, metavar="N", help="GPUs to train on, one process each (1)")
+    arg(
+        "--sharding",
+        choices=SHARDINGS,
+        help="how the training GPUs share the model: ddp, fsdp, zero3 (auto: fsdp for full "
+        "fine-tuning on several GPUs, else ddp)",
+    )
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     add_report_to(parser)
     arg(
@@ -232,9 +242,11 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.turns is not None:
         collect["turns"] = args.turns
     training = values.setdefault("training", {})
-    for flag in ("mode", "max_steps", "reward", "precision"):
+    for flag in ("mode", "max_steps", "reward", "precision", "sharding"):
         if getattr(args, flag) is not None:
             training[flag] = getattr(args, flag)
+    if args.gpus is not None:
+        training["num_processes"] = args.gpus
     if args.objective:
         training.setdefault("offline", {})["objective"] = args.objective
     if args.lora:

@@ -7,7 +7,7 @@ rewards -> an offline objective (transformers' Trainer), no generation and no sa
     python -m flows.training --mode single_turn --max-steps 20
     python -m flows.training --mode offline --objective awr --offline awr_beta=0.5
     python -m flows.training --trajectories runs/trajectories/evaluation/<key> \\
-        --model /models/Qwen3-8B --preset paper --num-processes 8
+        --model /models/Qwen3-8B --preset paper --gpus 4 --sharding fsdp
 
 Stages, each a cached task with a content-addressed result in storage (MANIFEST.json last):
 `bandit` (<storage>/bandit/<key>/data.parquet) -> `training` (<storage>/training/<key>/: the
@@ -29,6 +29,7 @@ from prefect import flow
 
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
+from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
 from flows.cli import (
     add_report_to,
@@ -97,8 +98,21 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
     arg("--max-steps", type=int, help="optimizer steps (overrides the preset)")
     arg("--save-steps", type=int, help="checkpoint every N steps (resume after a crash)")
-    arg("--num-processes", type=int, help="training processes, one per GPU (accelerate launch)")
-    arg("--accelerate-config", metavar="FILE", help="accelerate config (DeepSpeed ZeRO, FSDP)")
+    arg(
+        "--gpus",
+        "--num-processes",
+        dest="num_processes",
+        type=int,
+        metavar="N",
+        help="GPUs to train on, one process each (accelerate launch; 1)",
+    )
+    arg(
+        "--sharding",
+        choices=SHARDINGS,
+        help="how the GPUs share the model: ddp, fsdp, zero3 (auto: fsdp for full fine-tuning "
+        "on several GPUs, else ddp)",
+    )
+    arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--format-reward", action="store_true", help="add the thinking-model format reward")
     arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
     arg("--max-prompt-tokens", type=int, help="bandit: longest partial context (10000)")
@@ -125,6 +139,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         ("max_steps", "max_steps"),
         ("save_steps", "save_steps"),
         ("num_processes", "num_processes"),
+        ("sharding", "sharding"),
         ("accelerate_config", "accelerate_config"),
         ("reward", "reward"),
         ("turns", "turns"),

@@ -36,6 +36,13 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.training.precision import Precision
+from cobalt.training.sharding import (
+    SHARDED,
+    Sharding,
+    ShardingError,
+    check_batch,
+    resolve_sharding,
+)
 from sandbox import SandboxConfig
 
 Preset = Literal["paper", "tiny"]
@@ -201,14 +208,21 @@ class TrainingConfig(BaseModel):
     num_processes: int = Field(
         1,
         ge=1,
-        description="Training processes, one per GPU: above 1 the training runs under "
-        "`accelerate launch` (DDP), each process with its own sandbox pool. The paper preset "
-        "keeps its global batch (64 prompts per step) by dividing the gradient accumulation.",
+        description="Training processes, one per GPU (--gpus): above 1 the training runs under "
+        "`accelerate launch`, each process with its own sandbox pool and, with vLLM colocated, "
+        "its own vLLM engine. The paper preset keeps its global batch (64 prompts per step) by "
+        "dividing the gradient accumulation.",
+    )
+    sharding: Sharding = Field(
+        "auto",
+        description="How the processes share the model (cobalt/training/sharding.py): ddp (each "
+        "GPU holds all of it), fsdp (FSDP2 full shard), zero3 (DeepSpeed ZeRO-3); auto: fsdp "
+        "for full fine-tuning on several GPUs, else ddp.",
     )
     accelerate_config: str | None = Field(
         None,
-        description="An accelerate config file for num_processes > 1 (DeepSpeed ZeRO, FSDP, "
-        "several machines); default: DDP on this machine's GPUs.",
+        description="An accelerate config file of your own instead of the sharding's "
+        "(infra/accelerate/*.yaml): several machines, offload.",
     )
     max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
     generation: Generation = Field(
@@ -266,6 +280,13 @@ class TrainingConfig(BaseModel):
 
         return resolve(self.precision, gpu=torch.cuda.is_available(), paper=self.preset == "paper")
 
+    def resolved_sharding(self, gpus: int | None = None) -> str:
+        """`sharding` with auto made concrete on this machine (ddp, fsdp or zero3); a custom
+        accelerate_config decides by itself (reported as ddp here: nothing of ours shards)."""
+        from cobalt.training.sharding import visible_gpus
+
+        return resolve_sharding(self, visible_gpus() if gpus is None else gpus)
+
     def kl(self) -> KLEstimator:
         """The KL estimator in use: the setting, else the preset's (paper k2, tiny k3)."""
         return self.kl_estimator or ("k2" if self.preset == "paper" else "k3")
@@ -290,9 +311,11 @@ class TrainingConfig(BaseModel):
         from trl import GRPOConfig
 
         try:
-            GRPOConfig(**self.grpo_kwargs("unused-output-dir"))
+            kwargs = self.grpo_kwargs("unused-output-dir")
+            GRPOConfig(**kwargs)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"training config ({self.preset} preset): {exc}") from None
+        check_batch(kwargs, self.num_processes)
 
     def offline_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
         """Keyword arguments of `transformers.TrainingArguments` for the offline mode."""
@@ -369,7 +392,11 @@ class TrainingConfig(BaseModel):
         }
         if self.preset == "paper":
             if 64 % self.num_processes:
-                raise ValueError("num_processes must divide 64")
+                raise ShardingError(
+                    f"training.num_processes {self.num_processes}: the paper preset's step of 64 "
+                    "prompts x 16 samples must split evenly over the processes: use --gpus 1, 2, "
+                    "4, 8, 16, 32 or 64"
+                )
             kwargs = common | {
                 "num_generations": 16,
                 "max_completion_length": 6144,
@@ -401,6 +428,24 @@ class TrainingConfig(BaseModel):
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
             kwargs.setdefault("save_total_limit", 2)
         kwargs |= self.numerics_kwargs() | self.generation_kwargs(gpu) | self.overrides
+        batch = self.overrides.get("generation_batch_size")
+        own_step = {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(
+            self.overrides
+        )
+        if self.preset == "paper" and batch is not None and not own_step:
+            # a smaller generation batch (a short run, a benchmark): one optimizer step per
+            # batch, each process's share split into micro-batches by the memory plan
+            share, rest = divmod(int(batch), self.num_processes)
+            if rest:
+                raise ShardingError(
+                    f"training.overrides generation_batch_size {batch} does not split over "
+                    f"{self.num_processes} processes: use a multiple of {self.num_processes}"
+                )
+            kwargs |= {"per_device_train_batch_size": share, "gradient_accumulation_steps": 1}
+        if kwargs.get("vllm_mode") == "colocate" and "vllm_enable_sleep_mode" not in self.overrides:
+            # sharded full fine-tuning: vLLM's weights and KV cache leave the GPU while the
+            # optimizer steps (TRL's sleep mode), the memory the training phase needs
+            kwargs["vllm_enable_sleep_mode"] = self.resolved_sharding() in SHARDED
         if kwargs.get("use_vllm"):
             kwargs.setdefault("vllm_importance_sampling_correction", self.vllm_is_correction)
             # vLLM's context: what training can feed it, not the model's own (131k for

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from cobalt.training.config import Mode, TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
 from cobalt.training.reward import correctness_reward, format_reward
+from cobalt.training.sharding import SHARDED
 from cobalt.trajectories.prompts import extract_code
 from engines import split_thinking, with_open_thinking
 from engines.thinking import template_opens_thinking
@@ -246,6 +247,51 @@ def check_generation_batch(rows: int, generation_batch_size: int, num_generation
         )
 
 
+def plan_vllm(
+    config: TrainingConfig,
+    kwargs: dict[str, Any],
+    model: Any,
+    numerics: Any,
+    shards: int,
+    logger: Any = log,
+) -> dict[str, Any]:
+    """A sleeping colocated vLLM's share of the GPU (`cobalt.training.memory.vllm_share`), unless
+    set: its weights and the KV cache of this process's share of a generation batch at full
+    length, beside the training state that stays on the GPU while it generates."""
+    if "vllm_gpu_memory_utilization" in config.overrides:
+        return kwargs
+    import torch
+
+    from cobalt.training.memory import state_bytes, vllm_share
+
+    parameters = sum(p.numel() for p in model.parameters())
+    resident = state_bytes(
+        parameters,
+        trainable=0 if config.lora else parameters,
+        trainable_dtype=numerics.trainable,
+        frozen_dtype=numerics.frozen,
+        reference_model=not config.lora and bool(kwargs.get("beta")),
+        shards=shards,
+    )
+    batch = kwargs.get("generation_batch_size") or int(kwargs["per_device_train_batch_size"]) * (
+        config.num_processes * int(kwargs["gradient_accumulation_steps"])
+    )
+    share = vllm_share(
+        model.config,
+        sequences=max(1, int(batch) // config.num_processes),
+        context_tokens=int(kwargs.get("vllm_max_model_length") or kwargs["max_completion_length"]),
+        total_bytes=torch.cuda.mem_get_info()[1],
+        resident_bytes=resident,
+        tensor_parallel=int(kwargs.get("vllm_tensor_parallel_size", 1)),
+    )
+    logger.info(
+        "vLLM colocated in sleep mode: %.3f of the GPU (weights, KV cache of %d sequences)",
+        share,
+        max(1, int(batch) // config.num_processes),
+    )
+    return kwargs | {"vllm_gpu_memory_utilization": share}
+
+
 def train(
     config: TrainingConfig,
     dataset_rows: Sequence[dict[str, Any]],
@@ -308,11 +354,14 @@ def train(
         str(model_path), dtype=load_dtype(numerics, config.lora is not None), **attention
     )
     plan = None
+    shards = config.num_processes if config.resolved_sharding() in SHARDED else 1
+    if gpu and kwargs.get("vllm_enable_sleep_mode"):
+        kwargs = plan_vllm(config, kwargs, model, numerics, shards, logger)
     if config.preset == "paper" and gpu and "per_device_train_batch_size" not in config.overrides:
         from cobalt.training.memory import fit_micro_batch
 
         longest = max(prompt_tokens(r["prompt"]) for r in rows)
-        plan = fit_micro_batch(config, kwargs, model, numerics, longest)
+        plan = fit_micro_batch(config, kwargs, model, numerics, longest, shards)
         kwargs |= {
             "per_device_train_batch_size": plan.micro_batch,
             "gradient_accumulation_steps": plan.gradient_accumulation_steps,

@@ -4,14 +4,16 @@
 `job.config.num_processes` is 1. Otherwise it writes
 the job to a JSON file and starts
 
-    accelerate launch --multi_gpu --num_processes N [--config_file F] -m cobalt.training.launch JOB
+    accelerate launch --config_file infra/accelerate/SHARDING.yaml --num_processes N \
+        --mixed_precision bf16|no -m cobalt.training.launch JOB
 
 TRL's own multi-process path: every process (one per GPU; on a machine without one, CPU
 processes over gloo) runs `cobalt.training.grpo.train` on its share of each batch with its own
 sandbox pool for the rewards (the machine's sandbox concurrency divided among them), gradients
-are averaged by DDP, and the main process saves the model, uploads checkpoints and writes the log
-history and step timing this process reads back. `config.accelerate_config` names an accelerate
-config file instead (DeepSpeed ZeRO, FSDP; docs/TRAINING.md).
+are averaged (ddp) or the model is sharded over the processes (fsdp, zero3:
+`cobalt/training/sharding.py`), and the main process saves the model, uploads checkpoints and
+writes the log history and step timing this process reads back. `config.accelerate_config` names
+an accelerate config file of the user's instead (docs/TRAINING.md).
 """
 
 from __future__ import annotations
@@ -118,14 +120,22 @@ def train_here(job: Job, processes: int = 1) -> Result:
     return history, timer.summary(), extra
 
 
-def launch_command(job_file: Path, config: TrainingConfig) -> list[str]:
+def launch_command(job_file: Path, config: TrainingConfig, gpus: int | None = None) -> list[str]:
+    """`accelerate launch` of the job: the sharding's config file from infra/accelerate (or the
+    user's accelerate_config), the process count and the mixed precision the numerics decided
+    given over the file's values; one process stays on the first GPU it was given."""
+    from cobalt.training.sharding import config_file, visible_gpus
+
+    gpus = visible_gpus() if gpus is None else gpus
     command = [sys.executable, "-m", "accelerate.commands.launch"]
     if config.accelerate_config:
         command += ["--config_file", config.accelerate_config]
+    elif config.num_processes > 1:
+        command += ["--config_file", str(config_file(config.resolved_sharding(gpus)))]
     else:
-        many = ["--multi_gpu"] if config.num_processes > 1 else ["--gpu_ids", _first_gpu()]
-        command += [*many, "--num_machines", "1", "--dynamo_backend", "no"]
-        command += ["--mixed_precision", "no"]  # the trainer's own bf16 setting decides
+        command += ["--gpu_ids", _first_gpu(), "--num_machines", "1", "--dynamo_backend", "no"]
+    mixed = gpus > 0 and config.resolved_precision() == "mixed"
+    command += ["--mixed_precision", "bf16" if mixed else "no"]  # the numerics decide
     command += ["--num_processes", str(config.num_processes)]
     command += ["--main_process_port", str(_free_port())]
     return [*command, "-m", "cobalt.training.launch", str(job_file)]
@@ -195,15 +205,34 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
         logging.getLogger("cobalt").setLevel(logging.INFO)
     history, timing, extra = train_here(job, processes)
+    peaks = _peaks(processes)  # every process takes part (a collective)
     if rank == 0:
-        import torch
-
-        if torch.cuda.is_available():  # the parent's meter cannot see this process's memory
-            extra["gpu_peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
-            extra["gpu_peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2**30, 2)
+        if peaks:  # the parent's meter cannot see these processes' memory
+            extra["gpu_peak_memory_gib"] = max(p[0] for p in peaks)
+            extra["gpu_peak_reserved_gib"] = max(p[1] for p in peaks)
+            extra["gpu_peaks_by_process_gib"] = peaks
         result = {"history": history, "timing": {**timing, "processes": processes}, "extra": extra}
         (job_file.parent / "result.json").write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _peaks(processes: int) -> list[list[float]]:
+    """[allocated, reserved] peak GiB of the PyTorch allocator in each process (its GPU), for
+    all processes; [] on CPU. A colocated vLLM's sleep-mode pool is not in it: the whole GPU's
+    memory is nvidia-smi's (scripts/gpu)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    mine = [
+        round(torch.cuda.max_memory_allocated() / 2**30, 2),
+        round(torch.cuda.max_memory_reserved() / 2**30, 2),
+    ]
+    if processes == 1 or not torch.distributed.is_initialized():
+        return [mine]
+    everyone: list[Any] = [None] * processes
+    torch.distributed.all_gather_object(everyone, mine)
+    return everyone
 
 
 if __name__ == "__main__":

@@ -8,16 +8,19 @@ keeps the step's size. Estimate, with gradient checkpointing (pure arithmetic ov
 config, `engines.memory` for the per-layer shapes):
 
     fixed  = weights + gradients + optimizer states (trainable: fp32 master, Adam's two moments;
-             LoRA: the frozen base in its dtype, the adapters' share negligible)
-           + the frozen reference model (full fine-tuning with a KL term)
-           + vLLM's share when it is colocated (vllm_gpu_memory_utilization x the GPU)
+             LoRA: the frozen base in its dtype, the adapters' share negligible), / N processes
+             when fsdp or zero3 shards them (cobalt/training/sharding.py)
+           + the frozen reference model (full fine-tuning with a KL term), / N when sharded
+           + vLLM's share when it is colocated and awake while the optimizer steps
+             (vllm_gpu_memory_utilization x the GPU; 0 in sleep mode, `vllm_share` plans it)
            + one row's fp32 log-softmax temporaries (completion x vocabulary x 8 bytes)
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
     per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
                  + length x activation bytes per token x 2         (one layer recomputed + grads)
                  + completion x vocabulary x 3 x compute bytes     (logits, scaled, their grad)
 
-`TrainingMemoryError` names the settings to change when even one sequence does not fit.
+`TrainingMemoryError` names the settings to change when even one sequence does not fit;
+`check_holds` fails before any work when a strategy cannot hold the model's state at all.
 """
 
 from __future__ import annotations
@@ -25,7 +28,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from engines.memory import activation_bytes_per_token, dtype_bytes, text_config
+from engines.memory import (
+    activation_bytes_per_token,
+    dtype_bytes,
+    kv_bytes_per_token,
+    text_config,
+)
 
 GIB = 1 << 30
 
@@ -67,16 +75,59 @@ def fixed_bytes(
     completion_tokens: int,
     vocab_size: int,
     total_bytes: int,
+    shards: int = 1,
 ) -> int:
-    """Everything but the per-sequence activations (see the module docstring)."""
+    """Everything but the per-sequence activations (see the module docstring); `shards`: the
+    processes fsdp / zero3 spread the model's state and the reference model over."""
+    return (
+        state_bytes(
+            parameters,
+            trainable=trainable,
+            trainable_dtype=trainable_dtype,
+            frozen_dtype=frozen_dtype,
+            reference_model=reference_model,
+            shards=shards,
+        )
+        + vllm_bytes
+        + completion_tokens * vocab_size * 8  # one row's fp32 log-softmax temporaries
+        + 2 * GIB
+        + total_bytes // 20  # reserve: fragmentation, CUDA context, NCCL, gathered layers
+    )
+
+
+def state_bytes(
+    parameters: int,
+    *,
+    trainable: int,
+    trainable_dtype: str,
+    frozen_dtype: str,
+    reference_model: bool,
+    shards: int = 1,
+) -> int:
+    """A GPU's share of the model: weights, gradients and Adam's moments of what is trained,
+    the frozen base and the reference model, divided by `shards` when sharded."""
     master = dtype_bytes(trainable_dtype)
     frozen = dtype_bytes(frozen_dtype)
     base = (parameters - trainable) * frozen
     learned = trainable * (2 * master + 8)  # weights, gradients, Adam's m and v (fp32)
     reference = parameters * frozen if reference_model else 0
-    row_temporaries = completion_tokens * vocab_size * 8
-    reserve = 2 * GIB + total_bytes // 20
-    return base + learned + reference + vllm_bytes + row_temporaries + reserve
+    return (base + learned + reference) // shards
+
+
+def parameter_count(model_config: Any) -> int:
+    """Parameters of a decoder-only transformer from its config (embeddings, attention with
+    its biases where the family has them, the gated MLP, norms, an untied head)."""
+    config = text_config(model_config)
+    hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
+    heads = int(config.num_attention_heads)
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    head = int(getattr(config, "head_dim", None) or hidden // heads)
+    inter = int(getattr(config, "intermediate_size", None) or 4 * hidden)
+    vocab = int(config.vocab_size)
+    attention = hidden * head * (heads + 2 * kv_heads) + heads * head * hidden
+    per_layer = attention + 3 * hidden * inter + 2 * hidden
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    return layers * per_layer + vocab * hidden * (1 if tied else 2) + hidden
 
 
 def sequence_bytes(
@@ -151,31 +202,32 @@ def plan_micro_batch(
 
 
 def fit_micro_batch(
-    config: Any, kwargs: dict[str, Any], model: Any, numerics: Any, longest_prompt: int
+    config: Any,
+    kwargs: dict[str, Any],
+    model: Any,
+    numerics: Any,
+    longest_prompt: int,
+    shards: int = 1,
 ) -> MicroBatchPlan:
     """The paper preset's micro-batch on this GPU: `kwargs` are the GRPOConfig fields (their
     per-device batch x accumulation is the step's size per process), `model` the loaded policy
-    (still on the CPU), `numerics` a `cobalt.training.precision.Numerics`."""
+    (still on the CPU), `numerics` a `cobalt.training.precision.Numerics`, `shards` the processes
+    fsdp / zero3 spread the model over (1: ddp or one process)."""
     import torch
 
     free, total = torch.cuda.mem_get_info()
     parameters = sum(p.numel() for p in model.parameters())
-    # LoRA's adapters are about 0.5% of an 8B model at rank 16: counted as frozen here
-    trainable = 0 if config.lora else parameters
-    vllm = 0
-    if kwargs.get("use_vllm") and kwargs.get("vllm_mode", "colocate") == "colocate":
-        vllm = int(float(kwargs.get("vllm_gpu_memory_utilization", 0.3)) * total)
-    completion = int(kwargs["max_completion_length"])
     fixed = fixed_bytes(
         parameters,
-        trainable=trainable,
+        trainable=0 if config.lora else parameters,  # LoRA's adapters: ~0.5% of 8B, not counted
         trainable_dtype=numerics.trainable,
         frozen_dtype=numerics.frozen,
         reference_model=not config.lora and bool(kwargs.get("beta")),
-        vllm_bytes=vllm,
-        completion_tokens=completion,
+        vllm_bytes=_vllm_awake_bytes(kwargs, total),
+        completion_tokens=int(kwargs["max_completion_length"]),
         vocab_size=int(text_config(model.config).vocab_size),
         total_bytes=total,
+        shards=shards,
     )
     compute = "bfloat16" if numerics.compute != "float32" else "float32"
     return plan_micro_batch(
@@ -183,9 +235,98 @@ def fit_micro_batch(
         sequences_per_step=int(kwargs["per_device_train_batch_size"])
         * int(kwargs["gradient_accumulation_steps"]),
         prompt_tokens=longest_prompt,
-        completion_tokens=completion,
+        completion_tokens=int(kwargs["max_completion_length"]),
         free_bytes=free,
         fixed=fixed,
         compute_dtype=compute,
         residual_dtype="bfloat16" if numerics.trainable == "bfloat16" else "float32",
+    )
+
+
+def _vllm_awake_bytes(kwargs: dict[str, Any], total: int) -> int:
+    """What a colocated vLLM holds while the optimizer steps: its share, or 0 asleep."""
+    colocated = kwargs.get("use_vllm") and kwargs.get("vllm_mode", "colocate") == "colocate"
+    if not colocated or kwargs.get("vllm_enable_sleep_mode"):
+        return 0
+    return int(float(kwargs.get("vllm_gpu_memory_utilization", 0.3)) * total)
+
+
+# vLLM's own activations, CUDA graphs and sampler beside its weights and KV cache (measured at
+# 8B: ~2-3 GiB); part of the share `vllm_share` plans
+VLLM_OVERHEAD = 4 * GIB
+
+
+def vllm_share(
+    model_config: Any,
+    *,
+    sequences: int,
+    context_tokens: int,
+    total_bytes: int,
+    resident_bytes: int,
+    tensor_parallel: int = 1,
+) -> float:
+    """`vllm_gpu_memory_utilization` for a colocated vLLM that sleeps while the optimizer steps:
+    its bf16 weights, the KV cache of the `sequences` this process generates at once at their
+    longest (`context_tokens`), and its overhead; at most what the training state resident
+    beside it (`resident_bytes`: the process's shards, the reference model) and the reserve
+    leave. vLLM pages the cache, so a share below the longest case still runs (it queues).
+    TrainingMemoryError when not even one full-length sequence fits beside the state."""
+    config = text_config(model_config)
+    weights = parameter_count(config) * 2 // tensor_parallel
+    kv_token = kv_bytes_per_token(config, 2) // tensor_parallel
+    reserve = 2 * GIB + total_bytes // 20
+    room = total_bytes - resident_bytes - reserve
+    least = weights + context_tokens * kv_token + VLLM_OVERHEAD
+    if least > room:
+        raise TrainingMemoryError(
+            f"a colocated vLLM needs {least / GIB:.1f} GiB (bf16 weights and one sequence of "
+            f"{context_tokens} tokens) but only {room / GIB:.1f} GiB of the GPU's "
+            f"{total_bytes / GIB:.0f} are left beside the training state ({resident_bytes / GIB:.1f} "
+            "GiB): spread the model over more GPUs (--gpus N --sharding fsdp), train LoRA "
+            "adapters (--lora), lower max_completion_length, or generate on a server "
+            "(training.generation vllm_server)"
+        )
+    want = weights + sequences * context_tokens * kv_token + VLLM_OVERHEAD
+    return round(min(want, room) / total_bytes, 3)
+
+
+def check_holds(
+    model_config: Any,
+    *,
+    lora: bool,
+    reference_model: bool,
+    trainable_dtype: str,
+    frozen_dtype: str,
+    shards: int,
+    sharding: str,
+    gpu_bytes: int,
+    processes: int,
+    colocated_vllm: bool = False,
+) -> None:
+    """Before any work: a GPU can hold its share of the model's state under this strategy, with
+    the reserve, room for one layer's activations and, when vLLM is colocated, its bf16 weights
+    left. TrainingMemoryError names the fix."""
+    parameters = parameter_count(model_config)
+    state = state_bytes(
+        parameters,
+        trainable=0 if lora else parameters,
+        trainable_dtype=trainable_dtype,
+        frozen_dtype=frozen_dtype,
+        reference_model=reference_model,
+        shards=shards,
+    )
+    room = gpu_bytes - 2 * GIB - gpu_bytes // 20 - 4 * GIB
+    room -= parameters * 2 if colocated_vllm else 0
+    if state <= room:
+        return
+    need = (state * shards) // GIB
+    fewest = next((n for n in (2, 4, 8, 16, 32, 64) if state * shards // n <= room), None)
+    more = f"--gpus {fewest} --sharding fsdp" if fewest else "more GPUs or several machines"
+    raise TrainingMemoryError(
+        f"training.sharding {sharding} on {processes} GPU(s): each GPU would hold "
+        f"{state / GIB:.0f} GiB of the model's state ({parameters / 1e9:.1f}B parameters, "
+        f"{need:.0f} GiB in all: {trainable_dtype} weights, gradients and Adam's moments"
+        f"{', a reference model' if reference_model else ''}) but has {gpu_bytes / GIB:.0f} GiB"
+        f"{' with a colocated vLLM beside it' if colocated_vllm else ''}: "
+        f"use {more}, or train LoRA adapters (--lora)"
     )

@@ -48,6 +48,7 @@ from cobalt.training.offline_data import (
     nothing_to_learn_reason,
     offline_data_spec,
 )
+from cobalt.training.sharding import check_fits, check_launch
 from cobalt.trajectories.problemsets import ProblemSetError, ProblemSource
 from cobalt.trajectories.runs import Trajectories, find_trajectories
 from sandbox import SandboxConfig
@@ -165,6 +166,7 @@ def preflight(params: TrainingParams) -> Ready:
             f"policy model directory {model} not found (it needs config.json): pass --model PATH, "
             "a directory saved with save_pretrained"
         )
+    check_fits(params.training, model)
     perturbed = None
     if params.bandit.perturbed_ratio > 0:
         if not params.perturbed:
@@ -184,11 +186,17 @@ def preflight(params: TrainingParams) -> Ready:
     )
 
 
-def check_training(config: TrainingConfig) -> None:
+def check_training(config: TrainingConfig, model: str | Path | None = None) -> None:
+    """The training settings, before any work: the trainer's own config, the GPUs and sharding
+    asked for on this machine, and (given the policy's directory) that a GPU can hold its share
+    of the model."""
+    check_launch(config)
     try:
         config.check()
     except ValueError as exc:
         raise ProblemSetError(f"{exc} (set the GRPOConfig field with --set KEY=VALUE)") from None
+    if model is not None:
+        check_fits(config, model)
 
 
 def model_identity(path: str | Path) -> str:

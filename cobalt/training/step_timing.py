@@ -1,10 +1,13 @@
-"""Where a GRPO step's wall time goes: generation, reward wait, the rest (optimisation).
+"""Where a GRPO step's wall time goes: generation, reward wait, weight sync, the rest
+(optimisation).
 
 TRL times its own blocks with `trl.extras.profiling.ProfilingContext` but reports them only to
 experiment trackers. `StepTimer` is a `TrainerCallback` that also listens to those contexts while
 it is active (`with StepTimer() as timer: trainer.train()`), so a plain run gets the breakdown:
 generation = TRL's `*.generate*` blocks, reward = `_calculate_rewards` (the sandbox judging every
-completion of a batch), optimisation = the rest of the optimizer step. Each step is also logged
+completion of a batch), weight sync = `sync_weights` (the policy's weights loaded into a vLLM
+engine; gathered from the shards first under fsdp / zero3), optimisation = the rest of the
+optimizer step (the policy's and the reference model's forward and backward passes, the step). Each step is also logged
 as it ends (a run cut short still shows its step times and, on a GPU, its peak memory so far).
 Plain Python, no Prefect.
 """
@@ -20,13 +23,17 @@ from transformers import TrainerCallback
 
 GENERATION = "generation"
 REWARD = "reward"
+WEIGHT_SYNC = "weight_sync"
 OPTIMISATION = "optimisation"
+BUCKETS = (GENERATION, REWARD, WEIGHT_SYNC)
 log = logging.getLogger(__name__)
 
 
 def _bucket(name: str) -> str | None:
     if name.endswith("_calculate_rewards"):
         return REWARD
+    if name.endswith("sync_weights"):
+        return WEIGHT_SYNC
     if ".generate" in name or name.endswith("generate_batch"):
         return GENERATION
     return None
@@ -69,18 +76,19 @@ class StepTimer(TrainerCallback):
         if self._started is None:
             return
         total = time.perf_counter() - self._started
-        step = {GENERATION: self._current[GENERATION], REWARD: self._current[REWARD]}
-        step[OPTIMISATION] = max(0.0, total - step[GENERATION] - step[REWARD])
+        step = {bucket: self._current[bucket] for bucket in BUCKETS}
+        step[OPTIMISATION] = max(0.0, total - sum(step.values()))
         step["total"] = total
         self.steps.append(step)
         self._current.clear()
         self._started = None
         log.info(
-            "step %d: %.1f s (generation %.1f, reward %.1f, optimisation %.1f)%s",
+            "step %d: %.1f s (generation %.1f, reward %.1f, weight sync %.1f, optimisation %.1f)%s",
             state.global_step,
             total,
             step[GENERATION],
             step[REWARD],
+            step[WEIGHT_SYNC],
             step[OPTIMISATION],
             _gpu_peak(),
         )
@@ -90,7 +98,8 @@ class StepTimer(TrainerCallback):
         total = sum(s["total"] for s in self.steps)
         out: dict[str, Any] = {"steps": len(self.steps), "total_s": round(total, 3)}
         out["step_s"] = [round(s["total"], 3) for s in self.steps]
-        for bucket in (GENERATION, REWARD, OPTIMISATION):
+        for bucket in (*BUCKETS, OPTIMISATION):
+            out[f"{bucket}_step_s"] = [round(s[bucket], 3) for s in self.steps]
             seconds = sum(s[bucket] for s in self.steps)
             out[f"{bucket}_s"] = round(seconds, 3)
             out[f"{bucket}_share"] = round(seconds / total, 4) if total else 0.0

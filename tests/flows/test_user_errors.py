@@ -157,6 +157,29 @@ ROWS: list[tuple[str, Row]] = [
         ]
     ),
     (
+        "pipeline-fsdp-without-gpus",
+        Row("pipeline", ["--gpus", "2", "--sharding", "fsdp"], 2,
+            r"training\.sharding fsdp: accelerate shards a model across GPUs only, and this "
+            r"machine has none; on CPU processes \(gloo\) use --sharding ddp"),
+    ),
+    (
+        "training-fsdp-on-one-process",
+        Row("training", ["--sharding", "fsdp"], 2,
+            r"training\.sharding fsdp on 1 process shards nothing: pass --gpus N"),
+    ),
+    (
+        "training-batch-does-not-split-over-the-gpus",
+        Row("training", ["--gpus", "2", "--set", "generation_batch_size=6"], 2,
+            r"generation_batch_size 6 does not split over 2 processes of "
+            r"per_device_train_batch_size 2 .*--set generation_batch_size=4"),
+    ),
+    (
+        "pipeline-paper-preset-on-3-gpus",
+        Row("pipeline", ["--preset", "paper", "--gpus", "3"], 2,
+            r"training\.num_processes 3: the paper preset's step of 64 prompts x 16 samples must "
+            r"split evenly over the processes: use --gpus 1, 2, 4"),
+    ),
+    (
         "data-malformed-rows-counted",
         Row("data", ["--source", "{tmp}/broken.jsonl:taco", "--no-verify"], 0, None,
             harness=True),

@@ -13,9 +13,10 @@ from test_grpo_tiny import rows as rows_of_test
 from cobalt.bandit.dataset import BanditRef, commit_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import StorageConfig, open_storage
-from cobalt.training.config import TrainingConfig
+from cobalt.training.config import LoraSettings, TrainingConfig
 from cobalt.training.grpo import prepare_rows
 from cobalt.training.launch import Job, LaunchError, launch_command, run_job
+from cobalt.training.sharding import config_file
 
 SANDBOX = SandboxRuntime(backend="namespace", concurrency=2)
 
@@ -45,15 +46,48 @@ def job(tmp_path, model: str, **config) -> Job:
     )
 
 
-def test_the_launch_command_is_accelerate_with_ddp_or_a_config_file(tmp_path) -> None:
-    ddp = launch_command(tmp_path / "job.json", TrainingConfig(num_processes=4))
-    assert ddp[1:3] == ["-m", "accelerate.commands.launch"] and "--multi_gpu" in ddp
-    assert ddp[ddp.index("--num_processes") + 1] == "4"
-    assert ddp[-3:] == ["-m", "cobalt.training.launch", str(tmp_path / "job.json")]
-    zero = launch_command(
-        tmp_path / "job.json", TrainingConfig(num_processes=8, accelerate_config="zero2.yaml")
-    )
-    assert "--multi_gpu" not in zero and zero[zero.index("--config_file") + 1] == "zero2.yaml"
+def test_the_launch_command_takes_the_shardings_config(tmp_path) -> None:
+    """Each strategy launches with the accelerate config the project ships; the process count and
+    the mixed precision the numerics decided are given over the file's values."""
+    job_file = tmp_path / "job.json"
+
+    def command(gpus: int = 4, **config) -> list[str]:
+        return launch_command(job_file, TrainingConfig(**config), gpus=gpus)
+
+    def flag(cmd: list[str], name: str) -> str:
+        return cmd[cmd.index(name) + 1]
+
+    for sharding in ("ddp", "fsdp", "zero3"):
+        cmd = command(num_processes=4, sharding=sharding, precision="mixed")
+        assert cmd[1:3] == ["-m", "accelerate.commands.launch"]
+        assert flag(cmd, "--config_file") == str(config_file(sharding))
+        assert (flag(cmd, "--num_processes"), flag(cmd, "--mixed_precision")) == ("4", "bf16")
+        assert cmd[-3:] == ["-m", "cobalt.training.launch", str(job_file)]
+    # auto: full fine-tuning is sharded, LoRA and CPU processes are not
+    assert flag(command(num_processes=4), "--config_file") == str(config_file("fsdp"))
+    lora = command(num_processes=4, lora=LoraSettings())
+    assert flag(lora, "--config_file") == str(config_file("ddp"))
+    cpu = command(gpus=0, num_processes=2)
+    assert flag(cpu, "--config_file") == str(config_file("ddp"))
+    assert flag(cpu, "--mixed_precision") == "no"  # fp32 on a CPU
+    own = command(num_processes=8, accelerate_config="zero2.yaml")
+    assert flag(own, "--config_file") == "zero2.yaml" and flag(own, "--num_processes") == "8"
+
+
+@pytest.mark.parametrize(
+    ("sharding", "kind"), [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero3", "DEEPSPEED")]
+)
+def test_the_shipped_accelerate_configs_load(sharding: str, kind: str) -> None:
+    """accelerate reads each file as the strategy it is named for."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(config_file(sharding)))
+    assert loaded.distributed_type.value == kind and loaded.num_machines == 1
+    if sharding == "fsdp":
+        assert loaded.fsdp_config["fsdp_version"] == 2
+        assert loaded.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+    if sharding == "zero3":
+        assert loaded.deepspeed_config["zero_stage"] == 3
 
 
 def test_a_one_process_launch_stays_on_the_card_its_caller_was_given(tmp_path, monkeypatch) -> None:
