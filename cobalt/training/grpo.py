@@ -209,10 +209,22 @@ def prepare_rows(
 
 
 def last_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest `checkpoint-N` directory in `output_dir` (what a killed run resumes from)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    return get_last_checkpoint(str(output_dir)) if Path(output_dir).is_dir() else None
+    """The newest complete `checkpoint-N` directory in `output_dir` (what a killed run resumes
+    from). The trainer writes a checkpoint's `trainer_state.json` after its weights, optimizer
+    and RNG states, and only then deletes older ones: a process killed while saving leaves a
+    newer directory without it, which is skipped (transformers' own `get_last_checkpoint`
+    would pick it and the resumed run would fail)."""
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    complete = [
+        p
+        for p in folder.glob("checkpoint-*")
+        if p.name.removeprefix("checkpoint-").isdigit() and (p / "trainer_state.json").is_file()
+    ]
+    if not complete:
+        return None
+    return str(max(complete, key=lambda p: int(p.name.removeprefix("checkpoint-"))))
 
 
 @dataclass

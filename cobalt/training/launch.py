@@ -204,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     if rank == 0:  # the launch log shows each step as it ends (cobalt.training.step_timing)
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
         logging.getLogger("cobalt").setLevel(logging.INFO)
+    _die_with_launcher()
+    _indexed_cpu_locations()
     history, timing, extra = train_here(job, processes)
     peaks = _peaks(processes)  # every process takes part (a collective)
     if rank == 0:
@@ -214,6 +216,35 @@ def main(argv: list[str] | None = None) -> int:
         result = {"history": history, "timing": {**timing, "processes": processes}, "extra": extra}
         (job_file.parent / "result.json").write_text(json.dumps(result, indent=1))
     return 0
+
+
+def _die_with_launcher() -> None:
+    """End this process when its launcher does (Linux: PR_SET_PDEATHSIG). torch's elastic agent
+    starts every training process in a session of its own, so a launcher killed with SIGKILL
+    (a crash, the job's time limit) would leave them training, holding the GPUs and writing
+    checkpoints beside the run that resumes."""
+    import ctypes
+    import signal
+
+    if not sys.platform.startswith("linux"):
+        return
+    launcher = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != launcher:  # it died before the call
+        os._exit(1)
+
+
+def _indexed_cpu_locations() -> None:
+    """Let torch.load restore tensors to "cpu:N": transformers maps a resumed optimizer state to
+    `args.device`, which is torch.device("cpu", rank) in CPU processes (gloo), a location torch
+    does not know (RuntimeError: don't know how to restore data location ... cpu:0)."""
+    import torch.serialization
+
+    def restore(obj: Any, location: str) -> Any:
+        return obj if location.startswith("cpu:") else None
+
+    torch.serialization.register_package(95, lambda obj: None, restore)  # after the built-ins
 
 
 def _peaks(processes: int) -> list[list[float]]:

@@ -129,3 +129,67 @@ def test_a_failed_launch_says_why(tmp_path) -> None:
         run_job(job(tmp_path, str(tmp_path / "nope"), num_processes=2, max_steps=1))
     first = str(failed.value).splitlines()[0]  # the child's exception first, then its output
     assert re.match(r"training on 2 processes failed \(\d+\): \w*(Error|Exception): .*nope", first)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> None:
+    """Two training processes (gloo here; the same launcher and checkpoints as on GPUs) killed
+    with SIGKILL, the launcher with them, once a checkpoint is on disk: the same job again goes
+    on from the newest complete checkpoint, runs only the steps left, and saves one model
+    directory that transformers loads. A checkpoint the kill cut short (no trainer_state.json)
+    is skipped."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    from cobalt.training.grpo import last_checkpoint
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    steps = 60
+    the_job = job(tmp_path, str(model), num_processes=2, max_steps=steps, save_steps=2)
+    job_file = tmp_path / "job.json"
+    job_file.write_text(the_job.model_dump_json())
+    code = (
+        "import sys; from cobalt.training.launch import Job, run_job; "
+        "run_job(Job.model_validate_json(open(sys.argv[1]).read()))"
+    )
+    out = Path(the_job.output_dir)
+    first = subprocess.Popen(
+        [sys.executable, "-c", code, str(job_file)],
+        start_new_session=True,  # its own process group: the launcher and both trainers
+        stdout=(tmp_path / "first.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 600
+    while last_checkpoint(out) is None and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if first.poll() is not None:
+        pytest.fail(
+            f"the run ended before it could be killed:\n{(tmp_path / 'first.log').read_text()[-3000:]}"
+        )
+    os.killpg(first.pid, signal.SIGKILL)
+    assert first.wait() == -signal.SIGKILL
+    survived = last_checkpoint(out)
+    assert survived is not None
+    done = int(survived.rsplit("-", 1)[-1])
+    assert done < steps
+    partial = out / f"checkpoint-{done + 100}"  # what a kill during a save leaves
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"cut short")
+
+    history, timing, _ = run_job(the_job)
+    assert [h["step"] for h in history if "loss" in h] == list(range(1, steps + 1))
+    log = (out / ".launch" / "launch.log").read_text()
+    assert timing["steps"] == steps - done, log[-3000:]  # only the steps the kill left undone
+    assert "process 1 of 2 starts" in log
+    state = json.loads((Path(last_checkpoint(out)) / "trainer_state.json").read_text())
+    assert state["global_step"] == steps
+    AutoModelForCausalLM.from_pretrained(str(out))  # the policy: a plain model directory
