@@ -146,7 +146,12 @@ def cast_saved(output_dir: str | Path, numerics: Numerics) -> None:
         tmp = path.with_suffix(".tmp")
         save_file(cast, str(tmp), metadata={"format": "pt"})
         tmp.replace(path)
-    config_path = directory / "config.json"
+    write_saved_dtype(directory, numerics)
+
+
+def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
+    """Declare the saved weights' dtype in the model's config.json."""
+    config_path = Path(output_dir) / "config.json"
     if config_path.exists():
         config = json.loads(config_path.read_text())
         config["dtype"] = numerics.saved

@@ -85,31 +85,70 @@ def build_wheel(tmp: Path, name: str) -> Path:
     return next(out.glob(f"{name}-*.whl"))
 
 
+def pack_group(tmp: Path, wheel: Path, out: Path) -> None:
+    """What build.sh makes of a group: its wheels installed with pip --target, tarred, xz."""
+    import tarfile
+
+    site = tmp / f"site-{wheel.name}"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+         "--target", str(site), str(wheel)],
+        check=True, timeout=120,
+    )  # fmt: skip
+    with tarfile.open(out, "w:xz") as tar:
+        tar.add(site, arcname=".")
+
+
 def test_the_bundle_installs_call_by_call_and_keeps_every_console_script(tmp_path):
-    """infra/gpu-bundle/install.sh on the worker, one wheel folder per device call: the second
-    call's folder must not take the first call's console scripts away (pip --target --upgrade
-    into one folder replaced its bin/: `prefect: command not found` on the H200, 2026-11-26)."""
+    """infra/gpu-bundle/install.sh on the worker, one packed group per device call and vLLM's
+    parts over two calls: the second group must not take the first one's console scripts away
+    (`prefect: command not found` on the H200, 2026-11-26), the scripts run with the worker's
+    python3 (the build machine's interpreter path is rewritten), and vLLM is unpacked once its
+    last part has arrived."""
+    import tarfile
+
     checkout = tmp_path / "checkout"
     (checkout / "infra/gpu-bundle").mkdir(parents=True)
+    (checkout / ".gpu").mkdir()
     shutil.copy(ROOT / "infra/gpu-bundle/install.sh", checkout / "infra/gpu-bundle/install.sh")
     site, store = tmp_path / "site", tmp_path / "store"
+    bin_dir = tmp_path / "bin"  # `python3` on the worker's PATH: this interpreter
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(sys.executable)
     env = {**os.environ, "GPU_SITE": str(site), "GPU_BUNDLE_STORE": str(store),
-           "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}  # fmt: skip
-    for group, name in (("prefect", "cobaltfirst"), ("remote", "cobaltsecond")):
-        folder = checkout / ".gpu" / f"wheels-{group}"
-        folder.mkdir(parents=True)
-        shutil.copy(build_wheel(tmp_path, name), folder)
+           "PATH": f"{bin_dir}:{os.environ['PATH']}"}  # fmt: skip
+    fake = tmp_path / "vllm-site"
+    (fake / "vllm").mkdir(parents=True)
+    (fake / "vllm" / "__init__.py").write_text("x = 1\n")
+    with tarfile.open(tmp_path / "vllm.tar.xz", "w:xz") as tar:
+        tar.add(fake, arcname=".")
+    blob = (tmp_path / "vllm.tar.xz").read_bytes()
+    half = len(blob) // 2
+    parts = {"vllm.part-00": blob[:half], "vllm.part-01": blob[half:]}
+
+    def install() -> str:
         done = subprocess.run(
             ["bash", "infra/gpu-bundle/install.sh"], cwd=checkout, env=env,
             capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        assert f"wheels-{group} installed" in done.stdout
-        assert not folder.exists()  # installed once, then gone from the checkout
+        return done.stdout
+
+    for call, (group, name) in enumerate((("core", "cobaltfirst"), ("remote", "cobaltsecond"))):
+        pack_group(tmp_path, build_wheel(tmp_path, name), checkout / ".gpu" / f"site-{group}.tar.xz")
+        part = f"vllm.part-0{call}"
+        (checkout / ".gpu" / part).write_bytes(parts[part])
+        (checkout / ".gpu" / "PARTS").write_text("\n".join(parts) + "\n")
+        said = install()
+        assert f"site-{group} installed" in said
+        assert not (checkout / ".gpu" / f"site-{group}.tar.xz").exists()  # once, then gone
+        assert ("waiting for vllm.part-01" in said) == (call == 0), said
+    assert (site / "vllm" / ".complete").exists() and (site / "vllm" / "__init__.py").exists()
     for name in ("cobaltfirst", "cobaltsecond"):
-        assert (site / "bin" / name).exists(), sorted(p.name for p in (site / "bin").iterdir())
+        script = site / "bin" / name
+        assert script.read_text().splitlines()[0] == "#!/usr/bin/env python3"
         ran = subprocess.run(
-            [sys.executable, "-c", f"import {name}; {name}.main()"],
-            env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True, timeout=60,
+            [str(script)], env={**env, "PYTHONPATH": str(site)}, capture_output=True, text=True,
+            timeout=60,
         )  # fmt: skip
-        assert ran.stdout.strip() == f"hello from {name}"
+        assert ran.stdout.strip() == f"hello from {name}", ran.stderr

@@ -85,7 +85,7 @@ def test_the_shipped_accelerate_configs_load(sharding: str, kind: str) -> None:
     assert loaded.distributed_type.value == kind and loaded.num_machines == 1
     if sharding == "fsdp":
         assert loaded.fsdp_config["fsdp_version"] == 2
-        assert loaded.fsdp_config["fsdp_state_dict_type"] == "FULL_STATE_DICT"
+        assert loaded.fsdp_config["fsdp_state_dict_type"] == "SHARDED_STATE_DICT"
     if sharding == "zero3":
         assert loaded.deepspeed_config["zero_stage"] == 3
 
