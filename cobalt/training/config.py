@@ -239,6 +239,12 @@ class TrainingConfig(BaseModel):
         description="The policy's attention kernel (transformers' attn_implementation: sdpa, "
         "eager, flash_attention_2); default: the model's own.",
     )
+    trim_padding: bool | None = Field(
+        None,
+        description="Forward passes with less padding: micro-batches of similar completion "
+        "length, each cut to its own longest sequence (cobalt.training.padding; exact for the "
+        "dapo loss). None: on with the paper preset.",
+    )
     cudnn_attention: bool = Field(
         True,
         description="Let PyTorch's SDPA pick its cuDNN kernel (GPU, half precision). Off: the "
@@ -286,6 +292,10 @@ class TrainingConfig(BaseModel):
         from cobalt.training.sharding import visible_gpus
 
         return resolve_sharding(self, visible_gpus() if gpus is None else gpus)
+
+    def trims_padding(self) -> bool:
+        """`trim_padding`, or (None) on for the paper preset."""
+        return self.preset == "paper" if self.trim_padding is None else self.trim_padding
 
     def kl(self) -> KLEstimator:
         """The KL estimator in use: the setting, else the preset's (paper k2, tiny k3)."""

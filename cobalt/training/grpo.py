@@ -448,6 +448,7 @@ def train(
             callbacks=[*callbacks, guard],
             peft_config=config.lora.peft_config() if config.lora else None,
             kl_estimator=config.kl(),
+            trim_padding=config.trims_padding(),
         )
         cast_trainable(trainer.model, numerics)
         logger.info(

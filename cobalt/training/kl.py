@@ -12,6 +12,9 @@ logs it as `kl`. The policy's per-token log-probabilities come from the loss's o
 (captured, not recomputed), so k2 costs no extra forward. With `kl_estimator="k3"` it is TRL's
 trainer unchanged.
 
+With `trim_padding` it also runs its forward passes with less padding (`cobalt.training.padding`:
+micro-batches of similar length, each forward cut to its chunk's own longest sequence).
+
 It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
 prompts to a `rollout_func`): the multi-turn rollout finds each conversation's problem by them,
 since problems can share a statement and differ in their tests.
@@ -24,6 +27,8 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from cobalt.training.padding import REORDERABLE_LOSSES, by_length, trimmed_logps
+
 K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
 
 
@@ -31,7 +36,9 @@ class CobaltGRPOTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's) and
     the batch's example ids for a `rollout_func`."""
 
-    def __init__(self, *args: Any, kl_estimator: str = "k3", **kwargs: Any):
+    def __init__(
+        self, *args: Any, kl_estimator: str = "k3", trim_padding: bool = False, **kwargs: Any
+    ):
         super().__init__(*args, **kwargs)
         if kl_estimator not in ("k3", "k2"):
             raise ValueError(f"training.kl_estimator {kl_estimator!r}: use k3 or k2")
@@ -41,6 +48,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
                 f"{self.loss_type!r}: use k3, or one of those loss types"
             )
         self.kl_estimator = kl_estimator
+        self.trim_padding = trim_padding
         self._policy_logps: Any = None
         self.batch_example_ids: list[str] | None = None
 
@@ -53,10 +61,52 @@ class CobaltGRPOTrainer(GRPOTrainer):
             self.batch_example_ids = None
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
-        out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._trims(args, kwargs):
+            model, input_ids, attention_mask, logits_to_keep = args[:4]
+            base = super()._get_per_token_logps_and_entropies
+
+            def compute(ids: Any, mask: Any, keep: int, **more: Any) -> Any:
+                return base(model, ids, mask, keep, **more)
+
+            logps, entropies = trimmed_logps(
+                compute,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=kwargs.get("batch_size"),
+                compute_entropy=bool(kwargs.get("compute_entropy")),
+            )
+            out = (logps, entropies, None)
+        else:
+            out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self.kl_estimator == "k2" and kwargs.get("compute_entropy"):
             self._policy_logps = out[0]  # only the loss's own forward asks for the entropy
         return out
+
+    def _trims(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Trimmed forward passes: text only (no images, no MoE auxiliary loss), called as TRL
+        1.16 calls it (model, ids, mask, logits_to_keep positionally)."""
+        if not self.trim_padding or len(args) != 4 or kwargs.get("compute_aux_loss"):
+            return False
+        extra = set(kwargs) - {"batch_size", "compute_entropy", "compute_aux_loss"}
+        return all(kwargs[k] is None for k in extra)
+
+    def _prepare_inputs(self, generation_batch: Any) -> Any:
+        reorder = (
+            self.trim_padding
+            and self.model.training
+            and self.loss_type in REORDERABLE_LOSSES
+            and self.args.steps_per_generation > 1
+        )
+        if not reorder:
+            return super()._prepare_inputs(generation_batch)
+        every = self.args.steps_per_generation * self.num_iterations
+        fresh = self._step % every == 0 or self._buffered_inputs is None
+        inputs = super()._prepare_inputs(generation_batch)
+        if fresh:  # a new generation batch: its micro-batches by completion length
+            self._buffered_inputs = by_length(self._buffered_inputs)
+            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
+        return inputs
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]):
         if self.kl_estimator == "k3" or self.beta == 0.0:

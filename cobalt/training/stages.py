@@ -61,6 +61,7 @@ TRAINING_CODE = (
     "cobalt.training.kl",
     "cobalt.training.memory",
     "cobalt.training.multiturn",
+    "cobalt.training.padding",
     "cobalt.training.precision",
     "cobalt.training.reward",
     "cobalt.trajectories.collect.judge_turns",

@@ -5,6 +5,9 @@ statement lengthened with a background section to about --tokens tokens in the t
 prompts are as long as the paper's (10,240-token limit) or as short as verl's GSM8K run.
 
     python scripts/gpu/long_problems.py --tokens 9600 --count 4 --out /root/long.jsonl
+    python scripts/gpu/long_problems.py --tokens 100 --count 256 --out /root/short.jsonl
+
+More problems than the source holds are its rows again, each a numbered case of its own.
 """
 
 from __future__ import annotations
@@ -55,11 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     def count(text: str) -> int:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    rows = [json.loads(line) for line in args.source.read_text().splitlines()[: args.count]]
+    source = [json.loads(line) for line in args.source.read_text().splitlines()]
+    rows = []
+    for i in range(args.count):
+        row = dict(source[i % len(source)])
+        case = f"Case {i // len(source) + 1}. " if i >= len(source) else ""
+        row["question"] = lengthen(case + row["question"], args.tokens, count)
+        row["id"] = f"{row['id']}-{i}-len{args.tokens}"
+        rows.append(row)
     with args.out.open("w") as out:
         for row in rows:
-            row["question"] = lengthen(row["question"], args.tokens, count)
-            row["id"] = f"{row['id']}-long{args.tokens}"
             out.write(json.dumps(row) + "\n")
     print(f"{len(rows)} problems of about {args.tokens} tokens in {args.out}")
     return 0

@@ -135,7 +135,9 @@ def test_the_bundle_installs_call_by_call_and_keeps_every_console_script(tmp_pat
         return done.stdout
 
     for call, (group, name) in enumerate((("core", "cobaltfirst"), ("remote", "cobaltsecond"))):
-        pack_group(tmp_path, build_wheel(tmp_path, name), checkout / ".gpu" / f"site-{group}.tar.xz")
+        pack_group(
+            tmp_path, build_wheel(tmp_path, name), checkout / ".gpu" / f"site-{group}.tar.xz"
+        )
         part = f"vllm.part-0{call}"
         (checkout / ".gpu" / part).write_bytes(parts[part])
         (checkout / ".gpu" / "PARTS").write_text("\n".join(parts) + "\n")
