@@ -31,6 +31,7 @@ from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.stages import check_training
+from cobalt.trajectories.stages import check_gpus
 from flows.cli import (
     add_report_to,
     add_storage_args,
@@ -49,6 +50,7 @@ from tasks.pipeline import reference_model, report
 def preflight(params: PipelineParams) -> None:
     """Storage usable and every source present, before any work."""
     open_storage(params.storage).check()
+    check_gpus(params.engine)
     check_reference(params.reference)
     check_training(params.training)
     data_stage.preflight(params.data())
@@ -111,7 +113,8 @@ Two presets decide the settings that flags and --config leave unset:
          10,000 tokens, the paper GRPO preset (lr 1e-6, 16 samples per prompt, fp32 master
          weights with bf16 compute, k2 KL 1e-4, 2 epochs; --lora on one GPU).
 The engine of every generating stage is --engine (auto: vLLM on a GPU where it is installed,
-else transformers). The run prints the settings it uses before it starts.
+else transformers); vLLM generates on every visible GPU (--gpus N: on N). Training runs after,
+in a process of its own. The run prints the settings it uses before it starts.
 
 A real run on one GPU (TACO-verified for training, LiveCodeBench v6 for evaluation):
   python -m flows.pipeline --model /models/Qwen3-8B --lora \\
@@ -158,6 +161,12 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         help="engine of every generating stage (auto)",
     )
     arg("--api-base", metavar="URL", help="litellm: an OpenAI-compatible server")
+    arg(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="vLLM: generating stages on N GPUs, one engine each (default: every visible GPU)",
+    )
     arg("--source", action="append", metavar="URI[:KIND]", help="data source (repeatable)")
     arg("--fit-steps", type=int, help="optimizer steps of the tiny model's fit (240)")
     arg("--train-limit", type=int, help="only the first N training problems")
@@ -221,7 +230,12 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.reward_hacking:
         values["reward_hacking"] = True
     engine = values.setdefault("engine", {})
-    for flag, field in (("engine", "kind"), ("api_base", "api_base"), ("device", "device")):
+    for flag, field in (
+        ("engine", "kind"),
+        ("api_base", "api_base"),
+        ("device", "device"),
+        ("gpus", "data_parallel_size"),
+    ):
         if getattr(args, flag) is not None:
             engine[field] = getattr(args, flag)
     collect = values.setdefault("collect", {})
