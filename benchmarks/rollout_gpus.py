@@ -110,13 +110,13 @@ def make_run_engine(gpus: int, model: Path, args: argparse.Namespace):
 
 
 def run(gpus: int, model: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from cobalt.trajectories.batching import per_call
     from cobalt.trajectories.collect import (
         BatchConfig,
         CollectConfig,
         collect_initial,
         collect_multiturn,
     )
-    from cobalt.trajectories.stages import per_call
     from engines import SamplingConfig
 
     todo = problems(args.problems, args.max_statement_chars)

@@ -93,8 +93,7 @@ class BatchConfig(BaseModel):
         16,
         ge=1,
         le=100_000,
-        description="Problems processed together; their records land when the chunk is done. "
-        "Per copy of the model: vLLM on N GPUs takes N x chunk_size problems a chunk.",
+        description="Problems processed together; their records land when the chunk is done.",
     )
     lanes: int = Field(
         2,

@@ -29,6 +29,7 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
+from cobalt.trajectories.batching import per_call
 from cobalt.trajectories.collect import (
     BatchConfig,
     CollectConfig,
@@ -283,15 +284,6 @@ def engine_for(config: EngineConfig) -> Engine:
 def close_engines() -> None:
     while _ENGINES:
         _ENGINES.popitem()[1].close()
-
-
-def per_call(batch: BatchConfig, engine: Engine) -> BatchConfig:
-    """`chunk_size` problems per copy of the model: vLLM on N GPUs gets N chunks' worth of
-    conversations per call, so each GPU has as much to do as one GPU alone. Records do not depend
-    on the chunks (each conversation is seeded on its own)."""
-    if engine.replicas == 1:
-        return batch
-    return batch.model_copy(update={"chunk_size": batch.chunk_size * engine.replicas})
 
 
 def read_stage(

@@ -30,8 +30,8 @@ def texts(results):
 
 
 def test_the_served_engine_starts_generates_and_stops_its_server(tiny_model_dir):
+    from cobalt.trajectories.batching import per_call
     from cobalt.trajectories.collect import BatchConfig
-    from cobalt.trajectories.stages import per_call
 
     local = make_engine(EngineConfig(kind="transformers", model=str(tiny_model_dir)))
     prompt = {i: local.generate([c], SamplingConfig(max_new_tokens=1))[0][0].prompt_tokens
