@@ -115,11 +115,14 @@ def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, 
 
 def settings_text(params: PipelineParams) -> str:
     """What the run will use, printed before it starts (the preset's choices and the user's)."""
-    from engines import resolve_kind
+    from engines import resolve_data_parallel, resolve_kind
 
     c, s, t = params.collect, params.collect.sampling, params.training
     kind = params.engine.kind
     engine = f"{kind} -> {resolve_kind(kind)}" if kind == "auto" else kind
+    if resolve_kind(kind) == "vllm":
+        gpus = resolve_data_parallel(params.engine) * params.engine.tensor_parallel_size
+        engine += f" on {gpus} GPU{'s' if gpus > 1 else ''}"
     lines = [
         f"preset {params.preset}: reference and policy {params.reference}; engine {engine}",
         f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "

@@ -10,7 +10,7 @@ OpenAI-compatible servers) and vLLM, behind one interface. No Prefect import.
 from __future__ import annotations
 
 from .base import Completion, Conversation, Engine, Message, Usage, sum_usage
-from .config import EngineConfig, EngineKind, MissingAPIKeyError, SamplingConfig
+from .config import EngineConfig, EngineKind, GPUCountError, MissingAPIKeyError, SamplingConfig
 from .memory import InsufficientMemoryError
 from .thinking import opens_thinking, split_thinking, thinking_text, with_open_thinking
 
@@ -20,6 +20,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "EngineKind",
+    "GPUCountError",
     "InsufficientMemoryError",
     "Message",
     "MissingAPIKeyError",
@@ -27,6 +28,7 @@ __all__ = [
     "Usage",
     "make_engine",
     "opens_thinking",
+    "resolve_data_parallel",
     "resolve_kind",
     "split_thinking",
     "sum_usage",
@@ -58,6 +60,40 @@ def _gpu_visible() -> bool:
     return torch.cuda.is_available()
 
 
+def visible_gpus() -> int:
+    """GPUs this process can use (CUDA_VISIBLE_DEVICES applies); 0 without torch or CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def resolve_data_parallel(config: EngineConfig, *, gpus: int | None = None) -> int:
+    """How many vLLM engines `config` runs here: `data_parallel_size`, with `auto` = the visible
+    GPUs // tensor_parallel_size (at least 1). Raises `GPUCountError` (naming the field and the
+    fix) when more than one engine is asked for and the GPUs are not there. `gpus`: the visible
+    count (tests); None probes this machine."""
+    size, per_engine = config.data_parallel_size, config.tensor_parallel_size
+    if size == 1:
+        return 1
+    gpus = visible_gpus() if gpus is None else gpus
+    if size == "auto":
+        return max(1, gpus // per_engine)
+    if size * per_engine > gpus:
+        import os
+
+        shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
+        raise GPUCountError(
+            f"engine.data_parallel_size {size} x tensor_parallel_size {per_engine} needs "
+            f"{size * per_engine} GPUs but {gpus} are visible here{where}: pass --gpus "
+            f"{max(1, gpus // per_engine)} or fewer (engine.data_parallel_size), or leave it at "
+            "auto (every visible GPU)"
+        )
+    return size
+
+
 def make_engine(config: EngineConfig) -> Engine:
     """The engine for `config.kind` (`auto` resolved by `resolve_kind`); heavy dependencies are
     imported only for the chosen kind."""
@@ -75,7 +111,7 @@ def make_engine(config: EngineConfig) -> Engine:
 
         return LiteLLMEngine(config)
     if config.kind == "vllm":
-        from .vllm_engine import VLLMEngine
+        from .vllm_engine import make_vllm_engine
 
-        return VLLMEngine(config)
+        return make_vllm_engine(config)
     raise ValueError(f"unknown engine kind {config.kind!r}")

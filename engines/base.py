@@ -108,6 +108,9 @@ class Engine(abc.ABC):
     """
 
     kind: str = "base"
+    # model copies that generate side by side (vLLM on N GPUs: N); the trajectory stage gives
+    # each call this many times its chunk of problems, so each copy gets a whole chunk's work
+    replicas: int = 1
 
     def __init__(self, config: EngineConfig):
         self.config = config

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 EngineKind = Literal["transformers", "litellm", "vllm", "auto"]
+MAX_CONCURRENCY = 4096  # requests in flight of one engine
 
 
 class SamplingConfig(BaseModel):
@@ -51,7 +52,8 @@ class EngineConfig(BaseModel):
     kind: EngineKind = Field(
         "transformers",
         description="transformers: local model in this process; litellm: an API model or any "
-        "OpenAI-compatible server; vllm: vLLM offline engine in this process (GPU); auto: vllm "
+        "OpenAI-compatible server; vllm: vLLM on this machine's GPUs (in this process on one, "
+        "a local `vllm serve` on several: data_parallel_size); auto: vllm "
         "when vLLM is importable and a GPU is visible, else transformers (engines.resolve_kind).",
     )
     model: str = Field(
@@ -78,7 +80,13 @@ class EngineConfig(BaseModel):
         description="First retry delay; doubles per retry, capped at 60 s; a server's "
         "Retry-After of up to 60 s wins (litellm).",
     )
-    concurrency: int = Field(16, ge=1, le=4096, description="Requests in flight at once (litellm).")
+    concurrency: int = Field(
+        16,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="Requests in flight at once (litellm; vllm on several GPUs sends every "
+        f"request of a call at once, up to {MAX_CONCURRENCY}).",
+    )
     use_n: bool | None = Field(
         None,
         description="litellm: send `n` in one request (True), one request per sample (False), or "
@@ -119,6 +127,14 @@ class EngineConfig(BaseModel):
         "the installed transformers has it; falls back to padded batches otherwise.",
     )
     tensor_parallel_size: int = Field(1, ge=1, le=64, description="vllm: GPUs per model.")
+    data_parallel_size: Annotated[int, Field(ge=1, le=64)] | Literal["auto"] = Field(
+        "auto",
+        description="vllm: copies of the model, one per tensor_parallel_size GPUs, that share "
+        "each call's conversations. 1: vLLM in this process (LLM.chat); N > 1: a local `vllm "
+        "serve --data-parallel-size N` reached through the litellm engine (engines/"
+        "served_engine.py); auto: every visible GPU (visible GPUs // tensor_parallel_size, at "
+        "least 1), resolved where the engine is made (engines.resolve_data_parallel).",
+    )
     gpu_memory_utilization: float = Field(
         0.9, gt=0, le=1, description="vllm: fraction of GPU memory vLLM may take."
     )
@@ -135,6 +151,11 @@ class EngineConfig(BaseModel):
     def _check(self) -> EngineConfig:
         if self.api_base is not None and self.kind != "litellm":
             raise ValueError("api_base only applies to kind='litellm'")
+        if self.data_parallel_size not in (1, "auto") and self.kind in ("transformers", "litellm"):
+            raise ValueError(
+                f"data_parallel_size {self.data_parallel_size} applies to kind 'vllm' (or 'auto' "
+                f"on a GPU host with vLLM), not {self.kind!r}: leave it at 'auto' or 1"
+            )
         return self
 
     def resolved(self) -> EngineConfig:
@@ -169,3 +190,7 @@ class EngineConfig(BaseModel):
 
 class MissingAPIKeyError(RuntimeError):
     """The environment variable named by `EngineConfig.api_key_env` is unset or empty."""
+
+
+class GPUCountError(RuntimeError):
+    """`EngineConfig.data_parallel_size` asks for more GPUs than this machine shows."""

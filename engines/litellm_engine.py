@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import Completion, Conversation, Engine, validate_conversations
-from .config import EngineConfig, SamplingConfig
+from .config import MAX_CONCURRENCY, EngineConfig, SamplingConfig
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,9 @@ MAX_BACKOFF_S = 60.0
 def _import_litellm():
     # Without this LiteLLM downloads its model price list at import time.
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # LiteLLM's HTTP connection pool (1000 by default) would queue requests beyond it, their
+    # timeout running; the engine's own semaphore (`concurrency`) bounds what is in flight
+    os.environ.setdefault("AIOHTTP_CONNECTOR_LIMIT", str(MAX_CONCURRENCY))
     import litellm
 
     litellm.suppress_debug_info = True
@@ -39,10 +42,15 @@ def _import_litellm():
 
 
 class LiteLLMEngine(Engine):
+    """`think_close_id`: the `</think>` token id of a local model whose server returns token ids
+    (vLLM's `return_token_ids`): reasoning tokens are then counted up to it, as the in-process
+    engines count them (the served engine sets it)."""
+
     kind = "litellm"
 
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, *, think_close_id: int | None = None):
         super().__init__(config)
+        self._think_close_id = think_close_id
         self._api_key = config.api_key()  # fails now, naming the variable, if it is missing
         self._litellm = _import_litellm()
         lm = self._litellm
@@ -63,10 +71,16 @@ class LiteLLMEngine(Engine):
     # --- sync / async entry points ---------------------------------------------------------
 
     def generate(
-        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+        self,
+        conversations: Sequence[Conversation],
+        sampling: SamplingConfig,
+        *,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[list[Completion]]:
+        """`seeds`: one base seed per conversation, in place of `sampling.seed` (sample i of
+        conversation j is sent seeds[j] + i; with `n`, seeds[j])."""
         validate_conversations(conversations)
-        coro = self.agenerate(conversations, sampling)
+        coro = self.agenerate(conversations, sampling, seeds=seeds)
         try:
             asyncio.get_running_loop()
         except RuntimeError:
@@ -76,11 +90,25 @@ class LiteLLMEngine(Engine):
             return pool.submit(asyncio.run, coro).result()
 
     async def agenerate(
-        self, conversations: Sequence[Conversation], sampling: SamplingConfig
+        self,
+        conversations: Sequence[Conversation],
+        sampling: SamplingConfig,
+        *,
+        seeds: Sequence[int | None] | None = None,
     ) -> list[list[Completion]]:
         validate_conversations(conversations)
+        if seeds is not None and len(seeds) != len(conversations):
+            raise ValueError(f"{len(seeds)} seeds for {len(conversations)} conversations")
         semaphore = asyncio.Semaphore(self.config.concurrency)
-        tasks = [self._sample(list(c), sampling, semaphore) for c in conversations]
+        per_conversation = (
+            [sampling] * len(conversations)
+            if seeds is None
+            else [sampling.model_copy(update={"seed": seed}) for seed in seeds]
+        )
+        tasks = [
+            self._sample(list(c), s, semaphore)
+            for c, s in zip(conversations, per_conversation, strict=True)
+        ]
         return list(await asyncio.gather(*tasks))
 
     # --- one conversation ------------------------------------------------------------------
@@ -241,18 +269,16 @@ class LiteLLMEngine(Engine):
         details = getattr(usage, "completion_tokens_details", None)
         reasoning = int(getattr(details, "reasoning_tokens", 0) or 0)
         cost = self._cost(response)
+        prompt_ids = getattr(response, "prompt_token_ids", None)
         out = []
         for i, choice in enumerate(choices):
-            message = choice.message
-            text = message.content or ""
-            thought = getattr(message, "reasoning_content", None)
-            if thought is not None:
-                # LiteLLM moves a leading <think>…</think> out of `content` (and servers with a
-                # reasoning parser send it apart): put it back, as local engines return it
-                text = f"<think>{thought}</think>{text}"
+            ids = (getattr(choice, "provider_specific_fields", None) or {}).get("token_ids")
+            if prompt_ids is not None and ids is not None:  # exact, per completion (vLLM)
+                out.append(self._counted(choice, len(prompt_ids), ids, cost / k, seconds / k))
+                continue
             out.append(
                 Completion(
-                    text=text,
+                    text=_text(choice.message),
                     finish_reason=choice.finish_reason,
                     # one request's usage is shared by its choices so that sums match billing
                     prompt_tokens=_share(prompt, k, i),
@@ -264,11 +290,37 @@ class LiteLLMEngine(Engine):
             )
         return out
 
+    def _counted(
+        self, choice: Any, prompt_tokens: int, ids: list[int], cost: float, seconds: float
+    ) -> Completion:
+        """A choice of a server that returned its token ids: counts as the in-process engines
+        give them (the whole prompt, this completion's tokens, reasoning up to `</think>`)."""
+        close = self._think_close_id
+        return Completion(
+            text=_text(choice.message),
+            finish_reason=choice.finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(ids),
+            reasoning_tokens=ids.index(close) + 1 if close is not None and close in ids else 0,
+            cost_usd=cost,
+            seconds=seconds,
+        )
+
     def _cost(self, response: Any) -> float:
         try:
             return float(self._litellm.completion_cost(completion_response=response) or 0.0)
         except Exception:  # models without a price (local servers) cost nothing
             return 0.0
+
+
+def _text(message: Any) -> str:
+    text = message.content or ""
+    thought = getattr(message, "reasoning_content", None)
+    if thought is not None:
+        # LiteLLM moves a leading <think>…</think> out of `content` (and servers with a
+        # reasoning parser send it apart): put it back, as local engines return it
+        text = f"<think>{thought}</think>{text}"
+    return text
 
 
 def _share(total: int, parts: int, index: int) -> int:

@@ -10,7 +10,9 @@ at it instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -87,10 +89,12 @@ def server_command(
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The server's command line; `extra_args` are appended as they are (e.g. vLLM's
-    `--load-format dummy --max-model-len 8192 --gpu-memory-utilization 0.8`)."""
+    `--load-format dummy --max-model-len 8192 --gpu-memory-utilization 0.8`). vLLM runs as
+    `vllm serve` (its console script's module, the interpreter's environment), which starts one
+    API server per data-parallel engine."""
     if kind == "vllm":
-        command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-        command += ["--model", str(model_dir), "--host", "127.0.0.1", "--port", str(port)]
+        command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model_dir)]
+        command += ["--host", "127.0.0.1", "--port", str(port)]
         return command + (["--dtype", dtype] if dtype else []) + list(extra_args)
     code = "import sys; from transformers.cli.transformers import main; sys.exit(main())"
     command = [sys.executable, "-c", code, "serve", str(model_dir), "--host", "127.0.0.1"]
@@ -114,7 +118,8 @@ def local_server(
     extra_args: Sequence[str] = (),
     env: dict[str, str] | None = None,
 ) -> Iterator[LocalServer]:
-    """Start the server on a free port (not yet waited for: `wait_until_up()`); stop it after."""
+    """Start the server on a free port (not yet waited for: `wait_until_up()`); stop it after,
+    with every process it started (vLLM's API servers and engine cores)."""
     port = free_port()
     log_path = Path(log_dir) / f"{kind}-serve-{port}.log"
     command = server_command(
@@ -132,9 +137,56 @@ def local_server(
     try:
         yield LocalServer(proc, port, log_path, Path(model_dir), kind)
     finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 30) -> None:
+    """SIGTERM to the server (vLLM shuts its API servers and engine cores down first), SIGKILL
+    after `grace_s`; then SIGKILL to any process it had started that is still running."""
+    started = _tree(proc.pid)
+    if proc.poll() is None:
         proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for pid, start in started.items():
+        if _start_time(pid) == start:  # the same process (not a reused pid), not a zombie
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _tree(pid: int) -> dict[int, str]:
+    """The processes below `pid` now, with their start times (Linux /proc; elsewhere none)."""
+    found: dict[int, str] = {}
+    todo = [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            if child not in found and (start := _start_time(child)) is not None:
+                found[child] = start
+                todo.append(child)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    found = []
+    for tid in threads:
         try:
-            proc.wait(timeout=30)  # vLLM shuts its engine process down first
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _start_time(pid: int) -> str | None:
+    """A running process's start time (field 22 of /proc/PID/stat); None if gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]

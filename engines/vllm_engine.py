@@ -1,10 +1,14 @@
-"""vLLM offline engine (GPU): `LLM(...).chat(conversations, SamplingParams(n=...))`.
+"""vLLM on this machine's GPUs: on one engine's worth of GPUs, vLLM offline in this process
+(`LLM(...).chat(conversations, SamplingParams(n=...))`); with `data_parallel_size` N > 1, a local
+`vllm serve --data-parallel-size N` that spreads each call's requests over N engine cores, one per
+GPU (vLLM refuses `LLM(data_parallel_size=N)` in one process), reached through the litellm engine
+(`engines/served_engine.py`). Both send the same sampling parameters and per-conversation seeds.
 
 vLLM is the `gpu` extra (not installable on the CPU machines this project is developed and tested
 on), so this module is imported lazily; it ran on an H200 with vLLM 0.26.0 (docs/ENGINES.md,
 docs/BENCHMARKS.md). vLLM schedules every conversation of a call at once (continuous batching,
 paged KV cache sized by `gpu_memory_utilization`): one `generate` call per step of the trajectory
-stage is all it needs. To reach a `vllm serve` endpoint instead, use the litellm engine with
+stage is all it needs. To reach a `vllm serve` endpoint elsewhere, use the litellm engine with
 `api_base`.
 """
 
@@ -17,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
-from .config import EngineConfig, SamplingConfig
+from .config import MAX_CONCURRENCY, EngineConfig, SamplingConfig
 from .keyed_sampling import row_keys
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,85 @@ def conversation_seeds(seed: int | None, conversations: Sequence[Conversation]) 
     return [keys[0] for keys in row_keys(seed, encoded, 1)]
 
 
+MISSING = (
+    "EngineConfig(kind='vllm') needs vLLM, which is not installed: install the GPU extra (pip "
+    "install -e '.[gpu]') on a CUDA machine, or serve the model with `vllm serve` elsewhere and "
+    "use kind='litellm' with api_base"
+)
+SERVE_START_TIMEOUT_S = 1200  # N engines load, compile and capture CUDA graphs side by side
+
+
+def make_vllm_engine(config: EngineConfig) -> Engine:
+    """vLLM in this process for one engine (`data_parallel_size` 1, or auto on one GPU), else a
+    local `vllm serve` with that many engines behind the litellm engine."""
+    import importlib.util
+
+    from . import resolve_data_parallel
+
+    if importlib.util.find_spec("vllm") is None:
+        raise ImportError(MISSING)
+    engines = resolve_data_parallel(config)
+    if engines == 1:
+        return VLLMEngine(config)
+    from .served_engine import ServedEngine
+
+    log.info("vLLM on %d GPUs: vllm serve --data-parallel-size %d", engines, engines)
+    return ServedEngine(config, vllm_launch(config, engines))
+
+
+def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
+    """vLLM's engine arguments for `config`: `LLM(**kwargs)` in this process, the same as flags
+    of `vllm serve` (`serve_flags`)."""
+    kwargs: dict[str, Any] = {
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "dtype": "auto" if config.dtype == "auto" else config.dtype,
+    }
+    if config.max_model_len is not None:
+        kwargs["max_model_len"] = config.max_model_len
+    kwargs.update(config.extra)
+    return kwargs
+
+
+def serve_flags(kwargs: dict[str, Any]) -> list[str]:
+    """Engine arguments as `vllm serve` flags: `load_format="dummy"` -> `--load-format dummy`,
+    True -> `--flag`, False -> `--no-flag`, dicts and lists as JSON, None left out."""
+    flags: list[str] = []
+    for name, value in kwargs.items():
+        flag = "--" + name.replace("_", "-")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            flags.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, dict | list | tuple):
+            flags += [flag, json.dumps(value)]
+        else:
+            flags += [flag, str(value)]
+    return flags
+
+
+def vllm_launch(config: EngineConfig, engines: int):
+    """How the served engine starts `vllm serve` with `engines` data-parallel engine cores: the
+    in-process engine's arguments as flags, and the server's sampling defaults left at vLLM's
+    own (`--generation-config vllm`: a model's generation_config.json, e.g. Qwen3's top-k 20,
+    would otherwise apply to the served requests but not to `LLM.chat`'s explicit
+    SamplingParams). Each request asks for its token ids, so reasoning tokens are counted as
+    the in-process engine counts them."""
+    from .served_engine import Launch
+
+    flags = ["--data-parallel-size", str(engines), "--generation-config", "vllm"]
+    flags += ["--disable-uvicorn-access-log", *serve_flags(engine_kwargs(config))]
+    return Launch(
+        kind="vllm",
+        args=tuple(flags),
+        request_extra={"extra_body": {"return_token_ids": True}},
+        concurrency=MAX_CONCURRENCY,
+        start_timeout_s=SERVE_START_TIMEOUT_S,
+        use_n=True,  # vLLM honours n: sample i of a request gets its seed + i, as LLM.chat's
+        replicas=engines,
+    )
+
+
 class VLLMEngine(Engine):
     kind = "vllm"
 
@@ -48,22 +131,9 @@ class VLLMEngine(Engine):
         try:
             import vllm
         except ImportError as exc:
-            raise ImportError(
-                "EngineConfig(kind='vllm') needs vLLM, which is not installed: install the GPU "
-                "extra (pip install -e '.[gpu]') on a CUDA machine, or serve the model with "
-                "`vllm serve` elsewhere and use kind='litellm' with api_base"
-            ) from exc
+            raise ImportError(MISSING) from exc
         self._vllm = vllm
-        kwargs: dict[str, Any] = {
-            "model": config.model,
-            "tensor_parallel_size": config.tensor_parallel_size,
-            "gpu_memory_utilization": config.gpu_memory_utilization,
-            "dtype": "auto" if config.dtype == "auto" else config.dtype,
-        }
-        if config.max_model_len is not None:
-            kwargs["max_model_len"] = config.max_model_len
-        kwargs.update(config.extra)
-        self.llm = vllm.LLM(**kwargs)
+        self.llm = vllm.LLM(model=config.model, **engine_kwargs(config))
         self._think_close_id = self.llm.get_tokenizer().get_added_vocab().get("</think>")
 
     def generate(

@@ -32,6 +32,7 @@ from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_training
+from cobalt.trajectories.stages import check_gpus
 from flows.cli import (
     add_report_to,
     add_storage_args,
@@ -50,6 +51,7 @@ from tasks.pipeline import reference_model, report
 def preflight(params: PipelineParams) -> None:
     """Storage usable and every source present, before any work."""
     open_storage(params.storage).check()
+    check_gpus(params.engine)
     check_reference(params.reference)
     check_training(params.training, params.reference)  # a directory: can a GPU hold it
     data_stage.preflight(params.data())
@@ -112,7 +114,9 @@ Two presets decide the settings that flags and --config leave unset:
          10,000 tokens, the paper GRPO preset (lr 1e-6, 16 samples per prompt, fp32 master
          weights with bf16 compute, k2 KL 1e-4, 2 epochs; --lora on one GPU).
 The engine of every generating stage is --engine (auto: vLLM on a GPU where it is installed,
-else transformers). The run prints the settings it uses before it starts.
+else transformers); vLLM generates on every visible GPU. --gpus N puts generation on N GPUs and
+training on N processes (--sharding: how they share the model); training runs after generation,
+in processes of its own. The run prints the settings it uses before it starts.
 
 A real run on one GPU (TACO-verified for training, LiveCodeBench v6 for evaluation):
   python -m flows.pipeline --model /models/Qwen3-8B --lora \\
@@ -175,7 +179,13 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--reward", choices=["correctness", "dense"], help="GRPO reward (correctness)")
     arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 32; offline: one epoch)")
     arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
-    arg("--gpus", type=int, metavar="N", help="GPUs to train on, one process each (1)")
+    arg(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="GPUs of the run: vLLM's generating stages on N (one engine each; default every "
+        "visible GPU) and training on N processes (default 1)",
+    )
     arg(
         "--sharding",
         choices=SHARDINGS,
@@ -231,7 +241,11 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.reward_hacking:
         values["reward_hacking"] = True
     engine = values.setdefault("engine", {})
-    for flag, field in (("engine", "kind"), ("api_base", "api_base"), ("device", "device")):
+    for flag, field in (
+        ("engine", "kind"),
+        ("api_base", "api_base"),
+        ("device", "device"),
+    ):
         if getattr(args, flag) is not None:
             engine[field] = getattr(args, flag)
     collect = values.setdefault("collect", {})
@@ -247,6 +261,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
             training[flag] = getattr(args, flag)
     if args.gpus is not None:
         training["num_processes"] = args.gpus
+        if engine.get("kind") not in ("transformers", "litellm"):  # vLLM's engines only
+            engine["data_parallel_size"] = args.gpus
     if args.objective:
         training.setdefault("offline", {})["objective"] = args.objective
     if args.lora:

@@ -57,6 +57,8 @@ a raw source file PATH:KIND (taco, cobalt, lcb, codecontests), e.g. samples/apps
 engines: without --model, the tiny built-in model (transformers, CPU/GPU). --engine litellm
 --model openai/NAME --api-base http://host:8000/v1 for an OpenAI-compatible server (vllm serve,
 transformers serve); hosted APIs with --api-key-env VAR (the variable's name, never the key).
+vLLM (--engine vllm, or auto on a GPU with vLLM) generates on every visible GPU, one engine each
+(a local `vllm serve --data-parallel-size N` beyond one); --gpus N takes fewer.
 Paper settings: --n 16 --temperature 0.6 --top-p 0.95 --max-new-tokens 6144; --turns 2 for
 training data, 8 for evaluation.
 """
@@ -82,6 +84,13 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     arg("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     arg("--api-key-block", metavar="NAME", help="Prefect Secret block holding the API key")
     arg("--llm-concurrency", type=int, help="LLM requests in flight (litellm; default 16)")
+    arg(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="vLLM: generate on N GPUs, one engine each (engine.data_parallel_size; default: "
+        "every visible GPU)",
+    )
     arg("--batch-size", type=int, help="conversations per generate call (transformers)")
     arg("--continuous-batching", action="store_true", help="transformers: generate_batch")
     arg("--device", help="transformers: torch device (auto)")
@@ -138,6 +147,7 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
         ("api_base", "api_base"),
         ("api_key_env", "api_key_env"),
         ("llm_concurrency", "concurrency"),
+        ("gpus", "data_parallel_size"),
         ("batch_size", "batch_size"),
         ("device", "device"),
         ("dtype", "dtype"),

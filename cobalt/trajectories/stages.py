@@ -29,6 +29,7 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
+from cobalt.trajectories.batching import per_call
 from cobalt.trajectories.collect import (
     BatchConfig,
     CollectConfig,
@@ -50,7 +51,7 @@ from cobalt.trajectories.specs import (
     StageSpec,
     TrajectoryRef,
 )
-from engines import Engine, EngineConfig, make_engine
+from engines import Engine, EngineConfig, make_engine, resolve_data_parallel
 from sandbox import Limits
 
 log = logging.getLogger(__name__)
@@ -167,8 +168,10 @@ def preflight(params: TrajectoryParams) -> Ready:
 def check_local_engine(
     engine: EngineConfig, hint: str, flag: str = "--model", what: str = "model"
 ) -> None:
-    """A local engine can run here: vLLM installed for kind vllm, the model a directory saved
-    with save_pretrained (its config.json). ProblemSetError names `what`, the flag, `hint`."""
+    """A local engine can run here: the GPUs its data_parallel_size asks for visible
+    (GPUCountError), vLLM installed for kind vllm, the model a directory saved with
+    save_pretrained (its config.json). ProblemSetError names `what`, the flag, `hint`."""
+    check_gpus(engine)
     if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ProblemSetError(
             "engine vllm: vLLM is not installed here: install the GPU extra (pip install -e "
@@ -181,6 +184,12 @@ def check_local_engine(
             f"{what} directory {engine.model} {found}: local engines load a model saved with "
             f"save_pretrained (config.json, weights, tokenizer): pass {flag} DIR, or {hint}"
         )
+
+
+def check_gpus(engine: EngineConfig) -> None:
+    """vLLM's data_parallel_size (`--gpus`) fits the visible GPUs, else GPUCountError."""
+    if engine.resolved().kind == "vllm":
+        resolve_data_parallel(engine)
 
 
 # --- stages -----------------------------------------------------------------------------------
@@ -298,12 +307,13 @@ def initial_shard(
     problems = shard_problems(shard, runtime)
 
     def body(path: Path, logger: Logger) -> dict[str, Any]:
+        engine = engine_for(runtime.engine)
         _, stats = collect_initial(
             problems,
-            engine_for(runtime.engine),
+            engine,
             shard.spec.collect,
             path,
-            runtime.batch,
+            per_call(runtime.batch, engine),
             gate=gate,
             progress=True,
             logger=logger,
@@ -329,15 +339,16 @@ def multiturn_shard(
 
     def body(path: Path, logger: Logger) -> dict[str, Any]:
         initial = read_stage(spec.upstream, runtime.storage, Record, logger)
+        engine = engine_for(runtime.engine)
         with open_judge(runtime.sandbox, spec.limits) as judge:
             _, stats = collect_multiturn(
                 problems,
                 initial,
-                engine_for(runtime.engine),
+                engine,
                 judge,
                 spec.collect,
                 path,
-                runtime.batch,
+                per_call(runtime.batch, engine),
                 feedback_kind="perturbed" if spec.problems.perturbed else "public",
                 gate=gate,
                 sandbox_gate=sandbox_gate,

@@ -14,6 +14,8 @@
 #                                                   # its worker, then collect its logs
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
 #   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # scripts/learning_check.py, 3 at once
+#   bash scripts/gpu/worker.sh rollout-gpus [ARGS]  # benchmarks.rollout_gpus: the trajectory stage on
+#                                                   # 1 GPU, then on every visible GPU (issue 38)
 #
 # The runs of docs/SCALING.md ("The pipeline on one GPU"):
 #   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
@@ -124,5 +126,18 @@ build_model(Path("/root/model-8b-v152k"), smoke=False)'
     echo "learning check exit $?"; tail -5 "$OUT/$name.log"
     tar -czf "$OUT/$name.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
       --exclude='tensorboard' -C /tmp "$name" ;;
+  rollout-gpus)
+    # the 8B shape: /root/model-8b's weights where `model-8b` built them, else vLLM's dummy weights
+    # (config only, built in seconds); records and logs stay in /root/rollout-gpus, so a later
+    # call can add runs to this one's: rollout-gpus --gpus 4 --baseline /root/rollout-gpus/last.json
+    model=(); [ -f /root/model-8b/config.json ] && model=(--model-dir /root/model-8b)
+    mkdir -p /root/rollout-gpus
+    pid=$(trace rollout_gpus)
+    timeout "${ROLLOUT_TIMEOUT_S:-500}" python3 -m benchmarks.rollout_gpus "${model[@]}" \
+      --work /root/rollout-gpus --json "$OUT/rollout_gpus.json" "$@" >"$OUT/rollout_gpus.log" 2>&1
+    echo "rollout-gpus exit $?"; kill "$pid"
+    cp "$OUT/rollout_gpus.json" /root/rollout-gpus/last.json 2>/dev/null
+    tar -czf "$OUT/rollout_gpus_logs.tgz" -C /root/rollout-gpus --exclude=model --exclude='*.jsonl' .
+    tail -25 "$OUT/rollout_gpus.log" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

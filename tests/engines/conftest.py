@@ -50,11 +50,14 @@ class ScriptedServer:
     - `flaky`: 429 with `Retry-After: 1`, then 503, then a normal reply (per ScriptedServer);
     - `no-n`: 400 for a request with `n` > 1;
     - `raw-think`: the reasoning inline in `content` (`RAW_THINK`);
-    - anything else: `n` choices, usage with reasoning tokens, and `reasoning_content`.
+    - anything else: `n` choices, usage with reasoning tokens, and `reasoning_content`;
+    - with `return_token_ids` (vLLM's), the prompt's token ids and choice i's `TOKEN_IDS[i]`.
     Every request body is kept in `requests`.
     """
 
     RAW_THINK = RAW_THINK
+    PROMPT_IDS = (1, 2, 3, 4, 5)
+    TOKEN_IDS = ((10, 11, 99, 12), (10, 99, 12, 13, 14, 15), (20,))  # 99 stands for </think>
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
@@ -113,7 +116,11 @@ class ScriptedServer:
             "total_tokens": 10 + 7 * n,
             "completion_tokens_details": {"reasoning_tokens": 3 * n},
         }
+        if body.get("return_token_ids"):
+            for i, choice in enumerate(choices):
+                choice["token_ids"] = list(self.TOKEN_IDS[i % len(self.TOKEN_IDS)])
         payload = {
+            "prompt_token_ids": list(self.PROMPT_IDS) if body.get("return_token_ids") else None,
             "id": "chatcmpl-scripted",
             "object": "chat.completion",
             "created": 0,

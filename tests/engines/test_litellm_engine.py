@@ -225,3 +225,51 @@ def test_cost_of_a_priced_model(scripted_server):
     )
     completion = engine.generate(CONVERSATIONS[:1], SamplingConfig(max_new_tokens=8))[0][0]
     assert completion.ok and completion.cost_usd > 0
+
+
+def test_a_seed_per_conversation_replaces_the_calls_seed(scripted_server):
+    """The served vLLM engine seeds each conversation on its own: with `n`, one request per
+    conversation carries its seed; without, sample i is sent that seed + i."""
+    base = {"kind": "litellm", "model": "openai/reasoner", "api_base": scripted_server.api_base}
+    sampling = SamplingConfig(n=2, seed=7, max_new_tokens=8)
+    conversations = [CONVERSATIONS[0], CONVERSATIONS[1], CONVERSATIONS[0]]
+    make_engine(EngineConfig(**base, use_n=True)).generate(
+        conversations, sampling, seeds=[100, 200, 300]
+    )
+    assert sorted((r["n"], r["seed"]) for r in scripted_server.requests) == [
+        (2, 100),
+        (2, 200),
+        (2, 300),
+    ]
+    scripted_server.requests.clear()
+    make_engine(EngineConfig(**base, use_n=False)).generate(
+        conversations, sampling, seeds=[100, 200, 300]
+    )
+    assert sorted(r["seed"] for r in scripted_server.requests) == [100, 101, 200, 201, 300, 301]
+    with pytest.raises(ValueError, match="2 seeds for 3 conversations"):
+        make_engine(EngineConfig(**base)).generate(conversations, sampling, seeds=[1, 2])
+
+
+def test_token_ids_from_the_server_give_exact_counts(scripted_server):
+    """vLLM's `return_token_ids`: each completion gets the whole prompt, its own tokens and its
+    reasoning up to `</think>`, as the in-process engines count them (not a share of the
+    request's usage)."""
+    from engines.litellm_engine import LiteLLMEngine
+
+    config = EngineConfig(
+        kind="litellm",
+        model="openai/reasoner",
+        api_base=scripted_server.api_base,
+        use_n=True,
+        extra={"extra_body": {"return_token_ids": True}},
+    )
+    row = LiteLLMEngine(config, think_close_id=99).generate(
+        CONVERSATIONS[:1], SamplingConfig(n=3, max_new_tokens=8, thinking=False)
+    )[0]
+    request = scripted_server.requests[0]
+    assert request["return_token_ids"] is True
+    assert request["chat_template_kwargs"] == {"enable_thinking": False}  # merged, not replaced
+    assert [c.prompt_tokens for c in row] == [5, 5, 5]
+    assert [c.completion_tokens for c in row] == [4, 6, 1]
+    assert [c.reasoning_tokens for c in row] == [3, 2, 0]
+    assert [c.text for c in row] == [f"<think>thought {i}</think>answer {i}" for i in range(3)]

@@ -180,6 +180,22 @@ ROWS: list[tuple[str, Row]] = [
             r"split evenly over the processes: use --gpus 1, 2, 4"),
     ),
     (
+        "trajectories-more-gpus-than-visible",
+        Row("trajectories", ["--engine", "vllm", "--gpus", "64", "--model", "{tmp}/empty"], 2,
+            r"engine\.data_parallel_size 64 x tensor_parallel_size 1 needs 64 GPUs but \d+ "
+            r"are visible here.*: pass --gpus \d+ or fewer"),
+    ),
+    (
+        "trajectories-gpus-of-the-transformers-engine",
+        Row("trajectories", ["--engine", "transformers", "--gpus", "2"], 2,
+            r"invalid parameters: engine: data_parallel_size 2 applies to kind 'vllm'"),
+    ),
+    (
+        "pipeline-more-gpus-than-visible",
+        Row("pipeline", ["--engine", "vllm", "--gpus", "64"], 2,
+            r"engine\.data_parallel_size 64 .* needs 64 GPUs .*: pass --gpus \d+ or fewer"),
+    ),
+    (
         "data-malformed-rows-counted",
         Row("data", ["--source", "{tmp}/broken.jsonl:taco", "--no-verify"], 0, None,
             harness=True),

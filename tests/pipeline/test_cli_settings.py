@@ -118,3 +118,17 @@ def test_eval_samples_change_the_evaluations_alone():
     assert plain.trajectories("sets", "test", "model", "eval").collect.sampling.n == 4
     with pytest.raises(ValidationError, match="eval_samples"):
         parse_params(["--eval-samples", "0"])
+
+
+def test_gpus_reaches_every_generating_stage(model_dir: Path):
+    """--gpus N: vLLM's data_parallel_size in the engine that the trajectories, both evaluations
+    and the reward-hacking analysis copy; left out, every visible GPU (auto)."""
+    from flows import trajectories
+
+    assert parse_params([]).engine.data_parallel_size == "auto"
+    p = parse_params(["--model", str(model_dir), "--engine", "vllm", "--gpus", "2"])
+    assert p.engine.data_parallel_size == 2
+    assert p.trajectories("latest", "train", str(model_dir), "eval").engine.data_parallel_size == 2
+    assert p.hacking("latest", str(model_dir), str(model_dir)).engine.data_parallel_size == 2
+    t = trajectories.parse_params(["--engine", "vllm", "--model", str(model_dir), "--gpus", "3"])
+    assert t.engine.data_parallel_size == 3
