@@ -206,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("cobalt").setLevel(logging.INFO)
     _die_with_launcher()
     _indexed_cpu_locations()
+    _own_gpu()
     history, timing, extra = train_here(job, processes)
     peaks = _peaks(processes)  # every process takes part (a collective)
     if rank == 0:
@@ -233,6 +234,16 @@ def _die_with_launcher() -> None:
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != launcher:  # it died before the call
         os._exit(1)
+
+
+def _own_gpu() -> None:
+    """Make this process's GPU (LOCAL_RANK) the current one before anything touches CUDA: the
+    memory plans measure the current GPU before the trainer sets it, and every process would
+    otherwise open a context on GPU 0 and measure that one."""
+    import torch
+
+    if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 
 
 def _indexed_cpu_locations() -> None:

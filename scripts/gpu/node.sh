@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# The paper's recipe on one 4-GPU node (issue 38), as three device calls in a row on one warm
+# machine (the bundle's pieces arrive call by call: infra/gpu-bundle/build.sh). Each phase ends
+# inside a 10-minute call; a run that outlives its call goes on detached and the next phase
+# collects it. Results land in $OUT (JSON reports, logs, nvidia-smi traces of every GPU).
+#
+#   bash scripts/gpu/node.sh a   # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#                                #   .gpu/vllm.part-00 .gpu/PARTS
+#       the 8B-shaped model (Qwen3-8B shape, 152k vocabulary, responses of mean ~200 tokens at
+#       temperature 1: scripts/gpu/eos_calibrate.py) on GPU 0; the two runs' problem sets and
+#       trajectories on CPU (flows.data, flows.trajectories with the tiny random model); a
+#       sharded run killed and resumed (scripts/gpu/sharded_check.py, fsdp on every GPU); three
+#       embedded-default pipelines side by side (scripts/gpu/side_by_side.sh, issue 40)
+#   bash scripts/gpu/node.sh b   # carry .gpu/vllm.part-01 .gpu/vllm.part-02 .gpu/vllm.part-03
+#       verl's shape (512-token prompts, 1,024-token responses, 5 samples, 256 prompts a step)
+#       through flows.training, full fine-tuning on every GPU (fsdp), then the paper preset at
+#       its lengths (10k-token prompts, 6,144-token responses, 16 samples) started detached
+#   bash scripts/gpu/node.sh c   # carry .gpu/site-remote.tar.xz
+#       the paper run collected; the trajectory stage on 1 GPU and on every GPU
+#       (benchmarks/rollout_gpus.py); the embedded default on one GPU with vLLM installed
+#
+# Reports: benchmarks/grpo_step_report.py over each training stage (tokens/s/GPU, time split,
+# MFU, peak memory per GPU); docs/SCALING.md has the figures.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/device-env.sh
+export BUNDLE_READY=1 PATH="/tmp/site/bin:$PATH" PREFECT_SERVER_ANALYTICS_ENABLED=false
+export DO_NOT_TRACK=1 PREFECT_UI_ENABLED=false
+started=$(date +%s)
+elapsed() { echo $(( $(date +%s) - started )); }
+MODEL=/root/model-8b NODE=/root/node
+mkdir -p "$NODE"
+trace() {  # every GPU's memory every 0.5 s into $1, until the returned pid is killed
+  setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used --format=csv,noheader,nounits \
+    -lms 500 >"$1" 2>/dev/null </dev/null & echo $!
+}
+train() {  # NAME STORAGE ARGS...: flows.training on every GPU, traced, its rc in $NODE/NAME.rc
+  local name="$1" storage="$2"; shift 2
+  rm -f "$NODE/$name.rc"
+  local pid; pid=$(trace "$NODE/$name.mem.csv")
+  PREFECT_HOME="$NODE/prefect-$name" python3 -m flows.training --storage "$storage" \
+    --model "$MODEL" --preset paper --mode single_turn --gpus 4 --sharding fsdp --max-steps 3 \
+    --backend namespace --report-to none --set save_strategy=no "$@" >"$NODE/$name.log" 2>&1
+  echo $? >"$NODE/$name.rc"; kill "$pid"
+}
+report() {  # NAME STORAGE [ANCHOR NAME]: the stage's step report into $OUT
+  local name="$1" storage="$2"; shift 2
+  cp "$NODE/$name.log" "$NODE/$name.mem.csv" "$OUT/" 2>/dev/null
+  echo "[$name] exit $(cat "$NODE/$name.rc" 2>/dev/null || echo running) at $(elapsed) s"
+  tr '\r' '\n' <"$NODE/$name.log" | grep -v '^\s*$' | tail -12
+  local stage; stage=$(ls -td "$storage"/training/*/ 2>/dev/null | head -1)
+  [ -n "$stage" ] && [ -f "$stage/MANIFEST.json" ] || {
+    tail -c 6000 "$storage"/training/*/.launch/launch.log >"$OUT/$name.launch_tail.log" 2>/dev/null
+    return 1; }
+  local anchor=(); [ $# -ge 2 ] && anchor=(--anchor "$1" --anchor-name "$2")
+  python3 -m benchmarks.grpo_step_report "$stage" --gpus 4 --trace "$NODE/$name.mem.csv" \
+    "${anchor[@]}" --json "$OUT/$name.report.json" 2>&1 >/dev/null | tail -2
+}
+prep() {  # NAME PROBLEMS [TRAJECTORY ARGS]: a problem set and its turn-0 trajectories (CPU)
+  local name="$1" problems="$2"; shift 2
+  export PREFECT_HOME="$NODE/prefect-prep-$name" CUDA_VISIBLE_DEVICES=""
+  python3 -m flows.data --source "$problems:taco" --storage "/root/runs-$name" \
+    --backend namespace >"$NODE/prep-$name.log" 2>&1 &&
+  python3 -m flows.trajectories --storage "/root/runs-$name" --model /root/tiny-random \
+    --engine transformers --device cpu --n 2 --turns 0 --max-new-tokens 8 \
+    --max-prompt-tokens 10240 --backend namespace "$@" >>"$NODE/prep-$name.log" 2>&1
+  echo "prep $name exit $? at $(elapsed) s"
+}
+wait_for() {  # FILE SECONDS: until FILE exists or the call's time (since start) passes SECONDS
+  while [ ! -f "$1" ] && [ "$(elapsed)" -lt "$2" ]; do sleep 5; done
+}
+case "${1:-}" in
+  a)
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
+    (  # the 8B shape on GPU 0, then its mean response length set (~200 tokens, cap 1,024)
+      CUDA_VISIBLE_DEVICES=0 python3 -c 'from engines.tiny import build_tiny_model as b
+b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+  intermediate_size=12288, max_position_embeddings=32768, pad_vocab_to=151936, device="cuda",
+  dtype="bfloat16")' && CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" \
+        --mean 200 --cap 1024
+      echo $? >"$NODE/model.rc"
+    ) >"$NODE/model.log" 2>&1 &
+    (  # the runs' problems: 4 of ~9,600-token statements; 340 of ~100 tokens, no system prompt
+      python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+      python3 scripts/gpu/long_problems.py --tokens 9600 --count 4 --out /root/long.jsonl
+      python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
+      prep paper /root/long.jsonl
+      prep verl /root/short.jsonl --system-prompt ''
+      touch "$NODE/prep.done"
+    ) >"$NODE/prep.log" 2>&1 &
+    STEP_TIMEOUT_S=420 bash scripts/gpu/side_by_side.sh 3 >"$NODE/side_by_side.log" 2>&1 &
+    side=$!
+    timeout 360 python3 scripts/gpu/sharded_check.py --processes 4 --sharding fsdp --steps 8 \
+      --json "$OUT/sharded_fsdp.json" >"$NODE/sharded_fsdp.log" 2>&1
+    echo "sharded check (fsdp, 4 GPUs, killed and resumed) exit $? at $(elapsed) s"
+    tail -c 1500 "$NODE/sharded_fsdp.log"
+    wait_for "$NODE/model.rc" 540; wait_for "$NODE/prep.done" 540
+    wait "$side" 2>/dev/null
+    cat "$NODE/side_by_side.log"; cp "$NODE"/*.log "$OUT/" 2>/dev/null
+    echo "model exit $(cat "$NODE/model.rc" 2>/dev/null)"; tail -3 "$NODE/model.log"
+    cat "$NODE/prep.log"; du -sh "$MODEL"; df -h /root | tail -1 ;;
+  b)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
+    # verl's published shape: prompts up to 512 tokens, responses up to 1,024 (mean ~200 here),
+    # 5 samples; 256 prompts x 5 a step (verl's run: 1,024 x 5)
+    train verl /root/runs-verl --config "$NODE/verl.json" --set num_generations=5 \
+      --set max_completion_length=1024 --set generation_batch_size=1280
+    report verl /root/runs-verl 1544 "verl GRPO Qwen2-7B FSDP, 8x H100 (published)"
+    # the paper preset at its lengths, detached (it may outlive this call: phase c collects it)
+    setsid nohup bash scripts/gpu/node.sh paper </dev/null >/dev/null 2>&1 &
+    wait_for "$NODE/paper.rc" 560
+    report paper /root/runs-paper || echo "paper run still running at $(elapsed) s" ;;
+  c)
+    bash infra/gpu-bundle/install.sh
+    wait_for "$NODE/paper.rc" 240
+    report paper /root/runs-paper
+    ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \
+      --gpu-memory-utilization 0.85
+    [ "$(elapsed)" -lt 300 ] && PIPELINE_TAG=pipeline-vllm timeout $(( 560 - $(elapsed) )) \
+      bash scripts/gpu/worker.sh pipeline ;;
+  paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
+    train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
+      --set 'generation_kwargs={"ignore_eos": true}' ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c"; exit 2 ;;
+esac
+echo "node.sh $1 done at $(elapsed) s"
