@@ -241,6 +241,7 @@ DEPLOYMENTS = (
     "reward-hacking/reward-hacking",
     "pipeline/pipeline",
     "pipeline/pipeline-gpu",
+    "pipeline/pipeline-gpu4",
 )
 
 
