@@ -13,8 +13,9 @@
 #       embedded-default pipelines side by side (scripts/gpu/side_by_side.sh, issue 40)
 #   bash scripts/gpu/node.sh b   # carry .gpu/vllm.part-01 .gpu/vllm.part-02 .gpu/vllm.part-03
 #       verl's shape (512-token prompts, 1,024-token responses, 5 samples, 256 prompts a step)
-#       through flows.training, full fine-tuning on every GPU (fsdp), then the paper preset at
-#       its lengths (10k-token prompts, 6,144-token responses, 16 samples) started detached
+#       through the training-multi-gpu deployment (a Prefect server and a gpu-pool worker), full
+#       fine-tuning on every GPU (fsdp); then the paper preset at its lengths (10k-token prompts,
+#       6,144-token responses, 16 samples) through `python -m flows.training`, detached
 #   bash scripts/gpu/node.sh c   # carry .gpu/site-remote.tar.xz
 #       the paper run collected; the trajectory stage on 1 GPU and on every GPU
 #       (benchmarks/rollout_gpus.py); the embedded default on one GPU with vLLM installed
@@ -105,8 +106,21 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
     echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
     # verl's published shape: prompts up to 512 tokens, responses up to 1,024 (mean ~200 here),
     # 5 samples; 256 prompts x 5 a step (verl's run: 1,024 x 5)
-    train verl /root/runs-verl --config "$NODE/verl.json" --set num_generations=5 \
-      --set max_completion_length=1024 --set generation_batch_size=1280
+    # through the training-multi-gpu deployment of prefect.yaml: a Prefect server, `prefect
+    # deploy`, `prefect deployment run`, a gpu-pool worker (the options as a deployment takes them)
+    pid=$(trace "$NODE/verl.mem.csv")
+    cat >"$NODE/verl.params.json" <<JSON
+{"trajectories": "latest", "model": "$MODEL", "storage": {"url": "/root/runs-verl"},
+ "sandbox": {"backend": "namespace"},
+ "training": {"preset": "paper", "mode": "single_turn", "num_processes": 4, "sharding": "fsdp",
+   "max_steps": 3, "max_prompt_length": 512, "report_to": [],
+   "overrides": {"num_generations": 5, "max_completion_length": 1024,
+                 "generation_batch_size": 1280, "save_strategy": "no"}}}
+JSON
+    DEPLOYMENT=training/training-multi-gpu DEPLOY_WAIT_S=420 \
+      bash scripts/gpu/worker.sh deploy verl "$NODE/verl.params.json" >"$NODE/verl.log" 2>&1
+    grep -q "worker exit 0" "$NODE/verl.log"; echo $? >"$NODE/verl.rc"; kill "$pid"
+    cp /root/deploy-verl/*.log "$OUT/" 2>/dev/null
     report verl /root/runs-verl 1544 "verl GRPO Qwen2-7B FSDP, 8x H100 (published)"
     # the paper preset at its lengths, detached (it may outlive this call: phase c collects it)
     setsid nohup bash scripts/gpu/node.sh paper </dev/null >/dev/null 2>&1 &

@@ -7,7 +7,8 @@
 #   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
 #   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
 #   bash scripts/gpu/worker.sh models               # that and the paper preset's (152k vocabulary)
-#   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu +
+#   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu (or
+#                                                   # DEPLOYMENT=FLOW/NAME of prefect.yaml) +
 #                                                   # a gpu-pool worker running it with PARAMS (JSON,
 #                                                   # or a file of it; the 8B model built if missing)
 #   bash scripts/gpu/worker.sh wait NAME            # a deployment that outlived its call: wait for
@@ -97,9 +98,10 @@ build_model(Path("/root/model-8b-v152k"), smoke=False)'
       >"$logs/$name.server.log" 2>&1 </dev/null &
     python3 scripts/gpu/flow_times.py --wait-api 120 || { tail -20 "$logs/$name.server.log"; exit 1; }
     prefect work-pool create gpu-pool --type process >/dev/null 2>&1 || true
-    prefect --no-prompt deploy --name pipeline-gpu >"$logs/$name.deploy.log" 2>&1
+    deployment="${DEPLOYMENT:-pipeline/pipeline-gpu}"  # FLOW/NAME of prefect.yaml
+    prefect --no-prompt deploy --name "${deployment#*/}" >"$logs/$name.deploy.log" 2>&1
     echo "prefect deploy exit $?"
-    prefect deployment run pipeline/pipeline-gpu --params "$params" >"$logs/$name.run.log" 2>&1
+    prefect deployment run "$deployment" --params "$params" >"$logs/$name.run.log" 2>&1
     echo "deployment run exit $?"
     date +%s >"$logs/started"
     setsid nohup bash -c 'python3 -m prefect worker start --pool gpu-pool --run-once; echo $? >"$0/worker.rc"' \
