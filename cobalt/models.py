@@ -101,7 +101,7 @@ def _looks_like_path(name: str) -> bool:
 
 
 def local_model(name: str, flag: str = "--model") -> str:
-    """A local directory holding a saved model (config.json), as given."""
+    """A local directory holding a saved model (config.json), as given (`~` expanded)."""
     path = Path(name).expanduser()
     if not path.exists():
         raise ModelNameError(f"{flag} {name}: no such directory: name {NAMES}")
@@ -110,7 +110,7 @@ def local_model(name: str, flag: str = "--model") -> str:
             f"{flag} {name}: the directory has no config.json: pass a directory saved with "
             f"save_pretrained (config.json, weights, tokenizer), or name {NAMES}"
         )
-    return name
+    return name if path == Path(name) else str(path)
 
 
 def models_dir(storage: StorageConfig, work_dir: str) -> Path:
@@ -241,14 +241,13 @@ def stable_name(path: str) -> str:
     return path
 
 
-def display_name(path: str) -> str:
-    """A short name of a model directory for titles: `name@<commit[:7]>` for a Hub snapshot,
-    else the directory's name."""
-    stable = stable_name(path)
-    if stable != path:
-        repo, commit = stable.split("@")
+def display_name(model: str) -> str:
+    """A short name of a model (a directory, or a stable name) for titles: `name@<commit[:7]>`
+    for a Hub snapshot, else the last part of the path."""
+    repo, _, commit = stable_name(model).partition("@")
+    if len(commit) == 40 and repo.count("/") <= 1:
         return f"{repo.rsplit('/', 1)[-1]}@{commit[:7]}"
-    return Path(path).name or path
+    return model.rstrip("/").rsplit("/", 1)[-1] or model
 
 
 # --- storage --------------------------------------------------------------------------------------

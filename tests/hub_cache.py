@@ -1,5 +1,6 @@
 """A Hugging Face Hub cache laid out as `huggingface_hub.snapshot_download` writes it, from local
-model directories, so that Hub ids resolve offline in tests (HF_HUB_OFFLINE=1):
+model directories, so that Hub ids resolve offline (HF_HUB_OFFLINE=1) in tests and in
+scripts/gpu/model_names.sh:
 
     models--org--name/blobs/<sha256>                     each file's content, once
     models--org--name/snapshots/<commit>/<file>          -> ../../blobs/<sha256> (a symlink)
@@ -29,6 +30,7 @@ def lay_out(cache: Path, repo: str, snapshots: dict[str, Path], refs: dict[str, 
                 blob.write_bytes(data)
             link = snapshot / path.relative_to(source)
             link.parent.mkdir(parents=True, exist_ok=True)
+            link.unlink(missing_ok=True)
             os.symlink(os.path.relpath(blob, link.parent), link)
     for name, commit in refs.items():
         ref = folder / "refs" / name

@@ -200,7 +200,7 @@ def compare_evaluations(first: str, second: str, storage: StorageConfig) -> Comp
     differences = _differences(specs[0], specs[1])
     models = (_model(found[0].engine), _model(found[1].engine))
     directory = st.path("trajectories", "comparisons", "-".join(r.evaluation.key for r in found))
-    title = f"Pass@1 per turn: {models[0]} (dashed) vs {models[1]}"
+    title = f"Pass@1 per turn: {display_name(models[0])} (dashed) vs {display_name(models[1])}"
     st.write_atomic(f"{directory}/before_after.png", plot_before_after(table, title))
     st.write_atomic(f"{directory}/table.json", json.dumps(table, indent=1).encode())
     plot = f"{directory}/before_after.png"

@@ -22,7 +22,7 @@ import pytest
 from hub_cache import lay_out
 from huggingface_hub import constants
 
-from cobalt.models import ModelNameError, resolve_model, stable_name
+from cobalt.models import ModelNameError, display_name, resolve_model, stable_name
 from cobalt.pipeline import PipelineParams
 from cobalt.storage import StorageConfig
 from cobalt.training.stages import PolicyRef, TrainingParams, local_model
@@ -69,6 +69,7 @@ def test_a_hub_id_resolves_from_the_cache_offline(hub: Path, tmp_path: Path, mon
     assert resolve_model(f"{REPO}@{V1}", st, work) == str(snapshots / V1)  # a commit
     # the identity a cache key records is itself a name: the same snapshot again
     assert stable_name(path) == f"{REPO}@{MAIN}"
+    assert display_name(path) == display_name(stable_name(path)) == "tiny@aaaaaaa"  # titles
     assert resolve_model(stable_name(path), st, work) == path
     # a local directory of that name wins, as in from_pretrained
     local = tmp_path / "cwd" / REPO
@@ -76,6 +77,8 @@ def test_a_hub_id_resolves_from_the_cache_offline(hub: Path, tmp_path: Path, mon
     monkeypatch.chdir(tmp_path / "cwd")
     assert resolve_model(REPO, st, work) == REPO
     assert stable_name(REPO) == REPO
+    monkeypatch.setenv("HOME", str(tmp_path / "cwd"))  # a path from home, expanded for loaders
+    assert resolve_model(f"~/{REPO}", st, work) == str(local)
 
 
 def test_a_name_that_resolves_to_nothing_names_the_flag_and_the_fix(hub: Path, tmp_path: Path):
