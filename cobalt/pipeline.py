@@ -23,6 +23,7 @@ from cobalt.data.stages import DataParams, DataSummary
 from cobalt.errors import EmptyStageError
 from cobalt.evaluation import plot_before_after
 from cobalt.judging import SandboxRuntime
+from cobalt.models import FITTED, NAMES, TINY, is_embedded
 from cobalt.params import deep_merge
 from cobalt.presets import (
     PRESET_FIELDS,
@@ -33,13 +34,13 @@ from cobalt.presets import (
     tiny_collect,
     tiny_training,
 )
-from cobalt.reference import FIT_STEPS, FITTED, TINY, embedded_reference
+from cobalt.reference import FIT_STEPS
 from cobalt.seed_spread import change_at, spread_for
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
 from cobalt.training.config import MODES, TrainingConfig
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
 from cobalt.trajectories.collect import BatchConfig, CollectConfig
-from cobalt.trajectories.runs import TrajectorySummary
+from cobalt.trajectories.runs import TrajectorySummary, before_after
 from cobalt.trajectories.stages import TrajectoryParams
 from engines import EngineConfig
 
@@ -47,8 +48,8 @@ from engines import EngineConfig
 class PipelineParams(BaseModel):
     """Parameters of the pipeline flow, validated before any work starts. The defaults are the
     embedded run: bundled synthetic problems, the tiny model fitted on CPU, local storage. A
-    real reference model (a directory) gets the paper preset's settings (`preset`) unless the
-    parameters set them."""
+    real reference model (a Hub id, a directory) gets the paper preset's settings (`preset`)
+    unless the parameters set them."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -57,7 +58,7 @@ class PipelineParams(BaseModel):
         description="Settings of trajectories, evaluation, bandit contexts, training and engine "
         "(PRESET_FIELDS) that the parameters do not set: tiny (the embedded run) or paper (SPEC "
         "§1.2-§1.6). None: tiny for the embedded reference models (fitted, tiny, or a directory "
-        "the tiny fit made), paper for any other model directory.",
+        "the tiny fit made), paper for any other model.",
     )
 
     sources: Sources = Field(
@@ -72,9 +73,10 @@ class PipelineParams(BaseModel):
     )
     reference: str = Field(
         FITTED,
-        description=f"The reference model that collects trajectories and is trained: "
-        f"'{FITTED}' (the tiny model fitted on CPU to the synthetic family, built once into the "
-        f"storage), '{TINY}' (the random tiny model), or a local model directory.",
+        description=f"The reference model that collects trajectories and is trained: {NAMES} "
+        f"(cobalt/models.py; '{FITTED}': the tiny model fitted on CPU to the synthetic family, "
+        f"built once into the storage; '{TINY}': the random tiny model). Resolved once, at the "
+        "preflight, to a local directory every stage loads.",
     )
     fit_steps: int = Field(
         FIT_STEPS,
@@ -152,7 +154,7 @@ class PipelineParams(BaseModel):
         if not isinstance(values, dict):
             return values
         reference = values.get("reference", FITTED)
-        preset = values.get("preset") or ("tiny" if embedded_reference(reference) else "paper")
+        preset = values.get("preset") or ("tiny" if is_embedded(reference) else "paper")
         if preset not in ("tiny", "paper"):
             return values  # the field's own validation names the error
         training = values.get("training")
@@ -268,6 +270,18 @@ class PipelineParams(BaseModel):
         )
 
 
+def evaluation_protocol(model: str, preset: PipelinePreset | None = None) -> dict[str, Any]:
+    """The pipeline's evaluation of `model` as TrajectoryParams values (`python -m
+    flows.trajectories --evaluation`): the evaluation table of the latest problem sets, the
+    preset's engine, evaluation turns, samples and seed; the preset as the pipeline decides it
+    for `model` unless `preset` names one. The same settings give the same stage keys as the
+    pipeline's own evaluation of that model."""
+    values: dict[str, Any] = {"reference": model, **({"preset": preset} if preset else {})}
+    params = PipelineParams.model_validate(values)
+    evaluation = params.trajectories("latest", params.eval_table, model, "eval")
+    return evaluation.model_dump(mode="json", include={"problems", "table", "engine", "collect"})
+
+
 def evaluation_seed(seed: int | None) -> int | None:
     """The evaluations' sampling seed: derived from the trajectories' `seed`, never equal to it.
     With one seed, a test problem whose prompt is a training problem's (each of the embedded test
@@ -315,6 +329,9 @@ class PipelineSummary(BaseModel):
     before_after: list[dict[str, Any]]
     plot: str
     line: str
+    policy: str = Field(
+        "", description="The trained policy's directory in storage: a name --model takes."
+    )
     reward_hacking: list[dict[str, Any]] = Field(
         default_factory=list,
         description="With reward_hacking: the turn-level error rate per turn, reference vs trained.",
@@ -346,27 +363,6 @@ def hacking_rows(reference: HackingSummary, trained: HackingSummary) -> list[dic
 
 def _all(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in table if r["difficulty"] == "all"]
-
-
-def before_after(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[dict]:
-    """Pass@1 (%) per difficulty and turn, before and after training, and the change in points."""
-    later = {(r["difficulty"], r["turn"]): r for r in after}
-    rows = []
-    for r in before:
-        a = later.get((r["difficulty"], r["turn"]))
-        if a is None:
-            continue
-        rows.append(
-            {
-                "difficulty": r["difficulty"],
-                "turn": r["turn"],
-                "problems": r["problems"],
-                "before_pass@1": r["pass@1"],
-                "after_pass@1": a["pass@1"],
-                "change_points": round(a["pass@1"] - r["pass@1"], 2),
-            }
-        )
-    return rows
 
 
 def stage_table(
@@ -482,7 +478,13 @@ def summarize(
     st.write_atomic(
         f"{directory}/summary.json",
         json.dumps(
-            {"stages": stages, "before_after": table, "reward_hacking": compared}, indent=1
+            {
+                "stages": stages,
+                "before_after": table,
+                "reward_hacking": compared,
+                "policy": trained.policy.uri,
+            },
+            indent=1,
         ).encode(),
     )
     plot = Path(plot_path).as_uri() if params.storage.is_local else st.protocol + plot_path
@@ -511,6 +513,7 @@ def summarize(
         before_after=table,
         plot=plot,
         line=line,
+        policy=trained.policy.uri,
         reward_hacking=compared,
         reward_hacking_plot=hacking[1].comparison_plot if hacking is not None else None,
     )

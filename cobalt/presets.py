@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from cobalt.bandit.dataset import BanditConfig
 from cobalt.data.cleaning import CleanRules
 from cobalt.data.stages import SAMPLES
-from cobalt.reference import FITTED
+from cobalt.models import FITTED
 from cobalt.training.config import Mode, OfflineSettings, TrainingConfig
 from cobalt.trajectories.collect import CollectConfig
 from engines import EngineConfig, SamplingConfig

@@ -1,7 +1,7 @@
-"""The reference model of the embedded default: 'fitted' (a tiny chat model fitted on CPU to the
-synthetic problem family, `cobalt.data.synthetic`), 'tiny' (a random tiny model, `engines.tiny`),
-or a local model directory; `reference_model` resolves the name to a directory, building the
-model into the storage once.
+"""The embedded default's reference model: its recipe, a tiny chat model fitted on CPU to the
+synthetic problem family (`cobalt.data.synthetic`), and `python -m cobalt.reference` (fit it where
+the pipeline's defaults keep it). How a model is named ('fitted', 'tiny', a directory, a storage
+URI, a Hub id) and resolved is `cobalt/models.py`; its names are importable from here too.
 
 `fit_tiny_model(path)` builds a Qwen2-shaped model of about 1M parameters with `engines.tiny`
 (its BPE tokenizer trained on the built-in corpus plus the synthetic prompts, programs and the
@@ -24,20 +24,24 @@ import math
 import os
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
-from cobalt.errors import UserError
-from cobalt.storage import StorageConfig, open_storage
+from cobalt.models import (  # noqa: F401 (the names, importable from here as before)
+    FITTED,
+    RECIPE_FILE,
+    TINY,
+    TINY_SEED,
+    models_dir,
+    resolve_model,
+    tiny_model,
+)
+from cobalt.models import ModelNameError as ReferenceModelError  # noqa: F401
+from cobalt.models import is_embedded as embedded_reference  # noqa: F401
 
 log = logging.getLogger(__name__)
 
-RECIPE_FILE = "fitted_recipe.json"
 RECIPE_VERSION = 2
-FITTED = "fitted"
-TINY = "tiny"
-TINY_SEED = 0
 FIT_STEPS = 240
 # passed-feedback rounds a kept answer may get in the embedded fit's SFT corpus: the evaluation's
 # 2 feedback turns reach a context where the public tests passed twice (issue 27)
@@ -47,44 +51,6 @@ FIT_KEEP_ROUNDS = 2
 # rewriting a passing program when told to look for edge cases (docs/PIPELINE.md)
 FIT_KEEP_SHARE = 0.5
 FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
-
-
-class ReferenceModelError(UserError, ValueError):
-    """The reference model named cannot be used; the message says what to pass."""
-
-
-def models_dir(storage: StorageConfig, work_dir: str) -> Path:
-    """Where built models live: in the storage when it is local, else in `work_dir`."""
-    base = Path(open_storage(storage).root) if storage.is_local else Path(work_dir)
-    return base / "models"
-
-
-def check_reference(reference: str) -> None:
-    """A reference given as a directory must hold a saved model."""
-    if reference not in (FITTED, TINY) and not Path(reference, "config.json").exists():
-        raise ReferenceModelError(
-            f"reference model {reference} has no config.json: pass a directory saved "
-            f"with save_pretrained, '{FITTED}' (default) or '{TINY}'"
-        )
-
-
-def reference_model(
-    reference: str,
-    storage: StorageConfig,
-    work_dir: str,
-    fit_steps: int = FIT_STEPS,
-    logger: logging.Logger | logging.LoggerAdapter | None = None,
-) -> str:
-    """The reference model's local directory: fitted (or built) once, reused after."""
-    check_reference(reference)
-    if reference == FITTED:
-        path = models_dir(storage, work_dir) / "fitted-seed0"
-        (logger or log).info("fitting (or reusing) the tiny model in %s", path)
-        fitted = fit_embedded(path, fit_steps)
-        return str(fitted)
-    if reference == TINY:
-        return str(tiny_model(storage, work_dir))
-    return reference
 
 
 def _embedded(fit_steps: int) -> dict:
@@ -105,22 +71,6 @@ def embedded_recipe_hash(fit_steps: int = FIT_STEPS) -> str:
     bound = inspect.signature(fit_tiny_model).bind("model", **_embedded(fit_steps))
     bound.apply_defaults()
     return _recipe_of(bound.arguments)["hash"]
-
-
-def tiny_model(storage: StorageConfig, work_dir: str) -> Path:
-    """The random tiny model (`engines.tiny`), built once into the storage (or work_dir)."""
-    path = models_dir(storage, work_dir) / f"tiny-seed{TINY_SEED}"
-    if not (path / "tiny_model.json").exists():
-        from engines.tiny import build_tiny_model
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tiny-", dir=path.parent))
-        build_tiny_model(tmp, seed=TINY_SEED)
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another run built it meanwhile
-            shutil.rmtree(tmp, ignore_errors=True)
-    return path
 
 
 def _recipe_of(a: dict) -> dict:
@@ -166,13 +116,6 @@ def _recipe(**kwargs) -> dict:
     blob = json.dumps(recipe, sort_keys=True).encode()
     recipe["hash"] = hashlib.sha256(blob).hexdigest()[:16]
     return recipe
-
-
-def embedded_reference(reference: str) -> bool:
-    """Whether `reference` is the embedded default's model: 'fitted', 'tiny', or a directory the
-    tiny fit made (its recipe file inside). Such a model gets the tiny preset; any other
-    directory is a real model (the paper preset)."""
-    return reference in (FITTED, TINY) or (Path(reference) / RECIPE_FILE).is_file()
 
 
 def cached_recipe(path: str | Path) -> dict | None:
@@ -403,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     params = PipelineParams()
-    print(reference_model(FITTED, params.storage, params.work_dir, params.fit_steps))
+    print(resolve_model(FITTED, params.storage, params.work_dir, fit_steps=params.fit_steps))
     return 0
 
 

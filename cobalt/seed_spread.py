@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cobalt.reference import FITTED
+from cobalt.models import FITTED
 
 
 class Spread(BaseModel):

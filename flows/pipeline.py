@@ -5,6 +5,7 @@ each step a cached task of the flow it belongs to (issue 5; docs/PIPELINE.md).
                                                  # model fitted on CPU, ./runs, ephemeral Prefect
     python -m flows.pipeline --mode single_turn --max-steps 20 --storage s3://bucket/cobalt
     python -m flows.pipeline --mode offline       # the logged turns, no generation in training
+    python -m flows.pipeline --model Qwen/Qwen3-8B --lora   # a Hub model, the paper's settings
 
 Rerunning after a crash or a parameter change redoes only what changed: every stage is keyed by
 its content. The run ends with a table of what each stage produced and a before/after table of
@@ -22,15 +23,15 @@ from typing import Any
 from prefect import flow
 
 from cobalt.data import stages as data_stage
+from cobalt.models import EMBEDDED, FITTED, resolve_model
 from cobalt.params import check_objects, deep_merge
 from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets
 from cobalt.presets import settings_text
-from cobalt.reference import FITTED, check_reference
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
-from cobalt.training.sharding import SHARDINGS
+from cobalt.training.sharding import SHARDINGS, check_fits
 from cobalt.training.stages import check_training
 from cobalt.trajectories.stages import check_gpus
 from flows.cli import (
@@ -48,22 +49,28 @@ from flows.trajectories import trajectories_flow
 from tasks.pipeline import reference_model, report
 
 
-def preflight(params: PipelineParams) -> None:
-    """Storage usable and every source present, before any work."""
+def preflight(params: PipelineParams) -> str | None:
+    """Storage usable, every source present and the reference model resolved, before any
+    work: its local directory (a Hub model downloaded into the Hub cache once, a storage
+    directory into work_dir), or None for 'fitted' and 'tiny' (built by the flow's task)."""
     open_storage(params.storage).check()
     check_gpus(params.engine)
-    check_reference(params.reference)
-    check_training(params.training, params.reference)  # a directory: can a GPU hold it
+    check_training(params.training)
     data_stage.preflight(params.data())
+    if params.reference in EMBEDDED:
+        return None
+    model = resolve_model(params.reference, params.storage, params.work_dir)
+    check_fits(params.training, model)  # a GPU holds its share of the model
+    return model
 
 
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """Problems -> reference trajectories -> bandit dataset -> GRPO (offline mode: offline
     dataset -> offline training) -> before/after Pass@1."""
-    preflight(params)
+    resolved = preflight(params)  # the model named once, here: every stage loads its directory
     print(settings_text(params))
-    model = reference_model(params)
+    model = reference_model(params, resolved)
     data = data_flow.with_options(flow_run_name="data")(params.data())
     sets = check_sets(data, params)
     named = trajectories_flow.with_options
@@ -109,7 +116,7 @@ Two presets decide the settings that flags and --config leave unset:
          8 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 32 GRPO steps of 32
          completions (--mode offline: one epoch over the logged turns, objective --objective,
          batch 16).
-  paper  SPEC §1.2-§1.6 (default for --model DIR, a real model): 16 samples x 2 feedback turns of
+  paper  SPEC §1.2-§1.6 (default for any other model): 16 samples x 2 feedback turns of
          up to 6144 tokens with the SPEC's system prompt, 8 evaluation turns, contexts up to
          10,000 tokens, the paper GRPO preset (lr 1e-6, 16 samples per prompt, fp32 master
          weights with bf16 compute, k2 KL 1e-4, 2 epochs; --lora on one GPU).
@@ -118,8 +125,13 @@ else transformers); vLLM generates on every visible GPU. --gpus N puts generatio
 training on N processes (--sharding: how they share the model); training runs after generation,
 in processes of its own. The run prints the settings it uses before it starts.
 
+--model names the reference model: a Hub id (org/name[@revision]; downloaded once into the Hub
+cache, or found there under HF_HUB_OFFLINE=1), a model directory, a model directory in storage
+(a trained policy, s3://bucket/prefix/training/<key>, as a run's summary prints it), fitted or
+tiny. The run ends with the trained policy's name, which --model of a later run takes.
+
 A real run on one GPU (TACO-verified for training, LiveCodeBench v6 for evaluation):
-  python -m flows.pipeline --model /models/Qwen3-8B --lora \\
+  python -m flows.pipeline --model Qwen/Qwen3-8B --lora \\
       --source hf:likaixin/TACO-verified --source 'hf:livecodebench/code_generation_lite?version_tag=v6'
 The paper's own run, full fine-tuning on a 4-GPU node (FSDP, vLLM colocated on every GPU):
   python -m flows.pipeline --model /models/Qwen3-8B --gpus 4 --sharding fsdp --source ...
@@ -149,15 +161,15 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg(
         "--preset",
         choices=["tiny", "paper"],
-        help="settings preset (tiny for the embedded models, paper for a model directory)",
+        help="settings preset (tiny for the embedded models, paper for any other model)",
     )
     arg(
         "--model",
         "--reference",
         dest="reference",
-        metavar="DIR",
+        metavar="NAME",
         help=f"the reference model, and the policy trained from it: {FITTED} (default), tiny, "
-        "or a model directory",
+        "a Hub id (org/name[@revision]), a model directory or a storage URI (below)",
     )
     arg(
         "--engine",
@@ -291,7 +303,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
 def render(summary: PipelineSummary) -> str:
     text = (
         f"\n{summary.line}\n\n{markdown_table(summary.stages)}\n\n"
-        f"{markdown_table(summary.before_after)}\n\nplot: {summary.plot}"
+        f"{markdown_table(summary.before_after)}\n\nplot: {summary.plot}\n"
+        f"trained policy (a name --model takes): {summary.policy}"
     )
     if summary.reward_hacking:
         text += (

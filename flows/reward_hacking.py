@@ -28,8 +28,8 @@ from prefect import flow
 from cobalt.analysis.judge import JudgeConfig
 from cobalt.analysis.stages import HackingParams
 from cobalt.analysis.summary import HackingSummary
+from cobalt.models import FITTED, TINY
 from cobalt.params import deep_merge
-from cobalt.reference import FITTED, TINY
 from cobalt.tables import markdown_table
 from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.stages import close_engines
@@ -68,12 +68,15 @@ model rarely writes the reply format: parse_failure); the machinery is the real 
 
 problems (--problems): as the trajectories flow ('latest' + --table train|dev uses the bundle's
 '<table>_perturbed' set; a .jsonl/.parquet of problems or PATH:KIND is perturbed here).
-policy: --model DIR (transformers), or --engine litellm --model openai/NAME --api-base URL;
+policy: --model NAME, as every flow names a model (a Hub id org/name[@revision], a model
+directory, a model directory in storage such as a trained policy's s3://.../training/<key>,
+fitted or tiny: docs/PIPELINE.md), or --engine litellm --model openai/NAME --api-base URL;
 another model than fitted/tiny gets the SPEC's settings (16 samples, 2 feedback turns, 6144
 tokens, the system prompt of SPEC §1.2) unless flags say otherwise; its judge likewise 1024
 tokens per reply.
-judge: --judge-model DIR, or --judge-engine litellm --judge-model openai/NAME --judge-api-base
-URL (any OpenAI-compatible server) or a hosted model with --judge-api-key-env VAR.
+judge: --judge-model NAME (named as --model), or --judge-engine litellm --judge-model
+openai/NAME --judge-api-base URL (any OpenAI-compatible server) or a hosted model with
+--judge-api-key-env VAR.
 --compare DIR (or 'latest'): another finished analysis, reported as 'before' beside this one.
 Any field of HackingParams via --config FILE.json (flags override it).
 """
@@ -96,7 +99,8 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     policy = parser.add_argument_group("policy (the model whose repairs are analysed)")
     policy.add_argument("--engine", choices=["transformers", "litellm", "vllm", "auto"])
     policy.add_argument(
-        "--model", help=f"model directory, {FITTED} (default), tiny, or LiteLLM name"
+        "--model",
+        help=f"Hub id, model directory or storage URI, {FITTED} (default), tiny, or LiteLLM name",
     )
     policy.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server (litellm)")
     policy.add_argument("--api-key-env", metavar="VAR", help="variable holding the API key")
@@ -112,7 +116,9 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     policy.add_argument("--system-prompt", metavar="TEXT", help="system message ('' for none)")
     judge = parser.add_argument_group("judge (the LLM that classifies each error)")
     judge.add_argument("--judge-engine", choices=["transformers", "litellm", "vllm", "auto"])
-    judge.add_argument("--judge-model", help=f"model directory, {FITTED} (default), LiteLLM name")
+    judge.add_argument(
+        "--judge-model", help=f"named as --model: {FITTED} (default), Hub id, ..., LiteLLM name"
+    )
     judge.add_argument("--judge-api-base", metavar="URL", help="OpenAI-compatible server")
     judge.add_argument("--judge-api-key-env", metavar="VAR", help="variable holding the key")
     judge.add_argument("--judge-api-key-block", metavar="NAME", help="Prefect Secret block")

@@ -14,8 +14,10 @@ Stages, each a cached task with a content-addressed result in storage (MANIFEST.
 model, log_history.json, rewards.png; checkpoints while it runs, resumed after a crash); offline:
 `offline-dataset` (<storage>/offline/<key>/data.parquet) -> `offline-training` (the same
 directory layout, curves.png: loss and weighted advantage per step).
-Evaluate the trained model with `python -m flows.trajectories --model <its directory>`; the
-pipeline flow (`flows/pipeline.py`) does that and writes the before/after table.
+The run ends with the trained policy's name (its directory in storage, local or s3://): evaluate
+it with `python -m flows.trajectories --evaluation --model <that name>`, train on from it with
+`--model <that name>`; the pipeline flow (`flows/pipeline.py`) evaluates it and writes the
+before/after table.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def training_flow(params: TrainingParams) -> TrainingSummary:
 EPILOG = f"""\
 trajectories (--trajectories): 'latest' (the newest trajectories run in --storage) or the
 directory of a finished evaluation stage, <storage>/trajectories/evaluation/<key>.
-model (--model): the policy's local weights; default: the model that collected the trajectories.
+model (--model): a Hub id (org/name[@revision]), a model directory, a model directory in storage
+(a trained policy), fitted or tiny; default: the model that collected the trajectories.
 
 presets: tiny (a few CPU steps on a tiny model) and paper (SPEC §1.6 mapped to TRL's GRPOConfig:
 16 samples per prompt, lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs). Any other
@@ -82,7 +85,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg = parser.add_argument
     arg("--config", type=Path, help="JSON file with TrainingParams fields (flags override it)")
     arg("--trajectories", metavar="WHERE", help="'latest' (default) or an evaluation stage dir")
-    arg("--model", metavar="DIR", help="policy model directory (default: the reference model)")
+    arg("--model", metavar="NAME", help="policy to train (default: the trajectories' model)")
     arg(
         "--mode",
         choices=MODES,
@@ -190,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         lambda: parse_params(argv),
         preflight,
         training_flow,
-        lambda s: f"\n{s.line}\n\nmodel: {s.model}\ncurves: {s.policy.plot}",
+        lambda s: f"\n{s.line}\n\npolicy (--model): {s.policy.uri}\ncurves: {s.policy.plot}",
     )
 
 

@@ -5,12 +5,17 @@ per-turn Pass@1 (issue 4, SPEC §1.2, §1.3; docs/TRAJECTORIES.md).
     python -m flows.trajectories --problems samples/apps_sample.jsonl:taco --n 4 --turns 2
     python -m flows.trajectories --engine litellm --model openai/qwen3-8b \\
         --api-base http://gpu:8000/v1 --llm-concurrency 64 --table test --turns 8
+    python -m flows.trajectories --evaluation --model s3://bucket/cobalt/training/<key>
+    python -m flows.trajectories --compare runs/trajectories/evaluation/<key> latest
 
 Stages, each a cached task writing a content-addressed JSONL under
 `<storage>/trajectories/<stage>/<key>/` (records.jsonl, MANIFEST.json written last):
 `initial` (turn 0, n samples per problem) -> `multiturn` (feedback turns) -> `evaluation`
 (all tests, every turn) -> report (table artifact, PNG plot in storage, markdown + image artifacts).
-The logic lives in `cobalt/trajectories/` and `cobalt/evaluation.py` (no Prefect there).
+`--evaluation` runs it with the pipeline's evaluation protocol (an evaluation of any model or
+trained policy, comparable with the pipeline's before/after); `--compare A B` puts two finished
+evaluations' per-turn tables side by side, without running anything. The logic lives in
+`cobalt/trajectories/` and `cobalt/evaluation.py` (no Prefect there).
 """
 
 from __future__ import annotations
@@ -20,13 +25,24 @@ import sys
 from pathlib import Path
 
 from prefect import flow
+from pydantic import ValidationError
 
+from cobalt.models import TINY
 from cobalt.params import deep_merge
-from cobalt.reference import TINY
+from cobalt.storage import StorageConfig
 from cobalt.tables import markdown_table
-from cobalt.trajectories.runs import TrajectorySummary
+from cobalt.trajectories.runs import Comparison, TrajectorySummary, compare_evaluations
 from cobalt.trajectories.stages import TrajectoryParams, close_engines
-from flows.cli import add_running_args, read_config, run_flow_cli, running_values
+from flows.cli import (
+    USER_ERRORS,
+    add_running_args,
+    fail,
+    read_config,
+    run_flow_cli,
+    running_values,
+    storage_values,
+    validation_line,
+)
 from tasks.cluster import task_runner
 from tasks.trajectories import Stages, preflight, report
 
@@ -54,17 +70,30 @@ problems (--problems): 'latest' (the data stage's newest problem sets in --stora
 with --table train|dev|test), a problem-set directory, a .parquet/.jsonl of problem records, or
 a raw source file PATH:KIND (taco, cobalt, lcb, codecontests), e.g. samples/apps_sample.jsonl:taco.
 
-engines: without --model, the tiny built-in model (transformers, CPU/GPU). --engine litellm
---model openai/NAME --api-base http://host:8000/v1 for an OpenAI-compatible server (vllm serve,
-transformers serve); hosted APIs with --api-key-env VAR (the variable's name, never the key).
+models (--model): a Hub id (org/name, or org/name@revision: a branch, tag or commit), a model
+directory, a model directory in storage (a trained policy: <storage>/training/<key>, as the
+training and pipeline summaries print it), fitted or tiny (default: the tiny built-in model);
+resolved once to a local directory (Hub models through its cache, HF_HUB_OFFLINE respected).
+--engine litellm --model openai/NAME --api-base http://host:8000/v1 for an OpenAI-compatible
+server (vllm serve, transformers serve); hosted APIs with --api-key-env VAR (the variable's
+name, never the key).
 vLLM (--engine vllm, or auto on a GPU with vLLM) generates on every visible GPU, one engine each
 (a local `vllm serve --data-parallel-size N` beyond one); --gpus N takes fewer.
 Paper settings: --n 16 --temperature 0.6 --top-p 0.95 --max-new-tokens 6144; --turns 2 for
 training data, 8 for evaluation.
+
+--evaluation: the pipeline's evaluation of --model (its 'evaluation before/after' stages): the
+'test' set of the latest problem sets, the preset's engine and sampling, its evaluation turns
+and seed; --preset paper (SPEC: 16 samples x 8 feedback turns of up to 6144 tokens, the SPEC's
+system prompt) or tiny (the embedded run's 8 x 2 of 128 tokens); default by the model, as the
+pipeline decides. Flags and --config still override any of it.
+--compare A B: the per-turn Pass@1 of two finished evaluations ('latest' or
+<storage>/trajectories/evaluation/<key>, as each run prints it) side by side, A as before, B as
+after, and the settings in which their protocols differ; runs nothing.
 """
 
 
-def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m flows.trajectories",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -79,7 +108,10 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     arg("--perturbed", action="store_true", help="feedback from perturbed public tests")
     arg("--limit", type=int, help="only the first N problems")
     arg("--engine", choices=["transformers", "litellm", "vllm", "auto"], help="engine kind")
-    arg("--model", help="model directory (local engines) or LiteLLM model name")
+    arg("--model", help="Hub id, model directory, storage URI, fitted, tiny; or LiteLLM name")
+    arg("--evaluation", action="store_true", help="the pipeline's evaluation protocol (below)")
+    arg("--preset", choices=["tiny", "paper"], help="--evaluation's settings (default: by model)")
+    arg("--compare", nargs=2, metavar=("A", "B"), help="two evaluations side by side (below)")
     arg("--api-base", metavar="URL", help="OpenAI-compatible server (litellm)")
     arg("--api-key-env", metavar="VAR", help="environment variable holding the API key")
     arg("--api-key-block", metavar="NAME", help="Prefect Secret block holding the API key")
@@ -126,9 +158,23 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
         help="run the shards on a Dask cluster: tcp://scheduler:8786, or local:N workers",
     )
     add_running_args(parser)
-    args = parser.parse_args(argv)
+    return parser
 
+
+def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
+    parser = build_parser()
+    return params_from(parser.parse_args(argv), parser)
+
+
+def params_from(args: argparse.Namespace, parser: argparse.ArgumentParser) -> TrajectoryParams:
     values = read_config(args.config)
+    if args.evaluation:  # the pipeline's evaluation, under the file's values and the flags
+        from cobalt.pipeline import evaluation_protocol
+
+        model = args.model or (values.get("engine") or {}).get("model") or TINY
+        values = deep_merge(evaluation_protocol(model, args.preset), values)
+    elif args.preset:
+        parser.error("--preset goes with --evaluation (the pipeline's evaluation protocol)")
     for flag in (
         "problems",
         "table",
@@ -183,13 +229,42 @@ def parse_params(argv: list[str] | None = None) -> TrajectoryParams:
     return TrajectoryParams.model_validate(values)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_flow_cli(
-        lambda: parse_params(argv),
-        preflight,
-        trajectories_flow,
-        lambda s: f"\n{s.line}\n\n{markdown_table(s.table)}\n\nplot: {s.plot}",
+def render(summary: TrajectorySummary) -> str:
+    return (
+        f"\n{summary.line}\n\n{markdown_table(summary.table)}\n\nplot: {summary.plot}\n"
+        f"evaluation (for --compare, --trajectories): {summary.evaluation.uri}"
     )
+
+
+def compare(args: argparse.Namespace) -> int:
+    """`--compare A B`: two finished evaluations side by side, printed; runs no flow."""
+    values: dict = {}
+    storage_values(args, values)
+    try:
+        storage = StorageConfig.model_validate(values["storage"])
+        comparison = compare_evaluations(*args.compare, storage)
+    except ValidationError as exc:
+        print("error: " + validation_line(exc), file=sys.stderr)
+        return 2
+    except USER_ERRORS as exc:
+        return fail(exc)
+    print(render_comparison(comparison))
+    return 0
+
+
+def render_comparison(c: Comparison) -> str:
+    return (
+        f"\n{c.line}\n\nbefore: {c.before} ({c.models[0]})\nafter:  {c.after} ({c.models[1]})"
+        f"\n\n{markdown_table(c.table)}\n\nplot: {c.plot}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.compare:
+        return compare(args)
+    return run_flow_cli(lambda: params_from(args, parser), preflight, trajectories_flow, render)
 
 
 if __name__ == "__main__":

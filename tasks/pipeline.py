@@ -11,9 +11,9 @@ from prefect.artifacts import (
     create_table_artifact,
 )
 
-from cobalt import reference
 from cobalt.analysis.summary import HackingSummary
 from cobalt.data.stages import DataSummary
+from cobalt.models import resolve_model
 from cobalt.pipeline import PipelineParams, PipelineSummary, summarize
 from cobalt.tables import markdown_table
 from cobalt.training.stages import TrainingSummary
@@ -21,9 +21,12 @@ from cobalt.trajectories.runs import TrajectorySummary
 
 
 @task(name="reference-model", log_prints=False)  # dill prints `dis` output (see tasks/training)
-def reference_model(params: PipelineParams) -> str:
-    """The reference model's local directory: fitted (or built) once, reused after."""
-    return reference.reference_model(
+def reference_model(params: PipelineParams, resolved: str | None = None) -> str:
+    """The reference model's local directory: `resolved` (what the preflight resolved the name
+    to), or 'fitted' / 'tiny' fitted (built) once, reused after."""
+    if resolved is not None:
+        return resolved
+    return resolve_model(
         params.reference,
         params.storage,
         params.work_dir,
@@ -76,7 +79,8 @@ def report(
         key="pipeline-summary",
         markdown=f"# Pipeline\n\n{summary.line}\n\n## Stages\n\n{markdown_table(summary.stages)}"
         f"\n\n## Before / after\n\n{markdown_table(summary.before_after)}\n\n"
-        f"Plot: [{summary.plot}]({summary.plot})\n{hacking_md}",
+        f"Plot: [{summary.plot}]({summary.plot})\n\nTrained policy (a name `--model` takes): "
+        f"`{summary.policy}`\n{hacking_md}",
     )
     get_run_logger().info(summary.line)
     return summary

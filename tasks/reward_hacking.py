@@ -64,7 +64,7 @@ def preflight(params: HackingParams) -> Ready:
 @task(name="local-model", task_run_name="local-model-{role}", log_prints=False)
 def local_model(role: str, engine: EngineConfig, params: HackingParams) -> EngineConfig:
     """The engine with 'fitted' / 'tiny' resolved to the model's directory (built once)."""
-    return lib.resolve_engine(engine, params, get_run_logger())
+    return lib.resolve_engine(engine, params, get_run_logger(), role)
 
 
 @task(

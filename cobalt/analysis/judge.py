@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cobalt.analysis.reward_hacking import TurnError
 from cobalt.errors import UserError
-from cobalt.reference import FITTED
+from cobalt.models import FITTED
 from engines import Conversation, Engine, EngineConfig, SamplingConfig, split_thinking
 
 LABELS = ("hard_coding", "logic_overfitting", "semantic_drifting", "other")

@@ -33,7 +33,7 @@ from cobalt.analysis.reward_hacking import detect_all, totals
 from cobalt.data.stages import SAMPLES
 from cobalt.evaluation import EvalRecord
 from cobalt.judging import SandboxRuntime
-from cobalt.reference import FITTED, TINY, check_reference, reference_model
+from cobalt.models import EMBEDDED, FITTED, NAMES
 from cobalt.storage import (
     MANIFEST,
     Logger,
@@ -56,8 +56,8 @@ from cobalt.trajectories.runs import Trajectories
 from cobalt.trajectories.specs import TrajectoryRef
 from cobalt.trajectories.stages import (
     TrajectoryParams,
-    check_local_engine,
     engine_identity,
+    local_engine,
     read_stage,
 )
 from engines import EngineConfig, SamplingConfig, make_engine
@@ -68,7 +68,6 @@ JUDGE_CODE = ("cobalt.analysis.judge",)
 FORMAT = "cobalt-reward-hacking/1"
 # the embedded default's problems: relative to the working directory (the repo root)
 DEFAULT_PROBLEMS = f"{os.path.relpath(SAMPLES / 'synthetic_train.jsonl')}:taco"
-LOCAL_MODELS = (FITTED, TINY)
 
 
 def embedded_collect() -> CollectConfig:
@@ -110,9 +109,9 @@ class HackingParams(BaseModel):
     limit: int | None = Field(None, ge=1, description="Only the first N problems.")
     engine: EngineConfig = Field(
         default_factory=lambda: EngineConfig(kind="auto", model=FITTED),
-        description=f"The policy (or reference model) whose repairs are analysed: '{FITTED}' "
-        f"(the embedded default's model, fitted once into the storage), '{TINY}', a model "
-        "directory, or a LiteLLM model with --api-base.",
+        description=f"The policy (or reference model) whose repairs are analysed: {NAMES} "
+        f"(cobalt/models.py; '{FITTED}': the embedded default's model, fitted once into the "
+        "storage), or a LiteLLM model with --api-base.",
     )
     api_key_block: str | None = Field(None, description="Prefect Secret block of the policy key.")
     collect: CollectConfig = Field(
@@ -196,16 +195,15 @@ class Ready(BaseModel):
     compare: dict[str, Any] | None = None
 
 
-def check_engine(engine: EngineConfig, what: str) -> None:
-    """A local engine's model is 'fitted', 'tiny' or a directory; a LiteLLM key is set."""
+def check_engine(engine: EngineConfig, what: str, params: HackingParams) -> None:
+    """A LiteLLM key is set; a local engine's model resolves (a Hub model or a storage
+    directory downloaded once, here; 'fitted' and 'tiny' are built by the flow)."""
     engine = engine.resolved()
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
-    elif engine.model in LOCAL_MODELS:
-        check_reference(engine.model)
-    else:
+    elif engine.model not in EMBEDDED:
         flag = "--judge-model" if what == "judge" else "--model"
-        check_local_engine(engine, f"'{FITTED}' or '{TINY}'", flag, f"{what} model")
+        local_engine(engine, params.storage, params.work_dir, flag)
 
 
 def preflight(params: HackingParams) -> Ready:
@@ -213,8 +211,8 @@ def preflight(params: HackingParams) -> Ready:
     judge's endpoint answers), the analysis to compare with finished. Raises StorageError /
     ProblemSetError / MissingAPIKeyError / JudgeError naming what to set."""
     open_storage(params.storage).check()
-    check_engine(params.engine, "policy")
-    check_engine(params.judge.engine, "judge")
+    check_engine(params.engine, "policy", params)
+    check_engine(params.judge.engine, "judge", params)
     try:
         source = resolve_problems(params.problems, params.storage, params.table, True, params.limit)
     except ProblemSetError as exc:
@@ -250,14 +248,16 @@ def probe_judge(engine: EngineConfig) -> None:
         )
 
 
-def resolve_engine(engine: EngineConfig, params: HackingParams, logger: Logger) -> EngineConfig:
-    """The engine with 'fitted' / 'tiny' replaced by the local model's directory (fitted or
-    built once into the storage, reused after); kind auto resolved."""
+def resolve_engine(
+    engine: EngineConfig, params: HackingParams, logger: Logger, what: str = "policy"
+) -> EngineConfig:
+    """The engine with kind auto resolved and a local engine's model resolved to its directory
+    ('fitted' / 'tiny' fitted or built once into the storage, reused after)."""
     engine = engine.resolved()
-    if engine.kind == "litellm" or engine.model not in LOCAL_MODELS:
+    if engine.kind == "litellm":
         return engine
-    path = reference_model(engine.model, params.storage, params.work_dir, logger=logger)
-    return engine.model_copy(update={"model": path})
+    flag = "--judge-model" if what == "judge" else "--model"
+    return local_engine(engine, params.storage, params.work_dir, flag, logger)
 
 
 # --- steps ----------------------------------------------------------------------------------------

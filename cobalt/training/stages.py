@@ -28,6 +28,7 @@ from cobalt.bandit.dataset import (
 )
 from cobalt.errors import EmptyStageError
 from cobalt.judging import SandboxRuntime
+from cobalt.models import NAMES, resolve_model, storage_model
 from cobalt.plots import figure, png
 from cobalt.storage import (
     MANIFEST,
@@ -114,8 +115,9 @@ class TrainingParams(BaseModel):
     )
     model: str | None = Field(
         None,
-        description="The policy to train: a local model directory. Default: the model that "
-        "collected the trajectories (when that was a local model).",
+        description=f"The policy to train: {NAMES} (cobalt/models.py), resolved once at the "
+        "preflight to a local directory. Default: the model that collected the trajectories "
+        "(when that was a local model).",
     )
     bandit: BanditConfig = Field(default_factory=BanditConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
@@ -150,8 +152,8 @@ class Ready(BaseModel):
 
 
 def preflight(params: TrainingParams) -> Ready:
-    """Storage usable, trajectories found and finished, policy model present. Raises
-    StorageError / ProblemSetError naming what to pass."""
+    """Storage usable, trajectories found and finished, policy model resolved to a local
+    directory. Raises StorageError / ProblemSetError / ModelNameError naming what to pass."""
     storage = open_storage(params.storage)
     storage.check()
     check_training(params.training)
@@ -160,13 +162,13 @@ def preflight(params: TrainingParams) -> Ready:
     if found.engine.get("kind") == "litellm" and not params.model:
         raise ProblemSetError(
             f"the trajectories were collected through an API ({found.engine.get('model')}): "
-            "pass the policy's local weights with --model PATH"
+            "pass the policy's weights with --model NAME (a Hub id, a directory, a storage URI)"
         )
-    if not model or not Path(model, "config.json").exists():
+    if not model:
         raise ProblemSetError(
-            f"policy model directory {model} not found (it needs config.json): pass --model PATH, "
-            "a directory saved with save_pretrained"
+            f"the trajectories name no model to train: pass --model NAME ({NAMES})"
         )
+    model = resolve_model(model, params.storage, params.work_dir)
     check_fits(params.training, model)
     perturbed = None
     if params.bandit.perturbed_ratio > 0:
@@ -187,17 +189,15 @@ def preflight(params: TrainingParams) -> Ready:
     )
 
 
-def check_training(config: TrainingConfig, model: str | Path | None = None) -> None:
+def check_training(config: TrainingConfig) -> None:
     """The training settings, before any work: the trainer's own config, the GPUs and sharding
-    asked for on this machine, and (given the policy's directory) that a GPU can hold its share
-    of the model."""
+    asked for on this machine (whether a GPU holds its share of the policy: `check_fits`, once
+    the model is resolved)."""
     check_launch(config)
     try:
         config.check()
     except ValueError as exc:
         raise ProblemSetError(f"{exc} (set the GRPOConfig field with --set KEY=VALUE)") from None
-    if model is not None:
-        check_fits(config, model)
 
 
 def model_identity(path: str | Path) -> str:
@@ -397,16 +397,7 @@ def local_model(ref: PolicyRef, storage: StorageConfig, work_dir: str) -> Path:
     """A local directory holding the trained model (downloaded from S3 once)."""
     if storage.is_local:
         return Path(ref.uri)
-    st = open_storage(storage)
-    path = Path(work_dir, "models", ref.key)
-    if not (path / "config.json").exists():
-        path.mkdir(parents=True, exist_ok=True)
-        remote = ref.uri.removeprefix("s3://")
-        for entry in st.fs.ls(remote, detail=False):
-            name = entry.rstrip("/").rsplit("/", 1)[-1]
-            if st.fs.isfile(entry):
-                st.fs.get_file(entry, str(path / name))
-    return path
+    return storage_model(ref.uri, storage, work_dir)
 
 
 def bandit_spec_of(params: TrainingParams, ready: Ready) -> BanditSpec:
@@ -438,13 +429,17 @@ def check_dataset(params: TrainingParams, dataset: BanditRef) -> None:
 
 class TrainingSummary(BaseModel):
     dataset: BanditRef
-    policy: PolicyRef
+    policy: PolicyRef = Field(
+        description="The trained policy; its `uri` (the model directory in storage) is a name "
+        "--model takes (cobalt/models.py)."
+    )
     model: str = Field(description="A local directory holding the trained model.")
     line: str
 
 
 def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:
-    """One line for the log, the trained model as a local directory."""
+    """One line for the log, naming the policy as a later --model takes it (its directory in
+    storage); the trained model as a local directory."""
     stats, ps = dataset.stats, policy.stats
     cost = ps.get("cost") or {}
     spent = f"{cost.get('wall_s')} s" + (
@@ -457,7 +452,7 @@ def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> 
             f"{ps.get('objective')}, {policy.steps} steps on {ps.get('rows_trained')} rows, loss "
             f"{ps.get('loss_first')} -> {ps.get('loss_last')}, weighted advantage "
             f"{ps.get('weighted_advantage_first')} -> {ps.get('weighted_advantage_last')}; "
-            f"{spent}; model at {policy.uri}"
+            f"{spent}; policy (--model): {policy.uri}"
         )
     else:
         timing = ps.get("timing", {})
@@ -467,7 +462,7 @@ def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> 
             f"{params.training.mode} GRPO, {policy.steps} steps, reward "
             f"{ps.get('reward_first')} -> {ps.get('reward_last')}; "
             f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; {spent}; "
-            f"model at {policy.uri}"
+            f"policy (--model): {policy.uri}"
         )
     return TrainingSummary(
         dataset=dataset,

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cobalt.evaluation import evaluate
 from cobalt.judging import SandboxRuntime, open_judge
-from cobalt.reference import TINY, tiny_model
+from cobalt.models import NAMES, TINY, resolve_model, stable_name
 from cobalt.storage import (
     Logger,
     StorageConfig,
@@ -81,8 +81,10 @@ class TrajectoryParams(BaseModel):
     limit: int | None = Field(None, ge=1, description="Only the first N problems (smoke runs).")
     engine: EngineConfig = Field(
         default_factory=lambda: EngineConfig(kind="auto", model=TINY),
-        description=f"The reference LLM. Model '{TINY}' with the transformers engine: the tiny "
-        "built-in model, built into the storage (or work_dir for S3) on first use.",
+        description=f"The reference LLM. A local engine's model: {NAMES} (cobalt/models.py), "
+        f"resolved once at the preflight to a local directory; '{TINY}': the tiny built-in "
+        "model, built into the storage (or work_dir for S3) on first use. litellm: the API's "
+        "model name.",
     )
     api_key_block: str | None = Field(
         None,
@@ -146,31 +148,33 @@ class Ready(BaseModel):
 
 
 def preflight(params: TrajectoryParams) -> Ready:
-    """Storage usable, problem set found and non-empty, engine usable (model present, API key
-    set). Raises StorageError / ProblemSetError / MissingAPIKeyError naming what to set."""
+    """Storage usable, problem set found and non-empty, engine usable (model resolved to a local
+    directory, API key set). Raises StorageError / ProblemSetError / ModelNameError /
+    MissingAPIKeyError naming what to set."""
     storage = open_storage(params.storage)
     storage.check()
     engine = params.engine.resolved()  # kind auto: vllm on a GPU with vLLM, else transformers
-    if engine.kind != "litellm" and engine.model == TINY:
-        engine = engine.model_copy(
-            update={"model": str(tiny_model(params.storage, params.work_dir))}
-        )
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
     else:
-        check_local_engine(engine, "leave --model out for the tiny built-in model")
+        engine = local_engine(engine, params.storage, params.work_dir)
     source = resolve_problems(
         params.problems, params.storage, params.table, params.perturbed, params.limit
     )
     return Ready(problems=source, engine=engine)
 
 
-def check_local_engine(
-    engine: EngineConfig, hint: str, flag: str = "--model", what: str = "model"
-) -> None:
-    """A local engine can run here: the GPUs its data_parallel_size asks for visible
-    (GPUCountError), vLLM installed for kind vllm, the model a directory saved with
-    save_pretrained (its config.json). ProblemSetError names `what`, the flag, `hint`."""
+def local_engine(
+    engine: EngineConfig,
+    storage: StorageConfig,
+    work_dir: str,
+    flag: str = "--model",
+    logger: Logger | None = None,
+) -> EngineConfig:
+    """A local engine that can run here: the GPUs its data_parallel_size asks for visible
+    (GPUCountError), vLLM installed for kind vllm, and its model resolved to a local directory
+    (`cobalt.models.resolve_model`: fitted, tiny, a directory, a model directory in storage, a
+    Hub id; ModelNameError names `flag` and the fix)."""
     check_gpus(engine)
     if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ProblemSetError(
@@ -178,12 +182,8 @@ def check_local_engine(
             "'.[gpu]') on a CUDA machine, use the transformers engine (or auto), or serve the "
             "model elsewhere (vllm serve) and use the litellm engine with its api_base"
         )
-    if not Path(engine.model, "config.json").exists():
-        found = "has no config.json" if Path(engine.model).is_dir() else "not found"
-        raise ProblemSetError(
-            f"{what} directory {engine.model} {found}: local engines load a model saved with "
-            f"save_pretrained (config.json, weights, tokenizer): pass {flag} DIR, or {hint}"
-        )
+    path = resolve_model(engine.model, storage, work_dir, flag=flag, logger=logger)
+    return engine.model_copy(update={"model": path})
 
 
 def check_gpus(engine: EngineConfig) -> None:
@@ -213,8 +213,10 @@ IDENTITY = ("kind", "model", "dtype", "extra")  # engine fields that decide what
 def engine_identity(engine: EngineConfig) -> dict[str, Any]:
     identity = {k: v for k, v in engine.model_dump(mode="json").items() if k in IDENTITY}
     identity["extra"] = {k: v for k, v in identity["extra"].items() if "key" not in k.lower()}
-    if engine.kind != "litellm" and (config := Path(engine.model, "config.json")).exists():
-        identity["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
+    if engine.kind != "litellm":  # a Hub snapshot by repo and commit, not its path here
+        identity["model"] = stable_name(engine.model)
+        if (config := Path(engine.model, "config.json")).exists():
+            identity["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
     if engine.kind == "transformers":  # how its padded batches draw tokens
         identity["sampler"] = code_version("engines.keyed_sampling")
     elif engine.kind == "vllm":  # how its requests are seeded

@@ -133,17 +133,40 @@ ROWS: list[tuple[str, Row]] = [
     (
         "pipeline-model-dir-empty",
         Row("pipeline", ["--model", "{tmp}/empty"], 2,
-            r"reference model \S+/empty has no config\.json: pass a directory saved"),
+            r"--model \S+/empty: the directory has no config\.json: pass a directory saved"),
+    ),
+    (
+        "pipeline-model-hub-not-cached",
+        Row("pipeline", ["--model", "cobalt-test/not-cached@v2"], 2,
+            r"--model cobalt-test/not-cached@v2: not in the Hugging Face cache \S+ and the Hub "
+            r"cannot be reached \(HF_HUB_OFFLINE=1\): download it where there is a network "
+            r"\(`hf download cobalt-test/not-cached --revision v2`\)"),
     ),
     (
         "trajectories-model-dir-empty",
         Row("trajectories", ["--model", "{tmp}/empty"], 2,
-            r"model directory \S+/empty has no config\.json: .* pass --model DIR"),
+            r"--model \S+/empty: the directory has no config\.json: .* name a Hub id"),
+    ),
+    (
+        "trajectories-model-not-a-name",
+        Row("trajectories", ["--model", "{tmp}/nope"], 2,
+            r"--model \S+/nope: no such directory: name a Hub id \(org/name\[@revision\]\)"),
+    ),
+    (
+        "trajectories-compare-not-an-evaluation",
+        Row("trajectories", ["--compare", "{tmp}/empty", "latest"], 2,
+            r"\S+/empty is not a finished evaluation stage \(no MANIFEST\.json\): pass "
+            r"<storage>/trajectories/evaluation/<key>"),
     ),
     (
         "reward-hacking-model-dir-empty",
         Row("reward_hacking", ["--model", "{tmp}/empty"], 2,
-            r"policy model directory \S+/empty has no config\.json"),
+            r"--model \S+/empty: the directory has no config\.json"),
+    ),
+    (
+        "reward-hacking-judge-model-missing",
+        Row("reward_hacking", ["--judge-model", "{tmp}/nope"], 2,
+            r"--judge-model \S+/nope: no such directory"),
     ),
     *(
         []

@@ -176,7 +176,7 @@ def test_cli_rejects_a_missing_reference_before_any_work(tmp_path, capsys):
     storage = tmp_path / "runs"
     assert main(["--reference", str(tmp_path / "nope"), "--storage", str(storage)]) == 2
     err = capsys.readouterr().err
-    assert "reference model" in err and "config.json" in err
+    assert f"--model {tmp_path / 'nope'}: no such directory" in err
     assert not (storage / "datasets").exists()
     assert main(["--max-steps", "0", "--storage", str(storage)]) == 2
     assert "max_steps" in capsys.readouterr().err
@@ -194,7 +194,7 @@ def test_cli_help(capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert "--mode {single_turn,cobalt,multi_turn,offline}" in out and "synthetic" in out
-    assert "--model DIR" in out and "--preset {tiny,paper}" in out and "--report-to" in out
+    assert "--model NAME" in out and "--preset {tiny,paper}" in out and "--report-to" in out
     assert "--objective {reinforce_loo,awr,clipped_ratio}" in out
 
 
@@ -237,8 +237,8 @@ def test_training_flow_on_its_own(tmp_path, fitted_model, capsys):
     assert training_main([*common, *args]) == 0
     out = capsys.readouterr().out
     assert "single_turn GRPO, 1 steps" in out
-    model = out.split("model: ")[1].split()[0]
-    assert Path(model, "config.json").exists()
+    policy = out.split("policy (--model): ")[1].split()[0]  # the name a later run takes
+    assert Path(policy, "config.json").exists() and Path(policy).parent.name == "training"
 
 
 @pytest.mark.usefixtures("prefect_harness")

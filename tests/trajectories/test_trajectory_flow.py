@@ -21,6 +21,7 @@ from prefect_states import task_run_states
 from trajectory_helpers import REPO, doubling
 
 from cobalt.evaluation import EvalRecord
+from cobalt.models import ModelNameError
 from cobalt.trajectories.problemsets import ProblemSetError
 from cobalt.trajectories.prompts import no_code_feedback
 from cobalt.trajectories.records import Record, read_records
@@ -225,7 +226,7 @@ def test_preflight_fails_before_any_work(tmp_path, monkeypatch, capsys):
     assert "COBALT_TEST_KEY" in capsys.readouterr().err
     with pytest.raises(ProblemSetError, match=r"python -m flows\.data"):
         preflight(params(tmp_path, problems="latest"))
-    with pytest.raises(ProblemSetError, match="model directory"):
+    with pytest.raises(ModelNameError, match="--model /no/such/model: no such directory"):
         preflight(params(tmp_path, engine={"kind": "transformers", "model": "/no/such/model"}))
     assert main(["--n", "0", "--storage", str(tmp_path / "runs")]) == 2
     assert "invalid parameters" in capsys.readouterr().err
