@@ -4,12 +4,12 @@ single line and exit 2, wherever in a run it is raised (flows/cli.py), and Prefe
 a task that raised one unless it is `transient`: the same input fails the same way
 (tasks/retry.py). Each module raises its own beside it (`StorageError`, `SourceError`,
 `ProblemSetError`, `ReferenceModelError`, `JudgeError`, `EmptyStageError` below); the engines'
-`MissingAPIKeyError` and `InsufficientMemoryError` (a layer below: no base of ours) count too:
-`USER_ERRORS`."""
+`MissingAPIKeyError`, `InsufficientMemoryError` and `ThreadSettingError` (a layer below: no base
+of ours) count too: `USER_ERRORS`."""
 
 from __future__ import annotations
 
-from engines import InsufficientMemoryError, MissingAPIKeyError
+from engines import InsufficientMemoryError, MissingAPIKeyError, ThreadSettingError
 
 
 class UserError(RuntimeError):
@@ -27,6 +27,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     UserError,
     MissingAPIKeyError,
     InsufficientMemoryError,
+    ThreadSettingError,
 )
 
 

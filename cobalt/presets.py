@@ -115,11 +115,17 @@ def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, 
 
 def settings_text(params: PipelineParams) -> str:
     """What the run will use, printed before it starts (the preset's choices and the user's)."""
-    from engines import resolve_kind
+    import torch
+
+    from cobalt.reference import planned_parameters
+    from engines import choose
 
     c, s, t = params.collect, params.collect.sampling, params.training
-    kind = params.engine.kind
-    engine = f"{kind} -> {resolve_kind(kind)}" if kind == "auto" else kind
+    # what `auto` picks for the reference (a name: the size it is built with; engines.auto)
+    size = planned_parameters(params.reference)
+    engine = params.engine.kind
+    if engine == "auto":
+        engine = f"auto -> {choose(params.reference, parameters=size)}"
     lines = [
         f"preset {params.preset}: reference and policy {params.reference}; engine {engine}",
         f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "
@@ -138,12 +144,14 @@ def settings_text(params: PipelineParams) -> str:
         )
     else:
         kw = t.grpo_kwargs("out")
+        generation, why = t.generation_choice(torch.cuda.is_available(), params.reference, size)
         lines.append(
             f"training: {t.mode} GRPO, {t.preset} preset: lr {kw['learning_rate']}, "
             f"{kw['num_generations']} samples per prompt at T {kw.get('temperature', 1.0)}, "
             f"{kw['max_completion_length']} completion tokens, {kw.get('max_steps') or str(kw.get('num_train_epochs')) + ' epochs'}"
             f"{' steps' if kw.get('max_steps') else ''}, reward {t.reward}, KL {t.kl()} "
-            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}"
+            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}, generation "
+            + (f"auto -> {generation} ({why})" if why else generation)
             + (", LoRA" if t.lora else "")
         )
     return "\n".join("  " + line for line in ["settings:", *lines]).lstrip()

@@ -52,7 +52,8 @@ class EngineConfig(BaseModel):
         "transformers",
         description="transformers: local model in this process; litellm: an API model or any "
         "OpenAI-compatible server; vllm: vLLM offline engine in this process (GPU); auto: vllm "
-        "when vLLM is importable and a GPU is visible, else transformers (engines.resolve_kind).",
+        "on a GPU with vLLM importable for a model of 50M+ parameters, else transformers "
+        "(engines.auto: vLLM's start-up costs more than it saves on a tiny model).",
     )
     model: str = Field(
         description="Local engines: a model directory (loaded with from_pretrained). litellm: a "
@@ -143,7 +144,7 @@ class EngineConfig(BaseModel):
             return self
         from . import resolve_kind
 
-        return self.model_copy(update={"kind": resolve_kind("auto")})
+        return self.model_copy(update={"kind": resolve_kind("auto", model=self.model)})
 
     def api_key(self) -> str | None:
         """The API key from `api_key_env`, or None when no variable is configured.

@@ -252,12 +252,11 @@ def probe_judge(engine: EngineConfig) -> None:
 
 def resolve_engine(engine: EngineConfig, params: HackingParams, logger: Logger) -> EngineConfig:
     """The engine with 'fitted' / 'tiny' replaced by the local model's directory (fitted or
-    built once into the storage, reused after); kind auto resolved."""
-    engine = engine.resolved()
-    if engine.kind == "litellm" or engine.model not in LOCAL_MODELS:
-        return engine
-    path = reference_model(engine.model, params.storage, params.work_dir, logger=logger)
-    return engine.model_copy(update={"model": path})
+    built once into the storage, reused after); kind auto resolved for that model."""
+    if engine.kind != "litellm" and engine.model in LOCAL_MODELS:
+        path = reference_model(engine.model, params.storage, params.work_dir, logger=logger)
+        engine = engine.model_copy(update={"model": path})
+    return engine.resolved()
 
 
 # --- steps ----------------------------------------------------------------------------------------

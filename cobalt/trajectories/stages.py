@@ -149,11 +149,12 @@ def preflight(params: TrajectoryParams) -> Ready:
     set). Raises StorageError / ProblemSetError / MissingAPIKeyError naming what to set."""
     storage = open_storage(params.storage)
     storage.check()
-    engine = params.engine.resolved()  # kind auto: vllm on a GPU with vLLM, else transformers
+    engine = params.engine
     if engine.kind != "litellm" and engine.model == TINY:
         engine = engine.model_copy(
             update={"model": str(tiny_model(params.storage, params.work_dir))}
         )
+    engine = engine.resolved()  # kind auto: by the model's size (engines.auto)
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
     else:
