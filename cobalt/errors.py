@@ -4,12 +4,17 @@ single line and exit 2, wherever in a run it is raised (flows/cli.py), and Prefe
 a task that raised one unless it is `transient`: the same input fails the same way
 (tasks/retry.py). Each module raises its own beside it (`StorageError`, `SourceError`,
 `ProblemSetError`, `ReferenceModelError`, `JudgeError`, `EmptyStageError` below); the engines'
-`MissingAPIKeyError`, `InsufficientMemoryError` and `GPUCountError` (a layer below: no base of
-ours) count too: `USER_ERRORS`."""
+`MissingAPIKeyError`, `InsufficientMemoryError`, `GPUCountError` and `ThreadSettingError` (a layer
+below: no base of ours) count too: `USER_ERRORS`."""
 
 from __future__ import annotations
 
-from engines import GPUCountError, InsufficientMemoryError, MissingAPIKeyError
+from engines import (
+    GPUCountError,
+    InsufficientMemoryError,
+    MissingAPIKeyError,
+    ThreadSettingError,
+)
 
 
 class UserError(RuntimeError):
@@ -28,6 +33,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     MissingAPIKeyError,
     InsufficientMemoryError,
     GPUCountError,
+    ThreadSettingError,
 )
 
 

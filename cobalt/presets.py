@@ -115,12 +115,20 @@ def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, 
 
 def settings_text(params: PipelineParams) -> str:
     """What the run will use, printed before it starts (the preset's choices and the user's)."""
-    from engines import resolve_data_parallel, resolve_kind
+    import torch
+
+    from cobalt.reference import planned_parameters
+    from engines import choose, resolve_data_parallel
 
     c, s, t = params.collect, params.collect.sampling, params.training
+    # what `auto` picks for the reference (a name: the size it is built with; engines.auto)
+    size = planned_parameters(params.reference)
     kind = params.engine.kind
-    engine = f"{kind} -> {resolve_kind(kind)}" if kind == "auto" else kind
-    if resolve_kind(kind) == "vllm":
+    engine = kind
+    if kind == "auto":
+        choice = choose(params.reference, parameters=size)
+        kind, engine = choice.kind, f"auto -> {choice}"
+    if kind == "vllm":
         gpus = resolve_data_parallel(params.engine) * params.engine.tensor_parallel_size
         engine += f" on {gpus} GPU{'s' if gpus > 1 else ''}"
     lines = [
@@ -141,12 +149,19 @@ def settings_text(params: PipelineParams) -> str:
         )
     else:
         kw = t.grpo_kwargs("out")
+        generation, why = t.generation_choice(torch.cuda.is_available(), params.reference, size)
         lines.append(
             f"training: {t.mode} GRPO, {t.preset} preset: lr {kw['learning_rate']}, "
             f"{kw['num_generations']} samples per prompt at T {kw.get('temperature', 1.0)}, "
             f"{kw['max_completion_length']} completion tokens, {kw.get('max_steps') or str(kw.get('num_train_epochs')) + ' epochs'}"
             f"{' steps' if kw.get('max_steps') else ''}, reward {t.reward}, KL {t.kl()} "
-            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}"
+            f"{kw['beta']}, precision {t.precision} -> {t.resolved_precision()}, generation "
+            + (f"auto -> {generation} ({why})" if why else generation)
             + (", LoRA" if t.lora else "")
+            + (
+                f", {t.num_processes} processes ({t.resolved_sharding()})"
+                if t.num_processes > 1
+                else ""
+            )
         )
     return "\n".join("  " + line for line in ["settings:", *lines]).lstrip()

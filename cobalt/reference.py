@@ -53,6 +53,22 @@ FIT_KEEP_SHARE = 0.5
 FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
 
 
+def planned_parameters(reference: str) -> int | None:
+    """Parameters of the model 'fitted' or 'tiny' names, from the shape it is built with (known
+    before it is built: the engine choice of a run's printed settings); None for a directory
+    (its config.json tells)."""
+    import inspect
+
+    from engines.auto import count_parameters
+    from engines.tiny import build_tiny_model, tiny_config
+
+    builder = {FITTED: fit_tiny_model, TINY: build_tiny_model}.get(reference)
+    if builder is None:
+        return None
+    defaults = inspect.signature(builder).parameters
+    return count_parameters(tiny_config(**{k: defaults[k].default for k in SHAPE}))
+
+
 def _embedded(fit_steps: int) -> dict:
     return {"seed": 0, "seconds_budget": FIT_SECONDS_CAP, "max_steps": fit_steps,
             "keep_rounds": FIT_KEEP_ROUNDS, "keep_share": FIT_KEEP_SHARE}  # fmt: skip
@@ -96,13 +112,17 @@ def _recipe_of(a: dict) -> dict:
     )
 
 
-_RECIPE_FIELDS = (
+# the model's shape (engines.tiny.tiny_config's arguments)
+SHAPE = (
     "vocab_size",
     "hidden_size",
     "num_layers",
     "num_heads",
     "num_kv_heads",
     "intermediate_size",
+)
+_RECIPE_FIELDS = (
+    *SHAPE,
     "learning_rate",
     "repair_share",
     "keep_share",
@@ -179,11 +199,14 @@ def fit_tiny_model(
 
     from cobalt.training.precision import Numerics, cast_saved, decide
     from cobalt.trajectories.prompts import failed_feedback, passed_feedback
+    from engines.cpu_threads import cap_cpu_threads
     from engines.tiny import build_tiny_model, builtin_corpus
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if threads:
         torch.set_num_threads(threads)
+    else:  # a ~1M-parameter model: a few threads, not one per core (engines.cpu_threads)
+        cap_cpu_threads()
     started = time.monotonic()
 
     kinds = synthetic.seen_kinds(held, family)
@@ -284,6 +307,7 @@ def fit_tiny_model(
         "fit_seconds": round(time.monotonic() - fit_started, 1),
         "total_seconds": round(time.monotonic() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
+        "cpu_threads": torch.get_num_threads(),
     }
     log.info("fitted tiny model: %s", stats)
     (path / RECIPE_FILE).write_text(json.dumps({**recipe, "stats": stats}, indent=1) + "\n")

@@ -9,12 +9,15 @@ OpenAI-compatible servers) and vLLM, behind one interface. No Prefect import.
 
 from __future__ import annotations
 
+from .auto import Choice, choose
 from .base import Completion, Conversation, Engine, Message, Usage, sum_usage
 from .config import EngineConfig, EngineKind, GPUCountError, MissingAPIKeyError, SamplingConfig
+from .cpu_threads import ThreadSettingError
 from .memory import InsufficientMemoryError
 from .thinking import opens_thinking, split_thinking, thinking_text, with_open_thinking
 
 __all__ = [
+    "Choice",
     "Completion",
     "Conversation",
     "Engine",
@@ -25,7 +28,9 @@ __all__ = [
     "Message",
     "MissingAPIKeyError",
     "SamplingConfig",
+    "ThreadSettingError",
     "Usage",
+    "choose",
     "make_engine",
     "opens_thinking",
     "resolve_data_parallel",
@@ -37,27 +42,19 @@ __all__ = [
 ]
 
 
-def resolve_kind(kind: str, *, vllm_installed: bool | None = None, gpu: bool | None = None) -> str:
-    """The engine kind to make: `auto` is `vllm` when vLLM is importable and a GPU is visible
-    (vLLM decodes 7-8B models 6-22x faster than the transformers engine, docs/BENCHMARKS.md),
-    else `transformers`; other kinds are kept. The probes can be given (tests)."""
+def resolve_kind(
+    kind: str,
+    *,
+    model: str | None = None,
+    vllm_installed: bool | None = None,
+    gpu: bool | None = None,
+) -> str:
+    """The engine kind to make: `auto` is `vllm` on a GPU with vLLM importable for a model of at
+    least `engines.auto.SMALL_MODEL` parameters (its directory's config.json), else
+    `transformers` (`engines.auto.choose`); other kinds are kept. The probes can be given."""
     if kind != "auto":
         return kind
-    if vllm_installed is None:
-        import importlib.util
-
-        vllm_installed = importlib.util.find_spec("vllm") is not None
-    if gpu is None:
-        gpu = _gpu_visible()
-    return "vllm" if vllm_installed and gpu else "transformers"
-
-
-def _gpu_visible() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
+    return choose(model, vllm_installed=vllm_installed, gpu=gpu).kind
 
 
 def visible_gpus() -> int:
@@ -95,13 +92,14 @@ def resolve_data_parallel(config: EngineConfig, *, gpus: int | None = None) -> i
 
 
 def make_engine(config: EngineConfig) -> Engine:
-    """The engine for `config.kind` (`auto` resolved by `resolve_kind`); heavy dependencies are
-    imported only for the chosen kind."""
+    """The engine for `config.kind` (`auto` decided by `engines.auto.choose`, logged with its
+    reason); heavy dependencies are imported only for the chosen kind."""
     if config.kind == "auto":
         import logging
 
-        config = config.resolved()
-        logging.getLogger(__name__).info("engine kind auto: %s", config.kind)
+        choice = choose(config.model)
+        config = config.model_copy(update={"kind": choice.kind})
+        logging.getLogger(__name__).info("engine kind auto: %s", choice)
     if config.kind == "transformers":
         from .transformers_engine import TransformersEngine
 

@@ -53,8 +53,9 @@ class EngineConfig(BaseModel):
         "transformers",
         description="transformers: local model in this process; litellm: an API model or any "
         "OpenAI-compatible server; vllm: vLLM on this machine's GPUs (in this process on one, "
-        "a local `vllm serve` on several: data_parallel_size); auto: vllm "
-        "when vLLM is importable and a GPU is visible, else transformers (engines.resolve_kind).",
+        "a local `vllm serve` on several: data_parallel_size); auto: vllm on a GPU with vLLM "
+        "importable for a model of 50M+ parameters, else transformers (engines.auto: vLLM's "
+        "start-up costs more than it saves on a tiny model).",
     )
     model: str = Field(
         description="Local engines: a model directory (loaded with from_pretrained). litellm: a "
@@ -164,7 +165,7 @@ class EngineConfig(BaseModel):
             return self
         from . import resolve_kind
 
-        return self.model_copy(update={"kind": resolve_kind("auto")})
+        return self.model_copy(update={"kind": resolve_kind("auto", model=self.model)})
 
     def api_key(self) -> str | None:
         """The API key from `api_key_env`, or None when no variable is configured.

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from .cpu_threads import decide_threads
+
 ServerKind = Literal["transformers", "vllm"]
 
 
@@ -132,6 +134,8 @@ def local_server(
         extra_args=extra_args,
     )
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", **(env or {})}
+    if kind == "transformers" and device == "cpu":  # a few threads, not one per core
+        environment.setdefault("OMP_NUM_THREADS", str(decide_threads(environment)[0]))
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
     try:

@@ -337,6 +337,33 @@ def build_tokenizer(vocab_size: int = 1024, corpus: list[str] | None = None):
     )
 
 
+def tiny_config(
+    vocab_size: int,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    num_kv_heads: int,
+    intermediate_size: int,
+    max_position_embeddings: int = 4096,
+    **kwargs,
+):
+    """The Qwen2 config of a tiny model's shape (untied embeddings, as `build_tiny_model`
+    builds it); `kwargs` go to Qwen2Config."""
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=False,
+        **kwargs,
+    )
+
+
 def build_tiny_model(
     path: str | Path,
     seed: int = 0,
@@ -372,7 +399,7 @@ def build_tiny_model(
     logits (and their memory) have a real model's width and every sampled id decodes.
     """
     import torch
-    from transformers import AutoModelForCausalLM, GenerationConfig, Qwen2Config
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -381,15 +408,14 @@ def build_tiny_model(
         tokenizer.add_tokens([f"<|v{i}|>" for i in range(len(tokenizer), pad_vocab_to)])
     eos_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=intermediate_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_kv_heads,
-        max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=False,
+    config = tiny_config(
+        len(tokenizer),
+        hidden_size,
+        num_layers,
+        num_heads,
+        num_kv_heads,
+        intermediate_size,
+        max_position_embeddings,
         bos_token_id=pad_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,

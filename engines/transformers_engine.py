@@ -24,6 +24,7 @@ from typing import Any
 
 from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
 from .config import EngineConfig, SamplingConfig
+from .cpu_threads import cap_cpu_threads
 from .keyed_sampling import KeyedSampler, row_keys
 from .memory import FIXES, Footprint, check_fits, is_out_of_memory, plan_batches
 
@@ -43,6 +44,8 @@ class TransformersEngine(Engine):
             self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         else:
             self.device = torch.device(config.device)
+        if self.device.type == "cpu":  # a few threads for a small model, not one per core
+            cap_cpu_threads()
         if tokenizer is None:
             tokenizer = AutoTokenizer.from_pretrained(config.model)
         tokenizer.padding_side = "left"

@@ -251,9 +251,8 @@ def probe_judge(engine: EngineConfig) -> None:
 def resolve_engine(
     engine: EngineConfig, params: HackingParams, logger: Logger, what: str = "policy"
 ) -> EngineConfig:
-    """The engine with kind auto resolved and a local engine's model resolved to its directory
-    ('fitted' / 'tiny' fitted or built once into the storage, reused after)."""
-    engine = engine.resolved()
+    """A local engine's model resolved to its directory ('fitted' / 'tiny' fitted or built
+    once into the storage, reused after), then kind auto decided for that model."""
     if engine.kind == "litellm":
         return engine
     flag = "--judge-model" if what == "judge" else "--model"

@@ -19,8 +19,9 @@ Mapping notes (TRL 1.16):
 - 128 prompts x 16 samples = `generation_batch_size` 2048 completions; mini-batch 64 prompts =
   1024 completions per optimizer step (`per_device_train_batch_size` x processes x grad accum),
   so 2 optimizer steps per generation batch (`steps_per_generation` = 2 x grad accum).
-- Generation: `generation` picks vLLM (colocated or a `trl vllm-serve` server) when vLLM is
-  importable, transformers otherwise (`paged`: continuous batching); LoRA via `lora` (peft).
+- Generation: `generation` picks vLLM (colocated or a `trl vllm-serve` server) or transformers
+  (`paged`: continuous batching); `auto` decides as the generating stages do (`engines.auto`: vLLM
+  on a GPU for a model of 50M+ parameters); LoRA via `lora` (peft).
   Validation (temperature 0.6 / top-p 0.95) is the evaluation stage's, not a step of training
   (docs/TRAINING.md, the recipe table).
 - Micro-batch: the paper preset plans `per_device_train_batch_size` from the model's config and
@@ -43,6 +44,7 @@ from cobalt.training.sharding import (
     check_batch,
     resolve_sharding,
 )
+from engines.auto import choose
 from sandbox import SandboxConfig
 
 Preset = Literal["paper", "tiny"]
@@ -230,7 +232,8 @@ class TrainingConfig(BaseModel):
         description="How GRPO samples: 'vllm_colocate' (vLLM in the training process), "
         "'vllm_server' (a `trl vllm-serve` server: vllm_server_base_url), 'paged' "
         "(transformers continuous batching), 'transformers' (generate). auto: vLLM colocated "
-        "when vLLM is importable and a GPU is present, else transformers.",
+        "on a GPU with vLLM importable for a model of 50M+ parameters, else transformers (the "
+        "generating stages' choice, engines.auto).",
     )
     vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
     lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
@@ -383,8 +386,11 @@ class TrainingConfig(BaseModel):
             return self.offline.max_length
         return 16_384 if self.preset == "paper" else 1024
 
-    def grpo_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
-        """Keyword arguments of TRL's `GRPOConfig` for this preset."""
+    def grpo_kwargs(
+        self, output_dir: str | Path, model: str | Path | None = None
+    ) -> dict[str, Any]:
+        """Keyword arguments of TRL's `GRPOConfig` for this preset; `model` (the policy's
+        directory) decides `generation="auto"`."""
         import torch
 
         gpu = torch.cuda.is_available()
@@ -437,7 +443,7 @@ class TrainingConfig(BaseModel):
         if self.save_steps is not None:
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
             kwargs.setdefault("save_total_limit", 2)
-        kwargs |= self.numerics_kwargs() | self.generation_kwargs(gpu) | self.overrides
+        kwargs |= self.numerics_kwargs() | self.generation_kwargs(gpu, model) | self.overrides
         batch = self.overrides.get("generation_batch_size")
         own_step = {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(
             self.overrides
@@ -465,11 +471,20 @@ class TrainingConfig(BaseModel):
             )
         return kwargs
 
-    def generation_kwargs(self, gpu: bool) -> dict[str, Any]:
+    def generation_choice(
+        self, gpu: bool, model: str | Path | None = None, parameters: int | None = None
+    ) -> tuple[str, str | None]:
+        """The generation backend and, for auto, why: vLLM colocated where the generating
+        stages would pick vLLM for this model (`engines.auto.choose`: its size, vLLM installed,
+        a GPU), else transformers. `parameters` stands for a model not built yet."""
+        if self.generation != "auto":
+            return self.generation, None
+        choice = choose(model, parameters=parameters, vllm_installed=vllm_available(), gpu=gpu)
+        return ("vllm_colocate" if choice.kind == "vllm" else "transformers"), choice.reason
+
+    def generation_kwargs(self, gpu: bool, model: str | Path | None = None) -> dict[str, Any]:
         """GRPOConfig fields of the chosen generation backend."""
-        mode = self.generation
-        if mode == "auto":
-            mode = "vllm_colocate" if gpu and vllm_available() else "transformers"
+        mode, _ = self.generation_choice(gpu, model)
         if mode.startswith("vllm") and not vllm_available():
             raise ValueError(f"generation={mode!r} needs vLLM: pip install '.[gpu]'")
         if mode == "vllm_colocate":

@@ -380,7 +380,7 @@ def train(
     numerics = decide(
         config.precision, checkpoint_dtype(model_path), gpu=gpu, paper=config.preset == "paper"
     )
-    kwargs = config.grpo_kwargs(output_dir)
+    kwargs = config.grpo_kwargs(output_dir, model_path)
     if not config.lora and kwargs.get("beta"):
         # TRL builds its frozen reference model from these (not in fp32: it is never trained);
         # TRL's warning that they are "ignored" concerns the policy, which is passed loaded

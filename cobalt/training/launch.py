@@ -36,6 +36,7 @@ from cobalt.judging import SandboxRuntime
 from cobalt.storage import Logger, StorageConfig, open_storage
 from cobalt.training.config import TrainingConfig
 from cobalt.trajectories.problemsets import ProblemSource, load_problems
+from engines.cpu_threads import cap_cpu_threads
 
 log = logging.getLogger(__name__)
 LAUNCH_DIR = ".launch"  # inside the output directory: the job, each process's log, the results
@@ -85,6 +86,7 @@ def _on_gpu() -> bool:
 
 def train_here(job: Job, processes: int = 1) -> Result:
     """This process's part of the job (all of it when it runs alone)."""
+    cap_cpu_threads()  # torch's CPU threads: a few, not one per core (engines.cpu_threads)
     from cobalt.training.checkpoints import uploader
     from cobalt.training.grpo import train
     from cobalt.training.offline import train_offline

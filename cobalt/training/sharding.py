@@ -145,13 +145,13 @@ def check_fits(config: Any, model_path: str | Path, gpus: int | None = None) -> 
         sharding=sharding,
         gpu_bytes=torch.cuda.mem_get_info(0)[1],
         processes=config.num_processes,
-        colocated_vllm=_colocated(config),
+        colocated_vllm=_colocated(config, model_path),
     )
 
 
-def _colocated(config: Any) -> bool:
-    """vLLM shares the training GPUs (generation auto with vLLM installed, or vllm_colocate)."""
+def _colocated(config: Any, model_path: str | Path) -> bool:
+    """vLLM shares the training GPUs (vllm_colocate, or auto's choice for this model)."""
     try:
-        return config.generation_kwargs(gpu=True).get("vllm_mode") == "colocate"
+        return config.generation_kwargs(True, model_path).get("vllm_mode") == "colocate"
     except ValueError:  # vLLM asked for and missing: the trainer's config check says so
         return False

@@ -94,9 +94,13 @@ class StepTimer(TrainerCallback):
         )
 
     def summary(self) -> dict[str, Any]:
-        """Seconds per bucket over all steps, their share of step time, and the step count."""
+        """Seconds per bucket over all steps, their share of step time, the step count and
+        torch's CPU threads in the process (engines.cpu_threads)."""
+        import torch
+
         total = sum(s["total"] for s in self.steps)
         out: dict[str, Any] = {"steps": len(self.steps), "total_s": round(total, 3)}
+        out["cpu_threads"] = torch.get_num_threads()
         out["step_s"] = [round(s["total"], 3) for s in self.steps]
         for bucket in (*BUCKETS, OPTIMISATION):
             out[f"{bucket}_step_s"] = [round(s[bucket], 3) for s in self.steps]

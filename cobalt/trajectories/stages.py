@@ -153,7 +153,7 @@ def preflight(params: TrajectoryParams) -> Ready:
     MissingAPIKeyError naming what to set."""
     storage = open_storage(params.storage)
     storage.check()
-    engine = params.engine.resolved()  # kind auto: vllm on a GPU with vLLM, else transformers
+    engine = params.engine
     if engine.kind == "litellm":
         engine.api_key()  # MissingAPIKeyError names the variable
     else:
@@ -171,11 +171,11 @@ def local_engine(
     flag: str = "--model",
     logger: Logger | None = None,
 ) -> EngineConfig:
-    """A local engine that can run here: the GPUs its data_parallel_size asks for visible
-    (GPUCountError), vLLM installed for kind vllm, and its model resolved to a local directory
+    """A local engine that can run here, its model resolved to a local directory
     (`cobalt.models.resolve_model`: fitted, tiny, a directory, a model directory in storage, a
-    Hub id; ModelNameError names `flag` and the fix)."""
-    check_gpus(engine)
+    Hub id; ModelNameError names `flag` and the fix) and kind auto decided for that model
+    (`engines.auto`: by its size); vLLM installed for kind vllm and the GPUs its
+    data_parallel_size asks for visible (GPUCountError)."""
     if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ProblemSetError(
             "engine vllm: vLLM is not installed here: install the GPU extra (pip install -e "
@@ -183,7 +183,9 @@ def local_engine(
             "model elsewhere (vllm serve) and use the litellm engine with its api_base"
         )
     path = resolve_model(engine.model, storage, work_dir, flag=flag, logger=logger)
-    return engine.model_copy(update={"model": path})
+    engine = engine.model_copy(update={"model": path}).resolved()
+    check_gpus(engine)
+    return engine
 
 
 def check_gpus(engine: EngineConfig) -> None:

@@ -5,6 +5,7 @@
 #
 #   bash scripts/gpu/worker.sh env                  # what the image has (pip list, GPU)
 #   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
+#                                                   # (PIPELINE_TAG names its files and storage)
 #   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
 #   bash scripts/gpu/worker.sh models               # that and the paper preset's (152k vocabulary)
 #   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu (or
@@ -22,11 +23,12 @@
 #   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
 #   bash scripts/gpu/worker.sh deploy tiny "$(cat scripts/gpu/params/deploy-tiny.json)"
 #   bash scripts/gpu/worker.sh deploy 8b scripts/gpu/params/deploy-8b.json
-# Two steps at once on a two-GPU machine: scripts/gpu/pair.sh
+# Two steps at once on a two-GPU machine: scripts/gpu/pair.sh; N default pipelines at once, one
+# per GPU, sharing every core: scripts/gpu/side_by_side.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/device-env.sh
-export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
+export PREFECT_HOME="${PREFECT_HOME:-/tmp/prefect-home}" PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
 # Prefect 3.8.8's UI app needs FastAPI >= 0.139 (FastAPI.frontend); the GPU set pins 0.136.3
 # (vLLM's bound): the server runs its API without the UI there (docs/DEPLOYMENT.md)
 export PREFECT_UI_ENABLED=false
@@ -75,6 +77,10 @@ case "$step" in
       >"$OUT/$tag.log" 2>&1
     echo "pipeline exit $?"; kill "$pid"
     grep -E "Elapsed|Maximum resident" "$OUT/$tag.log"
+    grep -E "engine auto|generation auto" "$OUT/$tag.log" | head -2  # what auto chose, and why
+    # the reference fit's time and torch CPU threads (engines.cpu_threads)
+    cp "/tmp/runs-$tag/models/fitted-seed0/fitted_recipe.json" "$OUT/$tag.fit.json" 2>/dev/null \
+      && python3 -c 'import json, sys; print("fit:", json.load(open(sys.argv[1]))["stats"])' "$OUT/$tag.fit.json"
     python3 scripts/gpu/flow_times.py --mem "$OUT/$tag.mem.csv" \
       --json "$OUT/$tag.stages.json" || true
     tail -40 "$OUT/$tag.log" ;;

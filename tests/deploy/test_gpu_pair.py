@@ -1,7 +1,8 @@
 """`scripts/gpu/pair.sh`, the two-steps-at-once device call, on CPU: a stand-in `nvidia-smi`
 reports the GPUs, a stand-in worker records where it ran. Each step gets its own card and half of
 the CPUs, both run at once, and each step's files come back packed in one archive; with one GPU
-the steps run one after the other on all CPUs."""
+the steps run one after the other on all CPUs. `scripts/gpu/side_by_side.sh` (N pipelines at
+once, one per card, every core shared) and `scan_and_steps.sh` the same way."""
 
 from __future__ import annotations
 
@@ -145,3 +146,43 @@ def test_scan_and_steps_gives_each_step_a_card_and_cores_of_its_own_beside_the_s
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode == 2 and "2 steps for 1 GPUs" in refused.stdout
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/taskset"), reason="needs taskset (util-linux)")
+def test_side_by_side_runs_n_pipelines_at_once_one_per_card_on_every_cpu(tmp_path: Path) -> None:
+    """Issue 40: three default pipelines at once on a 4-GPU host, each with its own card,
+    storage tag and Prefect home, none pinned to cores; more runs than GPUs are refused."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake_nvidia_smi(bin_dir, 4)
+    worker = tmp_path / "worker.sh"
+    worker.write_text(WORKER.replace('args=$*"', 'args=$* tag=$PIPELINE_TAG home=$PREFECT_HOME"'))
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "OUT": str(tmp_path / "out"),
+        "PAIR_WORKER": str(worker),
+        "BUNDLE_READY": "1",  # no bundle to install here
+    }
+    script = str(REPO / "scripts/gpu/side_by_side.sh")
+    done = subprocess.run(
+        ["bash", script, "3", "--n", "4"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    every = set(range(len(os.sched_getaffinity(0))))
+    unpacked = tmp_path / "unpacked"
+    for i in range(3):
+        with tarfile.open(tmp_path / "out" / f"pipeline-{i}.tgz") as tar:
+            tar.extractall(unpacked, filter="data")
+        gpu, cpus, args = parse((unpacked / f"pipeline-{i}" / "info.txt").read_text().strip())
+        assert (gpu, cpus) == (str(i), every)
+        assert args == f"pipeline --n 4 tag=pipeline-{i} home=/tmp/prefect-home-{i}"
+        assert f"[pipeline-{i}] exit 0 on GPU {i} after " in done.stdout
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        f"pipeline-{i}.tgz" for i in range(3)
+    ]
+    starts = [float((unpacked / f"pipeline-{i}" / "start").read_text()) for i in range(3)]
+    ends = [float((unpacked / f"pipeline-{i}" / "end").read_text()) for i in range(3)]
+    assert max(starts) < min(ends)  # all three at once
+    refused = subprocess.run(["bash", script, "5"], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and "5 runs for 4 GPUs" in refused.stdout

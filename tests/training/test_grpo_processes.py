@@ -124,6 +124,23 @@ def test_grpo_on_two_processes(tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_training_sets_its_cpu_threads_and_reports_them(tmp_path, tiny_model, monkeypatch):
+    """engines.cpu_threads in the training process: here COBALT_THREADS; the step timing (the
+    training stage's summary) says how many threads the steps ran on."""
+    import torch
+
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("COBALT_THREADS", "1")
+    try:
+        _, timing, _ = run_job(job(tmp_path, str(tiny_model), max_steps=1))
+        assert timing["steps"] == 1 and timing["cpu_threads"] == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_failed_launch_says_why(tmp_path) -> None:
     with pytest.raises(LaunchError) as failed:
         run_job(job(tmp_path, str(tmp_path / "nope"), num_processes=2, max_steps=1))
