@@ -176,6 +176,7 @@ def local_engine(
     Hub id; ModelNameError names `flag` and the fix) and kind auto decided for that model
     (`engines.auto`: by its size); vLLM installed for kind vllm and the GPUs its
     data_parallel_size asks for visible (GPUCountError)."""
+    check_gpus(engine)
     if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ProblemSetError(
             "engine vllm: vLLM is not installed here: install the GPU extra (pip install -e "
@@ -184,7 +185,7 @@ def local_engine(
         )
     path = resolve_model(engine.model, storage, work_dir, flag=flag, logger=logger)
     engine = engine.model_copy(update={"model": path}).resolved()
-    check_gpus(engine)
+    check_gpus(engine)  # again, now that auto has decided for the model
     return engine
 
 
