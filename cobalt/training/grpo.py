@@ -395,6 +395,11 @@ def train(
     )
     plan = None
     shards = config.num_processes if config.resolved_sharding() in SHARDED else 1
+    if shards > 1 and "model_init_kwargs" in kwargs:
+        # TRL loads the reference model with device_map "auto" unless told otherwise outside
+        # ddp / DeepSpeed: under fsdp it was spread over every GPU (accelerate's dispatch
+        # hooks: "found at least two devices, cuda:1 and cuda:2"); fsdp shards it instead
+        kwargs["model_init_kwargs"] = {**kwargs["model_init_kwargs"], "device_map": None}
     if gpu and kwargs.get("vllm_enable_sleep_mode"):
         kwargs = plan_vllm(config, kwargs, model, numerics, shards, logger)
     if config.preset == "paper" and gpu and "per_device_train_batch_size" not in config.overrides:

@@ -117,6 +117,8 @@ def check_saved(out: Path) -> dict[str, Any]:
         import vllm
     except ImportError:
         return found | {"vllm_loads": None}
+    # this process has used CUDA already: vLLM's engine process must be spawned, not forked
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     llm = vllm.LLM(model=str(out), gpu_memory_utilization=0.2, enforce_eager=True)
     text = llm.generate(["Hello"], vllm.SamplingParams(max_tokens=4))[0].outputs[0].text
     return found | {"vllm_loads": isinstance(text, str)}
@@ -154,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
             "gpu_peaks_by_process_gib": extra.get("gpu_peaks_by_process_gib"),
             "launch": (out / ".launch" / "launch.log").read_text(errors="replace")[-800:],
         }
+        if args.json:  # what ran so far, before the load checks
+            args.json.write_text(json.dumps(result, indent=1, default=str))
         result["saved"] = check_saved(out)
     steps = result["resumed_run"]["steps_in_history"]
     ok = steps == list(range(1, args.steps + 1)) and result["saved"]["finite"]
