@@ -462,6 +462,12 @@ class TrainingConfig(BaseModel):
             # sharded full fine-tuning: vLLM's weights and KV cache leave the GPU while the
             # optimizer steps (TRL's sleep mode), the memory the training phase needs
             kwargs["vllm_enable_sleep_mode"] = self.resolved_sharding() in SHARDED
+        bias = (kwargs.get("generation_kwargs") or {}).get("logit_bias")
+        if bias:  # vLLM's SamplingParams wants token ids; JSON (--set, a job file) has strings
+            kwargs["generation_kwargs"] = {
+                **kwargs["generation_kwargs"],
+                "logit_bias": {int(token): float(value) for token, value in bias.items()},
+            }
         if kwargs.get("use_vllm"):
             kwargs.setdefault("vllm_importance_sampling_correction", self.vllm_is_correction)
             # vLLM's context: what training can feed it, not the model's own (131k for

@@ -2,14 +2,19 @@
 issue 38 compare tokens/s with a peer whose responses averaged about 200 tokens (verl's GSM8K
 GRPO run), and random weights otherwise run every response to the cap.
 
-The builder writes the end-of-turn row of the head as `direction x eos_logit / sqrt(hidden)`,
-so the end-of-turn logit is linear in that scale. One forward pass over random token sequences
-gives, per position, that logit at the built scale and the log-sum-exp of the others; the scale
-whose mean per-token stop probability gives a capped geometric mean length of --mean tokens
-(at temperature 1, the GRPO preset's) is found by bisection, and the row is rescaled in the
-saved weights. Prints a JSON line: the scale, the predicted mean, the stop probability.
+The end-of-turn row of the head is set to zero, so the end-of-turn logit is exactly 0 at every
+position, and a `logit_bias` on it (vLLM's sampling parameter, passed by TRL from
+`generation_kwargs`) sets its probability against the log-sum-exp of the other logits. One
+forward pass over random token sequences measures that log-sum-exp per position; the bias whose
+mean per-token stop probability gives a capped geometric mean length of --mean tokens (at
+temperature 1, the GRPO preset's) is found by bisection. (Rescaling the builder's end-of-turn
+row, this script's first form, cannot: at 8B that row's logit is ~0 +/- 0.03 at every position,
+2026-11-27.) Writes `eos_calibration.json` into the model and prints it: the bias, the predicted
+mean, the generation_kwargs to pass.
 
-    python scripts/gpu/eos_calibrate.py /root/model-8b-v152k --mean 200 --cap 1024
+    python scripts/gpu/eos_calibrate.py /root/model-8b --mean 200 --cap 1024
+    python -m flows.training ... --set "generation_kwargs=$(jq -c .generation_kwargs \\
+        /root/model-8b/eos_calibration.json)"
 """
 
 from __future__ import annotations
@@ -42,51 +47,50 @@ def main(argv: list[str] | None = None) -> int:
 
     config = json.loads((args.model / "config.json").read_text())
     eos = int(config["eos_token_id"])
-    model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.bfloat16)
+    for path in sorted(args.model.glob("*.safetensors")):  # the end-of-turn row: zero
+        tensors = load_file(str(path))
+        if "lm_head.weight" in tensors:
+            tensors["lm_head.weight"][eos] = 0
+            save_file(tensors, str(path), metadata={"format": "pt"})
+            break
+    else:
+        raise SystemExit("no lm_head.weight in the model's safetensors files")
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.bfloat16)
     model.to(device).eval()
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, config["vocab_size"], (args.sequences, args.length), generator=generator)
-    eos_logits, others = [], []
+    others = []
     with torch.no_grad():
         for row in ids.to(device).split(4):
             logits = model(row).logits.float()
-            eos_logits.append(logits[..., eos].flatten().cpu().clone())
             logits[..., eos] = -float("inf")
             others.append(torch.logsumexp(logits, dim=-1).flatten().cpu())
-    a, rest = torch.cat(eos_logits), torch.cat(others)
+    rest = torch.cat(others)
 
-    def stop(scale: float) -> float:  # scale: multiple of the built row
-        return torch.sigmoid(a * scale - rest).mean().item()
+    def stop(bias: float) -> float:
+        return torch.sigmoid(bias - rest).mean().item()
 
-    low, high = 0.0, 64.0
-    for _ in range(60):
+    low, high = -50.0, 100.0
+    for _ in range(80):
         middle = (low + high) / 2
         if capped_mean(stop(middle), args.cap) > args.mean:
             low = middle
         else:
             high = middle
-    scale = (low + high) / 2
-    files = sorted(args.model.glob("*.safetensors"))
-    for path in files:
-        tensors = load_file(str(path))
-        if "lm_head.weight" in tensors:
-            tensors["lm_head.weight"][eos] *= scale
-            save_file(tensors, str(path), metadata={"format": "pt"})
-            break
-    else:
-        raise SystemExit("no lm_head.weight in the model's safetensors files")
+    bias = round((low + high) / 2, 4)
     found = {
         "model": str(args.model),
-        "row_scale": round(scale, 4),
-        "stop_probability": stop(scale),
-        "predicted_mean_tokens": round(capped_mean(stop(scale), args.cap), 1),
-        "built_stop_probability": stop(1.0),
-        "eos_logit_mean_std_at_built": [round(a.mean().item(), 3), round(a.std().item(), 3)],
+        "eos_token_id": eos,
+        "logit_bias": bias,
+        "stop_probability": stop(bias),
+        "predicted_mean_tokens": round(capped_mean(stop(bias), args.cap), 1),
+        "others_logsumexp_mean_std": [round(rest.mean().item(), 3), round(rest.std().item(), 3)],
+        "generation_kwargs": {"logit_bias": {str(eos): bias}},
     }
     (args.model / "eos_calibration.json").write_text(json.dumps(found, indent=1))
     print(json.dumps(found))
-    return 0 if math.isfinite(scale) and 0 < scale < 64 else 1
+    return 0 if math.isfinite(bias) and -50 < bias < 100 else 1
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 #
 #   bash scripts/gpu/node.sh a   # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #                                #   .gpu/vllm.part-00 .gpu/PARTS
-#       the 8B-shaped model (Qwen3-8B shape, 152k vocabulary, responses of mean ~200 tokens at
-#       temperature 1: scripts/gpu/eos_calibrate.py) on GPU 0; the two runs' problem sets and
+#       the 8B-shaped model (Qwen3-8B shape, 152k vocabulary; the end-of-turn logit_bias that gives
+#       responses of mean ~200 tokens at temperature 1: scripts/gpu/eos_calibrate.py) on GPU 0; the two runs' problem sets and
 #       trajectories on CPU (flows.data, flows.trajectories with the tiny random model); a
 #       sharded run killed and resumed (scripts/gpu/sharded_check.py, fsdp on every GPU); three
 #       embedded-default pipelines side by side (scripts/gpu/side_by_side.sh, issue 40)
@@ -115,7 +115,9 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
  "training": {"preset": "paper", "mode": "single_turn", "num_processes": 4, "sharding": "fsdp",
    "max_steps": 3, "max_prompt_length": 512, "report_to": [],
    "overrides": {"num_generations": 5, "max_completion_length": 1024,
-                 "generation_batch_size": 1280, "save_strategy": "no"}}}
+                 "generation_batch_size": 1280, "save_strategy": "no",
+                 "generation_kwargs": $(python3 -c 'import json, sys
+print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$MODEL/eos_calibration.json")}}}
 JSON
     DEPLOYMENT=training/training-multi-gpu DEPLOY_WAIT_S=420 \
       bash scripts/gpu/worker.sh deploy verl "$NODE/verl.params.json" >"$NODE/verl.log" 2>&1

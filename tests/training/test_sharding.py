@@ -146,3 +146,11 @@ def test_a_sleeping_vllm_gets_its_weights_and_its_sequences_kv_cache() -> None:
                        r"over more GPUs \(--gpus N --sharding fsdp\)"):  # fmt: skip
         vllm_share(config, sequences=4, context_tokens=16_384, total_bytes=H100,
                    resident_bytes=4 * resident)  # fmt: skip
+
+
+def test_a_logit_bias_from_json_reaches_vllm_with_token_ids() -> None:
+    """`--set 'generation_kwargs={"logit_bias": {"2": 3.7}}'` (JSON keys are strings): vLLM's
+    SamplingParams indexes its logits by the keys, so they become ints (scripts/gpu/
+    eos_calibrate.py sets a random model's mean response length this way)."""
+    config = TrainingConfig(overrides={"generation_kwargs": {"logit_bias": {"2": 3.7}, "x": 1}})
+    assert config.grpo_kwargs("out")["generation_kwargs"] == {"logit_bias": {2: 3.7}, "x": 1}
