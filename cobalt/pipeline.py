@@ -18,7 +18,7 @@ from cobalt.analysis.stages import HackingParams, embedded_judge
 from cobalt.analysis.summary import HackingSummary
 from cobalt.bandit.dataset import BanditConfig
 from cobalt.data.cleaning import CleanRules
-from cobalt.data.sources import Sources, SourceSpec
+from cobalt.data.source_spec import Sources, SourceSpec
 from cobalt.data.stages import DataParams, DataSummary
 from cobalt.errors import EmptyStageError
 from cobalt.evaluation import plot_before_after

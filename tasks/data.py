@@ -9,7 +9,8 @@ from prefect import get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from cobalt.data.cleaning import CleanRules
-from cobalt.data.sources import LoadConfig, SourceSpec
+from cobalt.data.schemas import LoadConfig
+from cobalt.data.source_spec import SourceSpec
 from cobalt.data.splits import SplitConfig
 from cobalt.data.stages import (
     CLEAN_CODE,

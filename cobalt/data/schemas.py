@@ -9,7 +9,7 @@
   `private_tests`).
 
 A malformed row raises `Rejected` with its reason (counted by the data stage, never fatal).
-Which rows are read is `cobalt/data/sources.py`.
+Which rows are read is `cobalt/data/source_spec.py` (the spec) and `cobalt/data/sources.py`.
 """
 
 from __future__ import annotations
@@ -22,17 +22,15 @@ import pickle
 import random
 import zlib
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from cobalt.data.source_spec import SourceSpec
 from cobalt.data.tally import Rejected
 from cobalt.problems import Problem, Provenance, cut_before_examples, instruction, split_tests
 from sandbox import TestSuite
 from sandbox.formats import taco_tests
-
-if TYPE_CHECKING:
-    from cobalt.data.sources import SourceSpec
 
 MAX_PRIVATE_TESTS_BYTES = 1 << 30  # decompressed LiveCodeBench private tests, per problem
 ID_FIELD = {"taco": "id", "cobalt": "id", "lcb": "question_id", "codecontests": "name"}

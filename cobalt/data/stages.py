@@ -21,15 +21,8 @@ import fsspec
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.data.cleaning import CleanRules, clean_problems
-from cobalt.data.sources import (
-    LoadConfig,
-    SourceError,
-    Sources,
-    SourceSpec,
-    hub_hint,
-    infer_kind,
-    load_problems,
-)
+from cobalt.data.source_spec import Sources, SourceSpec
+from cobalt.data.sources import LoadConfig, SourceError, hub_hint, infer_kind, load_problems
 from cobalt.data.splits import SplitConfig, build_sets
 from cobalt.data.tally import KEPT, counts, examples, lines
 from cobalt.data.verify import VerifyConfig, verify_problems
@@ -162,6 +155,7 @@ def file_columns(uri: str) -> list[str]:
 
 HERE = "cobalt.data.stages"
 LOAD_CODE = (
+    "cobalt.data.source_spec",
     "cobalt.data.sources",
     "cobalt.data.schemas",
     "cobalt.problems",

@@ -148,7 +148,8 @@ def _read_cached(
         elif source.kind == "file":
             problems = _read_file(source.uri)
         else:
-            from cobalt.data.sources import LoadConfig, SourceSpec
+            from cobalt.data.schemas import LoadConfig
+            from cobalt.data.source_spec import SourceSpec
             from cobalt.data.sources import load_problems as load_source
             from cobalt.data.stages import file_revision
 

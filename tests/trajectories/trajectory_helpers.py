@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cobalt.data.schemas import LoadConfig, normalise
-from cobalt.data.sources import SourceSpec
+from cobalt.data.source_spec import SourceSpec
 from cobalt.problems import Problem, Provenance
 from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig
 from sandbox import TestSuite
