@@ -37,11 +37,11 @@ if str(ROOT) not in sys.path:
 from pydantic import BaseModel  # noqa: E402
 
 from cobalt.bandit.dataset import BanditRef, commit_rows  # noqa: E402
+from cobalt.bandit.rows import prepare_rows  # noqa: E402
 from cobalt.data import synthetic  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig, open_storage  # noqa: E402
 from cobalt.training.config import LoraSettings, TrainingConfig  # noqa: E402
-from cobalt.training.grpo import prepare_rows  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
 
 GOAL = 1.7

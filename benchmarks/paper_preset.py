@@ -40,10 +40,10 @@ if str(ROOT) not in sys.path:
 
 from benchmarks.grpo_scaling import BenchSpec  # noqa: E402
 from cobalt.bandit.dataset import commit_rows  # noqa: E402
+from cobalt.bandit.rows import prepare_rows  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig, open_storage  # noqa: E402
 from cobalt.training.config import LoraSettings, TrainingConfig  # noqa: E402
-from cobalt.training.grpo import prepare_rows  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
 
 QWEN3_8B = {"hidden_size": 4096, "num_layers": 36, "num_heads": 32, "num_kv_heads": 8,

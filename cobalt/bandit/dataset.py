@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cobalt.bandit.rows import prepare_rows
 from cobalt.bandit.selection import (
     FEEDBACK_TURNS,
     MAX_PROMPT_TOKENS,
@@ -36,7 +37,6 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
-from cobalt.training.grpo import prepare_rows
 from cobalt.trajectories.problemsets import load_problems
 from cobalt.trajectories.records import Record
 from cobalt.trajectories.runs import Trajectories
@@ -47,7 +47,7 @@ DATA = "data.parquet"
 BANDIT_CODE = (
     "cobalt.bandit.selection",
     "cobalt.bandit.dataset",
-    "cobalt.training.grpo.prepare_rows",
+    "cobalt.bandit.rows",
 )
 
 

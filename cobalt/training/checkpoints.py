@@ -1,5 +1,7 @@
-"""Checkpoints in storage: each one uploaded as the trainer saves it (COMPLETE marks a finished
-upload), and the newest complete one downloaded by a resumed run on another machine."""
+"""Checkpoints: the newest complete one in a trainer's output directory (what every trainer
+resumes from), and checkpoints in storage: each one uploaded as the trainer saves it (COMPLETE
+marks a finished upload), and the newest complete one downloaded by a resumed run on another
+machine."""
 
 from __future__ import annotations
 
@@ -7,7 +9,25 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.storage import Logger, Storage
-from cobalt.training.grpo import last_checkpoint
+
+
+def last_checkpoint(output_dir: str | Path) -> str | None:
+    """The newest complete `checkpoint-N` directory in `output_dir` (what a killed run resumes
+    from). The trainer writes a checkpoint's `trainer_state.json` after its weights, optimizer
+    and RNG states, and only then deletes older ones: a process killed while saving leaves a
+    newer directory without it, which is skipped (transformers' own `get_last_checkpoint`
+    would pick it and the resumed run would fail)."""
+    folder = Path(output_dir)
+    if not folder.is_dir():
+        return None
+    complete = [
+        p
+        for p in folder.glob("checkpoint-*")
+        if p.name.removeprefix("checkpoint-").isdigit() and (p / "trainer_state.json").is_file()
+    ]
+    if not complete:
+        return None
+    return str(max(complete, key=lambda p: int(p.name.removeprefix("checkpoint-"))))
 
 
 def uploader(st: Storage, local: Path, directory: str) -> Any:

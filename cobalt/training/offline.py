@@ -59,8 +59,8 @@ from typing import Any
 from transformers import Trainer
 
 from cobalt.plots import figure, png
+from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import OfflineSettings, TrainingConfig
-from cobalt.training.grpo import last_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -40,9 +40,8 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
-from cobalt.training.checkpoints import download_last_checkpoint
+from cobalt.training.checkpoints import download_last_checkpoint, last_checkpoint
 from cobalt.training.config import Mode, TrainingConfig
-from cobalt.training.grpo import last_checkpoint
 from cobalt.training.launch import Job, run_job
 from cobalt.training.offline_data import (
     OfflineDataSpec,
@@ -65,6 +64,8 @@ TRAINING_CODE = (
     "cobalt.training.padding",
     "cobalt.training.precision",
     "cobalt.training.reward",
+    "cobalt.training.sandbox_reward",
+    "cobalt.bandit.rows",
     "cobalt.trajectories.collect.judge_turns",
     "cobalt.trajectories.prompts",
 )

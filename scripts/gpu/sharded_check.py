@@ -29,8 +29,8 @@ if str(ROOT) not in sys.path:
 from benchmarks.grpo_scaling import dataset  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig  # noqa: E402
+from cobalt.training.checkpoints import last_checkpoint  # noqa: E402
 from cobalt.training.config import TrainingConfig  # noqa: E402
-from cobalt.training.grpo import last_checkpoint  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
 
 RUN = "import sys; from cobalt.training.launch import Job, run_job; run_job(Job.model_validate_json(open(sys.argv[1]).read()))"  # noqa: E501

@@ -11,10 +11,10 @@ from pydantic import BaseModel
 from test_grpo_tiny import rows as rows_of_test
 
 from cobalt.bandit.dataset import BanditRef, commit_rows
+from cobalt.bandit.rows import prepare_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import StorageConfig, open_storage
 from cobalt.training.config import LoraSettings, TrainingConfig
-from cobalt.training.grpo import prepare_rows
 from cobalt.training.launch import Job, LaunchError, launch_command, run_job
 from cobalt.training.sharding import config_file
 
@@ -166,7 +166,7 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> N
 
     from transformers import AutoModelForCausalLM
 
-    from cobalt.training.grpo import last_checkpoint
+    from cobalt.training.checkpoints import last_checkpoint
     from engines.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)

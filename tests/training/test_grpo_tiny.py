@@ -7,9 +7,11 @@ import math
 import pytest
 from tensorboard_events import scalars
 
+from cobalt.bandit.rows import prepare_rows
 from cobalt.training.config import TrainingConfig
-from cobalt.training.grpo import CobaltRewards, prepare_rows, train
+from cobalt.training.grpo import train
 from cobalt.training.reward import total_reward
+from cobalt.training.sandbox_reward import CobaltRewards
 from sandbox import SandboxConfig
 from sandbox import TestSuite as Suite
 
@@ -122,7 +124,7 @@ def test_grpo_tiny_two_steps(tmp_path) -> None:
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path) -> None:
     """A run stopped after its step-1 checkpoint (a kill between saves) goes on from there: the
     second call trains only step 2, and the step timer sees where each step's time went."""
-    from cobalt.training.grpo import last_checkpoint
+    from cobalt.training.checkpoints import last_checkpoint
     from cobalt.training.step_timing import StepTimer
     from engines.tiny import build_tiny_model
 

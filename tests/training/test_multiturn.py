@@ -14,12 +14,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from cobalt.bandit.rows import prepare_rows
 from cobalt.problems import Problem, Provenance
 from cobalt.training.config import TrainingConfig
 from cobalt.training.dense_reward import dense_reward_func
-from cobalt.training.grpo import CobaltRewards, prepare_rows
 from cobalt.training.kl import CobaltGRPOTrainer
 from cobalt.training.multiturn import ProblemIndex, feedback_template, repair_rollout
+from cobalt.training.sandbox_reward import CobaltRewards
 from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
 from cobalt.trajectories.prompts import extract_code, first_messages
 from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig, split_thinking

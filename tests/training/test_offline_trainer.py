@@ -10,8 +10,8 @@ import pytest
 import torch
 from tensorboard_events import scalars
 
+from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import LoraSettings, OfflineSettings, TrainingConfig
-from cobalt.training.grpo import last_checkpoint
 from cobalt.training.offline import (
     OfflineCollator,
     end_of_turn_id,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from cobalt.training.config import LoraSettings, TrainingConfig
-from cobalt.training.grpo import CobaltRewards, uses_format_reward
+from cobalt.training.grpo import uses_format_reward
 from cobalt.training.memory import (
     GIB,
     TrainingMemoryError,
@@ -15,6 +15,7 @@ from cobalt.training.memory import (
     plan_micro_batch,
     sequence_bytes,
 )
+from cobalt.training.sandbox_reward import CobaltRewards
 from sandbox import SandboxConfig, TestSuite
 
 SUM = TestSuite(inputs=["1 2\n", "5 7\n"], outputs=["3\n", "12\n"]).model_dump_json()
