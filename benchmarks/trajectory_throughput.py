@@ -54,13 +54,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a file too
     sys.path.insert(0, str(ROOT))
 
-from cobalt.evaluation import evaluate  # noqa: E402
 from cobalt.trajectories.collect import (  # noqa: E402
     BatchConfig,
     CollectConfig,
     collect_initial,
     collect_multiturn,
 )
+from cobalt.trajectories.evaluation import evaluate  # noqa: E402
 from engines import (  # noqa: E402
     Completion,
     Conversation,

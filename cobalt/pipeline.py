@@ -21,7 +21,6 @@ from cobalt.data.cleaning import CleanRules
 from cobalt.data.source_spec import Sources, SourceSpec
 from cobalt.data.stages import DataParams, DataSummary
 from cobalt.errors import EmptyStageError
-from cobalt.evaluation import plot_before_after
 from cobalt.judging import SandboxRuntime
 from cobalt.models import FITTED, NAMES, TINY, is_embedded
 from cobalt.params import deep_merge
@@ -39,7 +38,9 @@ from cobalt.seed_spread import change_at, spread_for
 from cobalt.storage import StorageConfig, default_work_dir, open_storage
 from cobalt.training.config import MODES, TrainingConfig
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
-from cobalt.trajectories.collect import BatchConfig, CollectConfig
+from cobalt.trajectories.batching import BatchConfig
+from cobalt.trajectories.collect import CollectConfig
+from cobalt.trajectories.evaluation import plot_before_after
 from cobalt.trajectories.runs import TrajectorySummary, before_after
 from cobalt.trajectories.stages import TrajectoryParams
 from engines import EngineConfig

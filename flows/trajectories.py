@@ -15,7 +15,7 @@ Stages, each a cached task writing a content-addressed JSONL under
 `--evaluation` runs it with the pipeline's evaluation protocol (an evaluation of any model or
 trained policy, comparable with the pipeline's before/after); `--compare A B` puts two finished
 evaluations' per-turn tables side by side, without running anything. The logic lives in
-`cobalt/trajectories/` and `cobalt/evaluation.py` (no Prefect there).
+`cobalt/trajectories/` and `cobalt/trajectories/evaluation.py` (no Prefect there).
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def reference_tag(fields: dict[str, Any]) -> str:
 
 def per_problem(where: str, turns: list[int]) -> dict[str, dict[str, float]]:
     """Pass@1 of every problem at each turn, from an evaluation stage's records."""
-    from cobalt.evaluation import EvalRecord, problem_scores
+    from cobalt.trajectories.evaluation import EvalRecord, problem_scores
     from cobalt.trajectories.records import parse_records
 
     records, _ = parse_records(Path(where, "records.jsonl").read_bytes(), EvalRecord)

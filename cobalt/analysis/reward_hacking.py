@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cobalt.evaluation import EvalRecord
+from cobalt.trajectories.evaluation import EvalRecord
 from cobalt.trajectories.records import Record
 from sandbox import TestSuite
 

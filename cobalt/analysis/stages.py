@@ -31,7 +31,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cobalt.analysis.judge import JudgeConfig, JudgeError, Judgement
 from cobalt.analysis.reward_hacking import detect_all, totals
 from cobalt.data.stages import SAMPLES
-from cobalt.evaluation import EvalRecord
 from cobalt.judging import SandboxRuntime
 from cobalt.models import EMBEDDED, FITTED, NAMES
 from cobalt.storage import (
@@ -44,7 +43,9 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
-from cobalt.trajectories.collect import BatchConfig, CollectConfig
+from cobalt.trajectories.batching import BatchConfig
+from cobalt.trajectories.collect import CollectConfig
+from cobalt.trajectories.evaluation import EvalRecord
 from cobalt.trajectories.problemsets import (
     ProblemSetError,
     ProblemSource,

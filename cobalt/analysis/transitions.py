@@ -11,7 +11,7 @@ Each step is `kept` (right -> right), `broken` (right -> wrong), `repaired` (wro
 program passes the public tests (a broken program that still passes them was caught by the hidden
 tests only). An optional `classify(problem_id, code)` names what a rewritten program is (e.g. the
 reference program of another synthetic kind). Plain Python; the records are those of
-`cobalt.trajectories.records` and `cobalt.evaluation`.
+`cobalt.trajectories.records` and `cobalt.trajectories.evaluation`.
 
     rows = transitions(evals, records, group_of=lambda e: e.difficulty)
     table = summarize(rows)   # per group, turn and feedback: counts and shares
@@ -23,7 +23,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from cobalt.evaluation import EvalRecord, ProgramResult
+from cobalt.trajectories.evaluation import EvalRecord, ProgramResult
 from cobalt.trajectories.records import Record, Turn
 
 FEEDBACK = ("passed", "failed", "no_code")

@@ -25,7 +25,6 @@ from cobalt.bandit.selection import (
     problem_data_from_eval,
 )
 from cobalt.errors import EmptyStageError
-from cobalt.evaluation import EvalRecord
 from cobalt.storage import (
     MANIFEST,
     Logger,
@@ -37,6 +36,7 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
+from cobalt.trajectories.evaluation import EvalRecord
 from cobalt.trajectories.problemsets import load_problems
 from cobalt.trajectories.records import Record
 from cobalt.trajectories.runs import Trajectories

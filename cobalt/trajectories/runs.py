@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cobalt.evaluation import EvalRecord, plot_before_after, plot_pass_at_1, turn_table
 from cobalt.models import display_name, stable_name
 from cobalt.storage import MANIFEST, Logger, StorageConfig, from_manifest, open_storage
 from cobalt.tables import markdown_table
+from cobalt.trajectories.evaluation import EvalRecord, plot_before_after, plot_pass_at_1, turn_table
 from cobalt.trajectories.problemsets import ProblemSetError, ProblemSource
 from cobalt.trajectories.stages import (
     Ready,

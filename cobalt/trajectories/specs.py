@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import StorageConfig, recipe_key
-from cobalt.trajectories.collect import BatchConfig, CollectConfig
+from cobalt.trajectories.batching import BatchConfig
+from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.problemsets import ProblemSource
 from engines import EngineConfig
 from sandbox import Limits

@@ -3,9 +3,9 @@ of each step (initial -> multiturn -> evaluation; a step's key chains its upstre
 steps themselves, run shard by shard (cobalt/trajectories/shards.py) into a JSONL under
 `<storage>/trajectories/<stage>/<key>/` with MANIFEST.json written last (a finished step is found
 again, a killed one resumes). The logic they run is `cobalt/trajectories/collect.py` and
-`cobalt/evaluation.py`; `tasks/trajectories.py` runs each shard as a cached Prefect task (in this
-process or on a Dask cluster), `flows/trajectories.py` chains the steps. `run_step` runs a step
-without Prefect.
+`cobalt/trajectories/evaluation.py`; `tasks/trajectories.py` runs each shard as a cached Prefect
+task (in this process or on a Dask cluster), `flows/trajectories.py` chains the steps. `run_step`
+runs a step without Prefect.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from cobalt.evaluation import evaluate
 from cobalt.judging import SandboxRuntime, open_judge
 from cobalt.models import NAMES, TINY, resolve_model, stable_name
 from cobalt.storage import (
@@ -29,14 +28,9 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
-from cobalt.trajectories.batching import per_call
-from cobalt.trajectories.collect import (
-    BatchConfig,
-    CollectConfig,
-    Gate,
-    collect_initial,
-    collect_multiturn,
-)
+from cobalt.trajectories.batching import BatchConfig, Gate, per_call
+from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
+from cobalt.trajectories.evaluation import evaluate
 from cobalt.trajectories.problemsets import (
     ProblemSetError,
     ProblemSource,
@@ -209,7 +203,7 @@ MULTITURN_CODE = (
     "cobalt.trajectories.prompts",
     "cobalt.trajectories.records",
 )
-EVALUATION_CODE = ("cobalt.evaluation", "sandbox.compare")
+EVALUATION_CODE = ("cobalt.trajectories.evaluation", "sandbox.compare")
 IDENTITY = ("kind", "model", "dtype", "extra")  # engine fields that decide what is generated
 
 

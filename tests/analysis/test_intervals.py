@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from cobalt.analysis.intervals import bootstrap_difference, bootstrap_mean, verdict
-from cobalt.evaluation import EvalRecord, ProgramResult, problem_scores, stop_on_public_pass
+from cobalt.trajectories.evaluation import (
+    EvalRecord,
+    ProgramResult,
+    problem_scores,
+    stop_on_public_pass,
+)
 from cobalt.trajectories.records import PublicVerdict, Record, Sample, Turn
 
 

@@ -31,8 +31,8 @@ from cobalt.analysis.stages import (
     read_step,
 )
 from cobalt.analysis.summary import summarize
-from cobalt.evaluation import evaluate
 from cobalt.storage import StorageConfig
+from cobalt.trajectories.evaluation import evaluate
 from cobalt.trajectories.problemsets import ProblemSetError, resolve_problems
 from cobalt.trajectories.records import RecordLog
 from cobalt.trajectories.runs import Trajectories

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cobalt.analysis.transitions import feedback_kind, merge, summarize, transitions
-from cobalt.evaluation import EvalRecord, ProgramResult
+from cobalt.trajectories.evaluation import EvalRecord, ProgramResult
 from cobalt.trajectories.records import PublicVerdict, Record, Sample, Turn
 
 # 2 public tests then 2 hidden ones; '1' = passed

@@ -27,7 +27,7 @@ from cobalt.analysis.reward_hacking import (
     unified_diff,
     wrong_tests_of,
 )
-from cobalt.evaluation import evaluate
+from cobalt.trajectories.evaluation import evaluate
 from sandbox import SandboxConfig, SyncJudge
 
 

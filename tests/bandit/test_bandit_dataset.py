@@ -14,7 +14,7 @@ from cobalt.bandit.selection import (
     problem_rows,
     select_samples,
 )
-from cobalt.evaluation import EvalRecord, ProgramResult
+from cobalt.trajectories.evaluation import EvalRecord, ProgramResult
 from cobalt.trajectories.records import PublicVerdict, Record, Sample, Turn
 
 

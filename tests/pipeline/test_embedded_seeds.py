@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cobalt.evaluation import plot_before_after
 from cobalt.pipeline import PipelineParams, with_seed
 from cobalt.seed_spread import DEFAULT_SPREAD, change_at, spread_for
+from cobalt.trajectories.evaluation import plot_before_after
 
 ROOT = Path(__file__).resolve().parents[2]
 

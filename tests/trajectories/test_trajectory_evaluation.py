@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from cobalt.evaluation import EvalRecord, ProgramResult, pass_at_k, plot_pass_at_1, turn_table
 from cobalt.tables import markdown_table
+from cobalt.trajectories.evaluation import (
+    EvalRecord,
+    ProgramResult,
+    pass_at_k,
+    plot_pass_at_1,
+    turn_table,
+)
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,8 @@ from prefect.client.schemas.filters import (
 from prefect_states import task_run_states
 from trajectory_helpers import REPO, doubling
 
-from cobalt.evaluation import EvalRecord
 from cobalt.models import ModelNameError
+from cobalt.trajectories.evaluation import EvalRecord
 from cobalt.trajectories.problemsets import ProblemSetError
 from cobalt.trajectories.prompts import no_code_feedback
 from cobalt.trajectories.records import Record, read_records

@@ -15,13 +15,13 @@ from trajectory_helpers import (
     turn_of,
 )
 
-from cobalt.evaluation import evaluate, turn_table
 from cobalt.trajectories.collect import (
     BatchConfig,
     CollectConfig,
     collect_initial,
     collect_multiturn,
 )
+from cobalt.trajectories.evaluation import evaluate, turn_table
 from cobalt.trajectories.prompts import SYSTEM_PROMPT, no_code_feedback, passed_feedback
 from cobalt.trajectories.records import read_records
 from engines import Completion, SamplingConfig

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from trajectory_helpers import sample_problems
 
-from cobalt.evaluation import evaluate, turn_table
 from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
+from cobalt.trajectories.evaluation import evaluate, turn_table
 from cobalt.trajectories.prompts import no_code_feedback
 from engines import EngineConfig, SamplingConfig, make_engine
 
