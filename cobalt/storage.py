@@ -6,6 +6,7 @@ on any S3-compatible endpoint (through s3fs). Layout under it:
     datasets/<stage>/<name>/<key>/MANIFEST.json      committed version (written last)
     datasets/<stage>/<name>/<key>/<attempt>/*.parquet data of one write attempt
     datasets/problemsets/LATEST.json                 pointer to the newest problem-set bundle
+                                                     (each stage's area has one: `latest`)
     prefect/results/<cache key>                      Prefect task results (tasks/storage.py)
     prefect/cache-keys/<cache key>                   Prefect cache records
 
@@ -42,6 +43,7 @@ from cobalt.errors import UserError
 from cobalt.problems import Problem, fingerprint, from_table, to_table
 
 MANIFEST = "MANIFEST.json"  # every stage's commit record, written last
+LATEST = "LATEST.json"  # in a stage's area: the newest finished run, what 'latest' names
 # the logger a stage reports to: a module logger, or the Prefect run logger (an adapter)
 Logger = logging.Logger | logging.LoggerAdapter
 FORMAT = "cobalt-dataset/1"
@@ -234,6 +236,18 @@ class Storage:
     def read_json(self, path: str) -> dict:
         with self.fs.open(path, "rb") as f:
             return json.loads(f.read())
+
+    # --- the newest finished run of a stage ----------------------------------------------------
+    def point_latest(self, area: str, **run: Any) -> None:
+        """`<area>/LATEST.json` now names this finished run (`run`'s fields, and when)."""
+        pointer = {**run, "at": datetime.now(UTC).isoformat()}
+        self.write_atomic(self.path(area, LATEST), json.dumps(pointer, default=str).encode())
+
+    def latest(self, area: str, field: str) -> str | None:
+        """What `<area>/LATEST.json` names in `field` (the newest finished run's directory), or
+        None when no run finished there yet."""
+        pointer = self.path(area, LATEST)
+        return self.read_json(pointer)[field] if self.fs.exists(pointer) else None
 
     # --- datasets ----------------------------------------------------------------------------
     def write_dataset(

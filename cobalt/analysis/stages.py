@@ -422,13 +422,12 @@ def find_analysis(where: str, storage: StorageConfig) -> dict[str, Any]:
     """The report (report.json) of a finished analysis: 'latest' or its judged directory."""
     st = open_storage(storage)
     if where == "latest":
-        pointer = st.path("reward_hacking", "LATEST.json")
-        if not st.fs.exists(pointer):
+        where = st.latest("reward_hacking", "judged")
+        if where is None:
             raise ProblemSetError(
                 f"no reward-hacking analysis in {st.url()} yet: run `python -m "
                 "flows.reward_hacking` with the same --storage first, or pass --compare DIR"
             )
-        where = st.read_json(pointer)["judged"]
     path = f"{where.removeprefix('s3://').rstrip('/')}/report.json"
     if not st.fs.exists(path):
         raise ProblemSetError(

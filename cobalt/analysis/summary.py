@@ -7,7 +7,6 @@ under reward_hacking/comparisons/). The Prefect artifacts are made from this in
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -119,11 +118,7 @@ def summarize(
     write_json(params.storage, f"{directory}/report.json", report)
     markdown = render_markdown(line, per_turn, categories, agreement, examples_md)
     st.write_atomic(f"{directory}/report.md", markdown.encode())
-    write_json(
-        params.storage,
-        st.path("reward_hacking", "LATEST.json"),
-        {"judged": judged.uri, "at": datetime.now(UTC).isoformat()},
-    )
+    st.point_latest("reward_hacking", judged=judged.uri)
     summary = HackingSummary(
         uri=judged.uri,
         errors=errors,

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 from collections import Counter, defaultdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -317,12 +316,7 @@ def summarize(params: DataParams, stage_refs: list[DatasetRef], sets: DatasetRef
         f"{' (' + total['drop_reasons'] + ')' if total['drop_reasons'] else ''}; "
         f"problem sets at {sets.uri}"
     )
-    st.write_atomic(
-        st.path("datasets", "problemsets", "LATEST.json"),
-        json.dumps(
-            {"uri": sets.uri, "key": sets.key, "at": datetime.now(UTC).isoformat()}
-        ).encode(),
-    )
+    st.point_latest("datasets/problemsets", uri=sets.uri, key=sets.key)
     return DataSummary(problem_sets=sets, table=table, line=line)
 
 

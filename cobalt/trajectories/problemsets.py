@@ -49,14 +49,14 @@ def resolve_problems(
     text = where
     table_name: str | None = None
     if text == "latest":
-        pointer = storage.path("datasets", "problemsets", "LATEST.json")
-        if not storage.fs.exists(pointer):
+        uri = storage.latest("datasets/problemsets", "uri")
+        if uri is None:
             raise ProblemSetError(
                 f"no problem sets in {storage.url()} yet: run `python -m flows.data` with the "
                 "same --storage first, or pass --problems PATH (a problem-set directory, a "
                 ".parquet/.jsonl of problems, or a raw source file as PATH:KIND)"
             )
-        kind, uri = "dataset", storage.read_json(pointer)["uri"]
+        kind = "dataset"
     elif _is_source_spec(text):
         kind, uri = "source", text
     elif text.endswith((".parquet", ".jsonl", ".json")):

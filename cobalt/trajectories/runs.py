@@ -7,7 +7,6 @@ the pipeline's before/after table; `compare_evaluations`, `python -m flows.traje
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -72,16 +71,7 @@ def summarize(
         f"{'' if change is None else f' ({change:+.1f}%)'}; model {model}; "
         f"problems from {what}; records at {multiturn.uri}"
     )
-    st.write_atomic(
-        st.path("trajectories", "LATEST.json"),
-        json.dumps(
-            {
-                "evaluation": evaluation.uri,
-                "multiturn": multiturn.uri,
-                "at": datetime.now(UTC).isoformat(),
-            }
-        ).encode(),
-    )
+    st.point_latest("trajectories", evaluation=evaluation.uri, multiturn=multiturn.uri)
     return TrajectorySummary(
         initial=initial,
         multiturn=multiturn,
@@ -108,13 +98,12 @@ def find_trajectories(where: str, storage_config: StorageConfig) -> Trajectories
     """The evaluation stage named by `where` ('latest' or its directory) and its upstream."""
     st = open_storage(storage_config)
     if where == "latest":
-        pointer = st.path("trajectories", "LATEST.json")
-        if not st.fs.exists(pointer):
+        where = st.latest("trajectories", "evaluation")
+        if where is None:
             raise ProblemSetError(
                 f"no trajectories in {st.url()} yet: run `python -m flows.trajectories` with the "
                 "same --storage first, or pass --trajectories DIR (an evaluation stage directory)"
             )
-        where = st.read_json(pointer)["evaluation"]
     manifest_path = f"{where.removeprefix('s3://').rstrip('/')}/{MANIFEST}"
     if not st.fs.exists(manifest_path):
         raise ProblemSetError(
