@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from cobalt.analysis.judge import JudgeConfig
 from cobalt.analysis.stages import HackingParams, embedded_judge
@@ -21,7 +21,6 @@ from cobalt.data.cleaning import CleanRules
 from cobalt.data.source_spec import Sources, SourceSpec
 from cobalt.data.stages import DataParams, DataSummary
 from cobalt.errors import EmptyStageError
-from cobalt.judging import SandboxRuntime
 from cobalt.models import FITTED, NAMES, TINY, is_embedded
 from cobalt.params import deep_merge
 from cobalt.presets import (
@@ -34,8 +33,9 @@ from cobalt.presets import (
     tiny_training,
 )
 from cobalt.reference import FIT_STEPS
+from cobalt.run_settings import ShardedRunSettings
 from cobalt.seed_spread import change_at, spread_for
-from cobalt.storage import StorageConfig, default_work_dir, open_storage
+from cobalt.storage import open_storage
 from cobalt.training.config import MODES, TrainingConfig
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_offline_params
 from cobalt.trajectories.batching import BatchConfig
@@ -46,13 +46,12 @@ from cobalt.trajectories.stages import TrajectoryParams
 from engines import EngineConfig
 
 
-class PipelineParams(BaseModel):
-    """Parameters of the pipeline flow, validated before any work starts. The defaults are the
-    embedded run: bundled synthetic problems, the tiny model fitted on CPU, local storage. A
-    real reference model (a Hub id, a directory) gets the paper preset's settings (`preset`)
-    unless the parameters set them."""
-
-    model_config = ConfigDict(extra="forbid")
+class PipelineParams(ShardedRunSettings):
+    """Parameters of the pipeline flow, validated before any work starts (how it runs:
+    `ShardedRunSettings`, passed on to every flow it chains). The defaults are the embedded run:
+    bundled synthetic problems, the tiny model fitted on CPU, local storage. A real reference
+    model (a Hub id, a directory) gets the paper preset's settings (`preset`) unless the
+    parameters set them."""
 
     preset: PipelinePreset | None = Field(
         None,
@@ -113,18 +112,6 @@ class PipelineParams(BaseModel):
         description="Training mode and settings; `tiny_training('offline')` is the embedded "
         "default of the offline mode.",
     )
-    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    work_dir: str = Field(
-        default_factory=default_work_dir,
-        description="Local directory for models and spools when storage is S3.",
-    )
-    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
-    cluster: str | None = Field(
-        None,
-        description="Dask cluster for the trajectory and evaluation shards: a scheduler address "
-        "(tcp://host:8786) or 'local:N' (see the trajectories flow). None: this process.",
-    )
     reward_hacking: bool = Field(
         False,
         description="After training, the reward-hacking analysis (SPEC §1.7; "
@@ -179,13 +166,7 @@ class PipelineParams(BaseModel):
 
     # --- what each chained flow gets ------------------------------------------------------------
     def data(self) -> DataParams:
-        return DataParams(
-            sources=self.sources,
-            rules=self.rules,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            refresh=self.refresh,
-        )
+        return DataParams(sources=self.sources, rules=self.rules, **self.passed_to(DataParams))
 
     def trajectories(
         self,
@@ -212,11 +193,7 @@ class PipelineParams(BaseModel):
             engine=self.engine.model_copy(update={"model": model}),
             collect=collect,
             batch=self.batch,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            work_dir=self.work_dir,
-            refresh=self.refresh,
-            cluster=self.cluster,
+            **self.passed_to(TrajectoryParams),
         )
 
     def hacking(
@@ -245,14 +222,10 @@ class PipelineParams(BaseModel):
             engine=self.engine.model_copy(update={"model": policy}),
             collect=self.collect.model_copy(update={"turns": self.eval_turns}),
             batch=self.batch,
-            sandbox=self.sandbox,
             judge=judge,
             compare=compare,
             label=label,
-            storage=self.storage,
-            work_dir=self.work_dir,
-            refresh=self.refresh,
-            cluster=self.cluster,
+            **self.passed_to(HackingParams),
         )
 
     def training_params(
@@ -264,10 +237,7 @@ class PipelineParams(BaseModel):
             model=model,
             bandit=self.bandit,
             training=self.training,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            work_dir=self.work_dir,
-            refresh=self.refresh,
+            **self.passed_to(TrainingParams),
         )
 
 

@@ -31,14 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from cobalt.analysis.judge import JudgeConfig, JudgeError, Judgement
 from cobalt.analysis.reward_hacking import detect_all, totals
 from cobalt.data.stages import SAMPLES
-from cobalt.judging import SandboxRuntime
 from cobalt.models import EMBEDDED, FITTED, NAMES
+from cobalt.run_settings import InferenceRunSettings
 from cobalt.storage import (
     MANIFEST,
     Logger,
     StorageConfig,
     code_version,
-    default_work_dir,
     from_manifest,
     open_storage,
     recipe_key,
@@ -62,7 +61,6 @@ from cobalt.trajectories.stages import (
     read_stage,
 )
 from engines import EngineConfig, SamplingConfig, make_engine
-from sandbox import Limits
 
 ERRORS_CODE = ("cobalt.analysis.reward_hacking",)
 JUDGE_CODE = ("cobalt.analysis.judge",)
@@ -90,12 +88,10 @@ def embedded_judge() -> JudgeConfig:
     )
 
 
-class HackingParams(BaseModel):
-    """Parameters of the reward-hacking flow, validated before any work starts. The defaults are
-    the embedded run: the bundled synthetic problems, the tiny model fitted on CPU as policy and
-    judge, local storage."""
-
-    model_config = ConfigDict(extra="forbid")
+class HackingParams(InferenceRunSettings):
+    """Parameters of the reward-hacking flow, validated before any work starts (how it runs:
+    `InferenceRunSettings`). The defaults are the embedded run: the bundled synthetic problems,
+    the tiny model fitted on CPU as policy and judge, local storage."""
 
     problems: str = Field(
         DEFAULT_PROBLEMS,
@@ -120,8 +116,6 @@ class HackingParams(BaseModel):
         description="Multi-turn inference (paper's evaluation: n 16, 8 turns, 6144 tokens).",
     )
     batch: BatchConfig = Field(default_factory=BatchConfig)
-    limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
-    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
     judge: JudgeConfig = Field(default_factory=embedded_judge)
     judge_chunk: int = Field(
         64, ge=1, le=100_000, description="Errors per judge round (one generate call each)."
@@ -141,19 +135,6 @@ class HackingParams(BaseModel):
     examples: int = Field(6, ge=0, le=100, description="Errors shown with their diffs.")
     label: str | None = Field(
         None, description="The policy's name in the report (default: its model's name)."
-    )
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    llm_limit: str | None = Field(None, description="Prefect concurrency limit of the endpoint.")
-    sandbox_limit: str | None = Field(None, description="Prefect concurrency limit for judging.")
-    work_dir: str = Field(
-        default_factory=default_work_dir,
-        description="Local directory for models and spools when storage is S3.",
-    )
-    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
-    cluster: str | None = Field(
-        None,
-        description="Dask cluster for the inference and judge shards: tcp://scheduler:8786, or "
-        "local:N worker processes (docs/SCALING.md).",
     )
 
     @model_validator(mode="after")
@@ -177,14 +158,7 @@ class HackingParams(BaseModel):
             api_key_block=self.api_key_block,
             collect=self.collect,
             batch=self.batch,
-            limits=self.limits,
-            sandbox=self.sandbox,
-            storage=self.storage,
-            llm_limit=self.llm_limit,
-            sandbox_limit=self.sandbox_limit,
-            work_dir=self.work_dir,
-            refresh=self.refresh,
-            cluster=self.cluster,
+            **self.passed_to(TrajectoryParams),
         )
 
 

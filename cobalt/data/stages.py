@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import fsspec
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from cobalt.data.cleaning import CleanRules, clean_problems
 from cobalt.data.source_spec import Sources, SourceSpec
@@ -26,6 +26,7 @@ from cobalt.data.splits import SplitConfig, build_sets
 from cobalt.data.tally import KEPT, counts, examples, lines
 from cobalt.data.verify import VerifyConfig, verify_problems
 from cobalt.judging import SandboxRuntime
+from cobalt.run_settings import RunSettings
 from cobalt.storage import DatasetRef, StorageConfig, code_version, open_storage, recipe_key
 
 SAMPLES = Path(__file__).resolve().parents[2] / "samples"  # the repository's samples/
@@ -40,24 +41,20 @@ SAMPLE_SOURCES = tuple(  # relative to the working directory: samples/... from t
 SAMPLE_RULES = CleanRules(min_tests=1)  # the APPS sample has 1-8 tests per problem
 
 
-class DataParams(BaseModel):
-    """Parameters of the data flow, validated before any work starts."""
-
-    model_config = ConfigDict(extra="forbid")
+class DataParams(RunSettings):
+    """Parameters of the data flow, validated before any work starts (how it runs:
+    `RunSettings`)."""
 
     sources: Sources = Field(
         min_length=1, description="Sources: SourceSpec objects or 'URI[:KIND][?key=value&...]'."
     )
-    storage: StorageConfig = Field(default_factory=StorageConfig)
     load: LoadConfig = Field(default_factory=LoadConfig)
     rules: CleanRules = Field(default_factory=CleanRules)
     verify: VerifyConfig = Field(default_factory=VerifyConfig)
-    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
     split: SplitConfig = Field(default_factory=SplitConfig)
     hub_cache_days: float = Field(
         7, gt=0, description="Hub fetches are reused this long, then refetched (new releases)."
     )
-    refresh: bool = Field(False, description="Recompute every task, ignoring cached results.")
 
     @model_validator(mode="after")
     def _unique(self) -> DataParams:

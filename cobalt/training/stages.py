@@ -30,12 +30,12 @@ from cobalt.errors import EmptyStageError
 from cobalt.judging import SandboxRuntime
 from cobalt.models import NAMES, resolve_model, storage_model
 from cobalt.plots import figure, png
+from cobalt.run_settings import ModelRunSettings
 from cobalt.storage import (
     MANIFEST,
     Logger,
     StorageConfig,
     code_version,
-    default_work_dir,
     from_manifest,
     open_storage,
     recipe_key,
@@ -99,10 +99,9 @@ def training_code(mode: Mode) -> tuple[str, ...]:
     return OFFLINE_TRAINING_CODE if mode == "offline" else TRAINING_CODE
 
 
-class TrainingParams(BaseModel):
-    """Parameters of the training flow, validated before any work starts."""
-
-    model_config = ConfigDict(extra="forbid")
+class TrainingParams(ModelRunSettings):
+    """Parameters of the training flow, validated before any work starts (how it runs:
+    `ModelRunSettings`)."""
 
     trajectories: str = Field(
         "latest",
@@ -122,13 +121,6 @@ class TrainingParams(BaseModel):
     )
     bandit: BanditConfig = Field(default_factory=BanditConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
-    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    work_dir: str = Field(
-        default_factory=default_work_dir,
-        description="Local directory for checkpoints and models when storage is S3.",
-    )
-    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
 
     @model_validator(mode="after")
     def _offline_has_no_perturbed_mixing(self) -> TrainingParams:

@@ -16,15 +16,15 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, Field
 
-from cobalt.judging import SandboxRuntime, open_judge
+from cobalt.judging import open_judge
 from cobalt.models import NAMES, TINY, resolve_model, stable_name
+from cobalt.run_settings import InferenceRunSettings
 from cobalt.storage import (
     Logger,
     StorageConfig,
     code_version,
-    default_work_dir,
     open_storage,
     recipe_key,
 )
@@ -46,7 +46,6 @@ from cobalt.trajectories.specs import (
     TrajectoryRef,
 )
 from engines import Engine, EngineConfig, make_engine, resolve_data_parallel
-from sandbox import Limits
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +53,9 @@ log = logging.getLogger(__name__)
 # --- parameters ---------------------------------------------------------------------------------
 
 
-class TrajectoryParams(BaseModel):
-    """Parameters of the trajectories flow, validated before any work starts."""
-
-    model_config = ConfigDict(extra="forbid")
+class TrajectoryParams(InferenceRunSettings):
+    """Parameters of the trajectories flow, validated before any work starts (how it runs:
+    `InferenceRunSettings`)."""
 
     problems: str = Field(
         "latest",
@@ -87,50 +85,12 @@ class TrajectoryParams(BaseModel):
     )
     collect: CollectConfig = Field(default_factory=CollectConfig)
     batch: BatchConfig = Field(default_factory=BatchConfig)
-    limits: Limits = Field(default_factory=Limits, description="Per-test sandbox limits.")
-    sandbox: SandboxRuntime = Field(default_factory=SandboxRuntime)
-    storage: StorageConfig = Field(default_factory=StorageConfig)
-    llm_limit: str | None = Field(
-        None,
-        description="Name of a Prefect global concurrency limit that flow runs sharing an "
-        "LLM endpoint take one slot of while they generate (requests in flight per run: "
-        "engine.concurrency).",
-    )
-    sandbox_limit: str | None = Field(
-        None,
-        description="Name of a Prefect global concurrency limit taken while judging "
-        "(flow runs sharing a sandbox host).",
-    )
-    work_dir: str = Field(
-        default_factory=default_work_dir,
-        description="Local directory for the JSONL being written when storage is S3 (synced "
-        "there every checkpoint_s) and for the tiny model (env COBALT_WORK_DIR).",
-    )
     checkpoint_s: float = Field(
         60,
         gt=0,
         description="S3: seconds between uploads of the "
         "JSONL being written (what a resume elsewhere starts from).",
     )
-    refresh: bool = Field(False, description="Recompute every stage, ignoring finished ones.")
-    cluster: str | None = Field(
-        None,
-        description="Run the shards as Prefect tasks on a Dask cluster (prefect-dask): a "
-        "scheduler address (tcp://host:8786), or 'local:N' for N worker processes on this "
-        "machine. Each worker loads its own engine and opens its own sandbox pool. None: the "
-        "shards run one after another in the flow's process.",
-    )
-
-    @field_validator("cluster")
-    @classmethod
-    def _cluster(cls, value: str | None) -> str | None:
-        if value is None or "://" in value or value.rpartition(":")[2].isdigit():
-            if value and value.startswith("local:") and int(value[6:]) < 1:
-                raise ValueError("cluster 'local:N' needs N >= 1 worker")
-            return value
-        raise ValueError(
-            f"cluster {value!r}: give a Dask scheduler address (tcp://host:8786) or 'local:N'"
-        )
 
 
 # --- preflight: fail fast, before any work ------------------------------------------------------
