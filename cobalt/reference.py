@@ -194,10 +194,11 @@ def fit_tiny_model(
 
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from cobalt.training.precision import Numerics, cast_saved, decide
+    from cobalt.training.precision import Numerics
+    from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
     from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from engines.cpu_threads import cap_cpu_threads
     from engines.tiny import build_tiny_model, builtin_corpus
@@ -235,8 +236,13 @@ def fit_tiny_model(
         eos_logit=0.0,
         corpus=corpus,
     )
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    tokenizer = load_tokenizer(path)
+    # the SFT's numerics from the one place that decides them: fp32 on CPU, fp32 master weights
+    # with bf16 autocast on a GPU; saved in `save_dtype`
+    gpu = device != "cpu"
+    numerics = numerics_for("mixed" if gpu else "fp32", path, gpu=gpu, paper=False)
+    numerics = Numerics(**{**numerics.as_dict(), "saved": save_dtype})
+    model = load_policy(path, numerics)
     fit_started = time.monotonic()
     budget = max(1.0, seconds_budget - (fit_started - started))
 
@@ -258,11 +264,6 @@ def fit_tiny_model(
             return control
 
     out_dir = path / "_trainer"
-    # the SFT's numerics from the one place that decides them: fp32 on CPU, fp32 master weights
-    # with bf16 autocast on a GPU
-    numerics = decide(
-        "fp32" if device == "cpu" else "mixed", "float32", gpu=device != "cpu", paper=False
-    )
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(path / "tensorboard")
     config = SFTConfig(
         output_dir=str(out_dir),
@@ -297,10 +298,7 @@ def fit_tiny_model(
     model.generation_config.do_sample = True
     model.generation_config.temperature = 0.6
     model.generation_config.top_p = 0.95
-    model.save_pretrained(path)
-    if save_dtype != "float32":
-        cast_saved(path, Numerics(**{**numerics.as_dict(), "saved": save_dtype}))
-    tokenizer.save_pretrained(path)
+    save_policy(trainer, path, numerics, tokenizer, lora=False)
     stats = {
         "steps": trainer.state.global_step,
         "train_loss": round(float(result.training_loss), 4),

@@ -21,6 +21,7 @@ from cobalt.training.config import TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
 from cobalt.training.sandbox_reward import CobaltRewards
 from cobalt.training.sharding import SHARDED
+from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
 from engines.thinking import template_opens_thinking
 
 log = logging.getLogger(__name__)
@@ -56,35 +57,6 @@ def check_generation_batch(rows: int, generation_batch_size: int, num_generation
             f"generation_batch_size to at most {rows * num_generations} (a multiple of "
             f"num_generations and of the micro-batch)"
         )
-
-
-def save_policy(
-    trainer: Any, output_dir: str | Path, numerics: Any, tokenizer: Any, *, lora: bool
-) -> None:
-    """The trained policy as a plain model directory in the checkpoint's dtype, which the
-    engines and vLLM load: LoRA adapters merged into the weights; a full model's state gathered
-    from every process (whole under ddp, from the shards under fsdp / zero3: every process takes
-    part), cast and written once by the main process (an 8B policy: 16 GB of bf16, not 32 GB of
-    fp32 rewritten)."""
-    import torch
-
-    from cobalt.training.precision import cast_saved, write_saved_dtype
-
-    if lora:
-        if trainer.is_world_process_zero():
-            trainer.model.merge_and_unload().save_pretrained(str(output_dir))
-            cast_saved(output_dir, numerics)
-    else:
-        state = trainer.accelerator.get_state_dict(trainer.model)
-        if trainer.is_world_process_zero():
-            dtype = getattr(torch, numerics.saved)
-            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            model.save_pretrained(str(output_dir), state_dict=state)
-            write_saved_dtype(output_dir, numerics)
-    if trainer.is_world_process_zero():
-        tokenizer.save_pretrained(str(output_dir))
-    trainer.accelerator.wait_for_everyone()
 
 
 def plan_vllm(
@@ -143,25 +115,17 @@ def train(
 ) -> GRPORun:
     """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
     `output_dir` if there is one; save the final model (in the checkpoint's dtype) and tokenizer
-    to `output_dir`. Numerics from `cobalt.training.precision`, the paper preset's micro-batch
-    from `cobalt.training.memory`, the KL estimator from `cobalt.training.kl`."""
+    to `output_dir`. Loading, numerics and saving from `cobalt.training.weights`, the paper
+    preset's micro-batch from `cobalt.training.memory`, the KL estimator from
+    `cobalt.training.kl`."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
     from cobalt.training.kl import CobaltGRPOTrainer
-    from cobalt.training.precision import (
-        cast_trainable,
-        checkpoint_dtype,
-        decide,
-        load_dtype,
-        trainable_dtypes,
-    )
+    from cobalt.training.precision import cast_trainable, trainable_dtypes
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(model_path)
 
     def prompt_tokens(messages: list[dict[str, str]]) -> int:
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -176,9 +140,7 @@ def train(
             f"(max_prompt_length {config.prompt_limit()}) filters"
         )
     gpu = torch.cuda.is_available()
-    numerics = decide(
-        config.precision, checkpoint_dtype(model_path), gpu=gpu, paper=config.preset == "paper"
-    )
+    numerics = numerics_for(config.precision, model_path, gpu=gpu, paper=config.preset == "paper")
     kwargs = config.grpo_kwargs(output_dir, model_path)
     if not config.lora and kwargs.get("beta"):
         # TRL builds its frozen reference model from these (not in fp32: it is never trained);
@@ -189,9 +151,7 @@ def train(
     attention = (
         {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
     )
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_path), dtype=load_dtype(numerics, config.lora is not None), **attention
-    )
+    model = load_policy(model_path, numerics, lora=config.lora is not None, **attention)
     plan = None
     shards = config.num_processes if config.resolved_sharding() in SHARDED else 1
     if shards > 1 and "model_init_kwargs" in kwargs:

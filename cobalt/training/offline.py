@@ -361,24 +361,16 @@ def train_offline(
 ) -> OfflineRun:
     """Train the policy at `model_path` on offline rows with `config.offline`'s objective,
     resuming from the last checkpoint in `output_dir` if there is one; save the final model and
-    tokenizer to `output_dir`."""
+    tokenizer to `output_dir` (`cobalt.training.weights`: the main process, from the state of
+    every process)."""
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cobalt.training.precision import (
-        cast_saved,
-        cast_trainable,
-        checkpoint_dtype,
-        decide,
-        load_dtype,
-        trainable_dtypes,
-    )
+    from cobalt.training.precision import cast_trainable, trainable_dtypes
+    from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
 
     settings = config.offline
-    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer = load_tokenizer(model_path)
     eos_id = end_of_turn_id(tokenizer, model_path)
     prepared = prepare_offline_rows(
         dataset_rows,
@@ -395,15 +387,10 @@ def train_offline(
         )
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
     args = config.training_arguments(output_dir)
-    numerics = decide(
-        config.precision,
-        checkpoint_dtype(model_path),
-        gpu=torch.cuda.is_available(),
-        paper=config.preset == "paper",
+    numerics = numerics_for(
+        config.precision, model_path, gpu=torch.cuda.is_available(), paper=config.preset == "paper"
     )
-    model = AutoModelForCausalLM.from_pretrained(
-        str(model_path), dtype=load_dtype(numerics, config.lora is not None)
-    )
+    model = load_policy(model_path, numerics, lora=config.lora is not None)
     if config.lora:
         from peft import get_peft_model
 
@@ -425,12 +412,7 @@ def train_offline(
     if settings.objective == "clipped_ratio" or settings.diagnostics:
         ref_seconds = round(add_reference_logprobs(trainer, settings.batch_size), 3)
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
-    if config.lora:  # a plain model for the engines: adapters merged into the weights
-        trainer.model.merge_and_unload().save_pretrained(str(output_dir))
-    else:
-        trainer.save_model(str(output_dir))
-    cast_saved(output_dir, numerics)
-    tokenizer.save_pretrained(str(output_dir))
+    save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return OfflineRun(
         history=list(trainer.state.log_history),
         rows=len(prepared.rows),

@@ -65,6 +65,7 @@ TRAINING_CODE = (
     "cobalt.training.precision",
     "cobalt.training.reward",
     "cobalt.training.sandbox_reward",
+    "cobalt.training.weights",
     "cobalt.bandit.rows",
     "cobalt.trajectories.collect.judge_turns",
     "cobalt.trajectories.prompts",
@@ -73,6 +74,7 @@ OFFLINE_TRAINING_CODE = (
     "cobalt.training.config",
     "cobalt.training.offline",
     "cobalt.training.precision",
+    "cobalt.training.weights",
 )
 
 

@@ -1,6 +1,7 @@
-"""GRPO on two processes through `accelerate launch` (the multi-GPU path, here on CPU over
-gloo): real GRPOTrainer, real sandbox pool per process, the model saved once, the log history and
-step timing read back; a failing launch says why."""
+"""GRPO and the offline trainer on two processes through `accelerate launch` (the multi-GPU path,
+here on CPU over gloo): real GRPOTrainer, real sandbox pool per process, the model saved once by
+the main process (`cobalt.training.weights`), the log history and step timing read back; a
+failing launch says why."""
 
 from __future__ import annotations
 
@@ -120,6 +121,54 @@ def test_grpo_on_two_processes(tmp_path) -> None:
     assert "process 0 of 2 starts" in log and "process 1 of 2 starts" in log
     assert "cobalt.training.step_timing: step 2: " in log  # each step logged as it ends
     AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))  # saved once, loadable
+    assert log.count("the policy saved to") == 1, log[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_offline_training_on_two_processes_saves_once_from_the_main_process(tmp_path) -> None:
+    """The offline trainer saves through the same path as GRPO: the state gathered from both
+    processes, cast to the checkpoint's dtype (bf16 here, trained in fp32) and written by the
+    main process alone, which says so once; the other waits for it."""
+    import json
+
+    from test_offline_trainer import rows as offline_rows
+    from transformers import AutoModelForCausalLM
+
+    from cobalt.training.config import OfflineSettings
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0, dtype="bfloat16")
+    storage = StorageConfig(url=str(tmp_path / "runs"))
+    st = open_storage(storage)
+    rows = offline_rows() * 4
+    dataset = commit_rows(st, st.path("offline", "k"), "k", rows, {}, BanditSpecStub())
+    config = TrainingConfig(
+        preset="tiny",
+        mode="offline",
+        num_processes=2,
+        max_steps=2,
+        offline=OfflineSettings(batch_size=2, learning_rate=3e-3),
+    )
+    out = tmp_path / "out"
+    the_job = Job(
+        config=config,
+        dataset=dataset,
+        storage=storage,
+        sandbox=SANDBOX,
+        model=str(model),
+        output_dir=str(out),
+    )
+    history, timing, extra = run_job(the_job)
+    assert [h["step"] for h in history if "loss" in h] == [1, 2]
+    assert timing["processes"] == 2 and extra["numerics"]["trainable"] == "float32"
+    log = (out / ".launch" / "launch.log").read_text()
+    assert "process 0 of 2 starts" in log and "process 1 of 2 starts" in log
+    assert log.count("the policy saved to") == 1, log[-3000:]
+    assert "by the main process of 2" in log
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    saved = AutoModelForCausalLM.from_pretrained(str(out))
+    assert {str(p.dtype) for p in saved.parameters()} == {"torch.bfloat16"}
 
 
 @pytest.mark.slow

@@ -1,0 +1,83 @@
+"""The policy's weights in and out, one path for every trainer: GRPO (`cobalt/training/grpo.py`),
+the offline objectives (`cobalt/training/offline.py`) and the reference model's SFT fit
+(`cobalt/reference.py`). The model is loaded in the numerics `cobalt.training.precision` decides
+for it, and the trained one saved as a plain model directory the engines and vLLM load: LoRA
+adapters merged, the weights in the checkpoint's dtype, written once, by the main process, from
+the state gathered over every process.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from cobalt.training.precision import (
+    Numerics,
+    Precision,
+    cast_saved,
+    checkpoint_dtype,
+    decide,
+    load_dtype,
+    write_saved_dtype,
+)
+
+log = logging.getLogger(__name__)
+
+
+def load_tokenizer(model_path: str | Path) -> Any:
+    """The model's tokenizer, its end-of-sequence token padding when it names no pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_path))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def numerics_for(
+    precision: Precision, model_path: str | Path, *, gpu: bool, paper: bool
+) -> Numerics:
+    """The numerics of training the model saved in `model_path` (its checkpoint's dtype) on this
+    hardware (`cobalt.training.precision.decide`)."""
+    return decide(precision, checkpoint_dtype(model_path), gpu=gpu, paper=paper)
+
+
+def load_policy(model_path: str | Path, numerics: Numerics, *, lora: bool = False, **kwargs) -> Any:
+    """The model to train, in the dtype `numerics` gives it (the frozen base's under LoRA, the
+    trainable weights' otherwise); `kwargs` go to `from_pretrained` (attn_implementation)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(
+        str(model_path), dtype=load_dtype(numerics, lora), **kwargs
+    )
+
+
+def save_policy(
+    trainer: Any, output_dir: str | Path, numerics: Numerics, tokenizer: Any, *, lora: bool
+) -> None:
+    """The trained policy as a plain model directory in the checkpoint's dtype (`numerics.saved`):
+    LoRA adapters merged into the weights; a full model's state gathered from every process
+    (whole under ddp, from the shards under fsdp / zero3: every process takes part), cast and
+    written once by the main process (an 8B policy: 16 GB of bf16, not 32 GB of fp32 rewritten).
+    Every process returns once it is written."""
+    import torch
+
+    main = trainer.is_world_process_zero()
+    if lora:
+        if main:
+            trainer.model.merge_and_unload().save_pretrained(str(output_dir))
+            cast_saved(output_dir, numerics)
+    else:
+        state = trainer.accelerator.get_state_dict(trainer.model)
+        if main:
+            dtype = getattr(torch, numerics.saved)
+            state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            model.save_pretrained(str(output_dir), state_dict=state)
+            write_saved_dtype(output_dir, numerics)
+    if main:
+        tokenizer.save_pretrained(str(output_dir))
+        processes = trainer.accelerator.num_processes
+        log.info("the policy saved to %s by the main process of %d", output_dir, processes)
+    trainer.accelerator.wait_for_everyone()
