@@ -3,7 +3,7 @@ where (a file and line, a field, a flag) and the fix. The flows' command lines p
 single line and exit 2, wherever in a run it is raised (flows/cli.py), and Prefect does not retry
 a task that raised one unless it is `transient`: the same input fails the same way
 (tasks/retry.py). Each module raises its own beside it (`StorageError`, `SourceError`,
-`ProblemSetError`, `ReferenceModelError`, `JudgeError`, `EmptyStageError` below); the engines'
+`ProblemSetError`, `ModelNameError`, `JudgeError`, `EmptyStageError` below); the engines'
 `MissingAPIKeyError`, `InsufficientMemoryError`, `GPUCountError` and `ThreadSettingError` (a layer
 below: no base of ours) count too: `USER_ERRORS`."""
 

@@ -23,6 +23,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from cobalt.errors import UserError
@@ -59,6 +60,19 @@ class ModelNameError(UserError, ValueError):
     """A model name that resolves to nothing here; the message names the flag and the fix."""
 
 
+# how the 'fitted' model is fitted into a directory (with `fit_steps`, None: its default):
+# `cobalt.reference`'s fit, which trains with cobalt.training, above the stages that resolve names
+# here; the package wires it in (cobalt/__init__.py), so this module imports nothing above it
+FitEmbedded = Callable[[Path, int | None], Path]
+_fit_embedded: FitEmbedded
+
+
+def fit_embedded_with(fit: FitEmbedded) -> None:
+    """Name the function that fits the 'fitted' model (the package does: cobalt/__init__.py)."""
+    global _fit_embedded
+    _fit_embedded = fit
+
+
 def is_embedded(name: str) -> bool:
     """Whether `name` is the embedded default's model: 'fitted', 'tiny', or a directory the tiny
     fit made (its recipe file inside). Such a model gets the tiny preset; any other is a real
@@ -79,11 +93,9 @@ def resolve_model(
     once (fitted, tiny), downloaded once (storage, Hub), or the directory itself."""
     logger = logger or log
     if name == FITTED:
-        from cobalt.reference import FIT_STEPS, fit_embedded
-
         path = models_dir(storage, work_dir) / "fitted-seed0"
         logger.info("fitting (or reusing) the tiny model in %s", path)
-        return str(fit_embedded(path, fit_steps or FIT_STEPS))
+        return str(_fit_embedded(path, fit_steps))
     if name == TINY:
         return str(tiny_model(storage, work_dir))
     if name.startswith("s3://"):

@@ -1,7 +1,7 @@
 """The embedded default's reference model: its recipe, a tiny chat model fitted on CPU to the
 synthetic problem family (`cobalt.data.synthetic`), and `python -m cobalt.reference` (fit it where
 the pipeline's defaults keep it). How a model is named ('fitted', 'tiny', a directory, a storage
-URI, a Hub id) and resolved is `cobalt/models.py`; its names are importable from here too.
+URI, a Hub id) and resolved is `cobalt/models.py`, which resolves 'fitted' with `fit_embedded` here.
 
 `fit_tiny_model(path)` builds a Qwen2-shaped model of about 1M parameters with `engines.tiny`
 (its BPE tokenizer trained on the built-in corpus plus the synthetic prompts, programs and the
@@ -11,8 +11,9 @@ reasoning and the reference program; a quarter of them after a repair: a wrong p
 sandbox's feedback words; independently a quarter after the right program and the all-passed
 feedback, once or, for the embedded default, twice: the evaluation's second feedback turn follows
 two passes), stopping after `max_steps` optimizer steps (the same model on any machine) or a
-wall-time budget, and saves model and tokenizer with `save_pretrained`. A `fitted_recipe.json` records the recipe; a second call with the same recipe
-returns the saved model at once.
+wall-time budget, and saves model and tokenizer (loaded and saved as every trainer does:
+`cobalt.training.weights`). A `fitted_recipe.json` records the recipe; a second call with the
+same recipe returns the saved model at once.
 """
 
 from __future__ import annotations
@@ -27,17 +28,7 @@ import shutil
 import time
 from pathlib import Path
 
-from cobalt.models import (  # noqa: F401 (the names, importable from here as before)
-    FITTED,
-    RECIPE_FILE,
-    TINY,
-    TINY_SEED,
-    models_dir,
-    resolve_model,
-    tiny_model,
-)
-from cobalt.models import ModelNameError as ReferenceModelError  # noqa: F401
-from cobalt.models import is_embedded as embedded_reference  # noqa: F401
+from cobalt.models import FITTED, RECIPE_FILE, TINY, resolve_model
 
 log = logging.getLogger(__name__)
 
@@ -356,19 +347,20 @@ def conversation(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Fit (or reuse) the embedded reference model where the pipeline's defaults keep it, then
-    print its directory. `make run` runs this beside the Docker engine's and sandbox image's
-    install (the fit needs no sandbox); the flow's reference-model task then reuses it."""
+    """Fit (or reuse) the embedded reference model where the pipeline's defaults keep it (every
+    flow's default storage and work directory, FIT_STEPS steps), then print its directory. `make
+    run` runs this beside the Docker engine's and sandbox image's install (the fit needs no
+    sandbox); the flow's reference-model task then reuses it."""
     import argparse
 
-    from cobalt.pipeline import PipelineParams
+    from cobalt.run_settings import ModelRunSettings
 
     argparse.ArgumentParser(prog="python -m cobalt.reference", description=main.__doc__).parse_args(
         argv
     )
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    params = PipelineParams()
-    print(resolve_model(FITTED, params.storage, params.work_dir, fit_steps=params.fit_steps))
+    defaults = ModelRunSettings()
+    print(resolve_model(FITTED, defaults.storage, defaults.work_dir, fit_steps=FIT_STEPS))
     return 0
 
 

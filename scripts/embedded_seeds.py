@@ -153,7 +153,8 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def reference_tag(fields: dict[str, Any]) -> str:
     """The reference model a setting starts from, in its label: the embedded fit's recipe hash
     (another fit recipe is another default, measured apart), else the reference's name."""
-    from cobalt.reference import FIT_STEPS, FITTED, embedded_recipe_hash
+    from cobalt.models import FITTED
+    from cobalt.reference import FIT_STEPS, embedded_recipe_hash
 
     reference = fields.get("reference", FITTED)
     if reference != FITTED:

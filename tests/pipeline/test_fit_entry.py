@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from cobalt import reference
+from cobalt.models import models_dir
 from cobalt.pipeline import PipelineParams
 
 
@@ -19,7 +20,7 @@ def test_fits_where_the_flow_reuses_it(tmp_path, monkeypatch, capsys):
     )
     assert reference.main([]) == 0
     params = PipelineParams()
-    expected = reference.models_dir(params.storage, params.work_dir) / "fitted-seed0"
+    expected = models_dir(params.storage, params.work_dir) / "fitted-seed0"
     assert fitted == [(expected, params.fit_steps)]
     assert expected.resolve().is_relative_to(tmp_path.resolve())  # ./runs, as make run's flow
     assert capsys.readouterr().out.strip() == str(expected)
