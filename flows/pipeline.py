@@ -25,8 +25,7 @@ from prefect import flow
 from cobalt.data import stages as data_stage
 from cobalt.models import EMBEDDED, FITTED, resolve_model
 from cobalt.params import check_objects, deep_merge
-from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets
-from cobalt.presets import settings_text
+from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES

@@ -63,7 +63,7 @@ def reward_hacking_flow(params: HackingParams) -> HackingSummary:
 EPILOG = f"""\
 The default is the embedded run: samples/synthetic_train.jsonl (perturbed here, seed 0), the
 ~1M-parameter model fitted on CPU ('{FITTED}', built once into the storage) as policy and as
-judge, 4 samples x 2 feedback turns; a few minutes on a CPU. Its judge labels are poor (a tiny
+judge, 8 samples x 2 feedback turns as the pipeline samples it; a few minutes on a CPU. Its judge labels are poor (a tiny
 model rarely writes the reply format: parse_failure); the machinery is the real one.
 
 problems (--problems): as the trajectories flow ('latest' + --table train|dev uses the bundle's
@@ -108,7 +108,7 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     policy.add_argument("--llm-concurrency", type=int, help="requests in flight (litellm)")
     policy.add_argument("--device", help="transformers: torch device (auto)")
     policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
-    policy.add_argument("--n", type=int, help="samples per problem (4; paper 16)")
+    policy.add_argument("--n", type=int, help="samples per problem (8; paper 16)")
     policy.add_argument("--turns", type=int, help="feedback turns (2; paper 8)")
     policy.add_argument("--temperature", type=float, help="sampling temperature (0.6)")
     policy.add_argument("--max-new-tokens", type=int, help="tokens per turn (128; paper 6144)")

@@ -1,6 +1,6 @@
 """Prefect layer of the pipeline: the reference model as a task, and the closing report (stage
 table, before/after Pass@1 table and plot) as artifacts. The parameters and the summary itself
-are `cobalt/pipeline.py`."""
+are `cobalt/pipeline/`."""
 
 from __future__ import annotations
 

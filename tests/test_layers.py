@@ -5,13 +5,15 @@
 `sandbox/`, `engines/` and `cobalt/` never import Prefect or a layer above them, so the method can
 be used from a notebook or a script without Prefect. Checked two ways: every import statement in
 the source (function-level ones included), and a fresh interpreter that imports every library
-module and must not have loaded Prefect (a dependency could pull it in). Also: no module over
-LONG lines without a reason written at its top.
+module and must not have loaded Prefect (a dependency could pull it in). Inside `cobalt/`, the
+pipeline's order (`COBALT_ORDER`): a module imports only from its own unit or an earlier one, and
+no import cycle anywhere. Also: no module over LONG lines without a reason written at its top.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +28,35 @@ FORBIDDEN = {
     "cobalt": {"tasks", "flows", *PREFECT},
     "tasks": {"flows"},
 }
+# cobalt's units in pipeline order (docs/ARCHITECTURE.md): a module imports only from its own unit
+# and the units before it. A unit is a module or a sub-package; every module of cobalt/ belongs to
+# one (the longest name it starts with; `cobalt` alone is the package's __init__). Within a unit
+# any direction goes, but no cycle does.
+COBALT_ORDER = (
+    # shared by every stage
+    "cobalt.errors",
+    "cobalt.params",
+    "cobalt.tables",
+    "cobalt.plots",
+    "cobalt.problems",
+    "cobalt.storage",
+    "cobalt.judging",
+    "cobalt.run_settings",
+    "cobalt.models",
+    # the stages
+    "cobalt.data",
+    "cobalt.trajectories",
+    "cobalt.evaluation",
+    "cobalt.bandit",
+    "cobalt.training",
+    "cobalt.reference",
+    "cobalt.presets",
+    "cobalt.analysis",
+    "cobalt.seed_spread",
+    "cobalt.pipeline",
+    # the package itself: wires the reference fit into model naming (cobalt/__init__.py)
+    "cobalt",
+)
 LONG = 520  # "about 500 lines"
 REASON = "Long module:"  # how a module over LONG lines says why, in its docstring
 
@@ -74,6 +105,152 @@ def test_the_check_catches_a_violation(tmp_path: Path) -> None:
     ]
 
 
+def module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def cobalt_imports(root: Path) -> list[tuple[str, str, str]]:
+    """(importer, 'file:line', imported module) of every import of a cobalt module in
+    `root`/cobalt: top-level, in functions, under TYPE_CHECKING; absolute and relative. `from
+    package import name` counts as the module `package.name` when there is one."""
+    paths = {module_name(root, p): p for p in sorted((root / "cobalt").rglob("*.py"))}
+    found = []
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    parts = parts[: len(parts) - node.level + 1]
+                    base = ".".join(parts + ([node.module] if node.module else []))
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in paths else base
+                    for alias in node.names
+                ]
+            else:
+                continue
+            for target in targets:
+                if target.split(".")[0] != "cobalt":
+                    continue
+                while target not in paths and "." in target:
+                    target = target.rpartition(".")[0]
+                edge = (name, f"{path.relative_to(root)}:{node.lineno}", target)
+                if target != name and edge not in found:
+                    found.append(edge)
+    return found
+
+
+def unit_of(module: str, order: tuple[str, ...]) -> str | None:
+    """The longest unit of `order` that `module` is or lies in (the top package, `cobalt`, holds
+    only its __init__)."""
+    units = [u for u in order if module == u or ("." in u and module.startswith(u + "."))]
+    return max(units, key=len, default=None)
+
+
+def cycles(edges: list[tuple[str, str, str]]) -> list[str]:
+    """One import cycle of each strongly connected set of modules (Tarjan), the shortest through
+    its first module, as its edges: 'file:line -> module, file:line -> module, ...'."""
+    graph: dict[str, dict[str, str]] = {}
+    for importer, where, imported in edges:
+        graph.setdefault(importer, {}).setdefault(imported, where)
+        graph.setdefault(imported, {})
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = {stack.pop()}
+            while node not in component:
+                component.add(stack.pop())
+            if len(component) > 1:
+                components.append(component)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    found = []
+    for component in components:
+        start = min(component)
+        paths = {start: [start]}
+        frontier = [start]
+        while start not in paths or len(paths[start]) == 1:  # breadth first, back to start
+            step = []
+            for node in frontier:
+                for nxt in sorted(n for n in graph[node] if n in component):
+                    if nxt == start:
+                        paths[start] = [*paths[node], start]
+                        break
+                    if nxt not in paths:
+                        paths[nxt] = [*paths[node], nxt]
+                        step.append(nxt)
+                if len(paths[start]) > 1:
+                    break
+            frontier = step
+        path = paths[start]
+        found.append(", ".join(f"{graph[a][b]} -> {b}" for a, b in itertools.pairwise(path)))
+    return found
+
+
+def order_violations(root: Path, order: tuple[str, ...] = COBALT_ORDER) -> list[str]:
+    """Every cobalt module outside the declared units, every import against `order` and every
+    import cycle, each naming the file, the line and the module imported."""
+    edges = cobalt_imports(root)
+    modules = {module_name(root, p) for p in (root / "cobalt").rglob("*.py")}
+    bad = [f"{m}: in no unit of the order" for m in sorted(modules) if unit_of(m, order) is None]
+    rank = {unit: i for i, unit in enumerate(order)}
+    for importer, where, imported in edges:
+        units = unit_of(importer, order), unit_of(imported, order)
+        if None not in units and rank[units[1]] > rank[units[0]]:
+            bad.append(f"{where} -> {imported} (against the order: {units[0]} before {units[1]})")
+    bad += [f"import cycle: {cycle}" for cycle in cycles(edges)]
+    return bad
+
+
+def test_cobalt_follows_the_pipeline_order_without_cycles() -> None:
+    assert order_violations(ROOT) == []
+
+
+def test_the_order_check_catches_a_violation_and_a_cycle(tmp_path: Path) -> None:
+    """An import against the order in a function, one under TYPE_CHECKING, a relative cycle
+    inside a unit and a module in no unit are each named; an import down the order is not."""
+    files = {
+        "cobalt/__init__.py": "",
+        "cobalt/errors.py": "def f():\n    from cobalt.data.a import A\n",
+        "cobalt/data/__init__.py": "",
+        "cobalt/data/a.py": "from typing import TYPE_CHECKING\nfrom . import b\n"
+        "if TYPE_CHECKING:\n    from cobalt.training import grpo\n",
+        "cobalt/data/b.py": "import cobalt.errors\nfrom .a import A\n",
+        "cobalt/training/__init__.py": "",
+        "cobalt/training/grpo.py": "from cobalt.data import a\nfrom cobalt.errors import f\n",
+        "cobalt/stray.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    order = ("cobalt.errors", "cobalt.data", "cobalt.training", "cobalt")
+    assert order_violations(tmp_path, order) == [
+        "cobalt.stray: in no unit of the order",
+        "cobalt/data/a.py:4 -> cobalt.training.grpo (against the order: cobalt.data before "
+        "cobalt.training)",
+        "cobalt/errors.py:2 -> cobalt.data.a (against the order: cobalt.errors before cobalt.data)",
+        "import cycle: cobalt/data/a.py:2 -> cobalt.data.b, cobalt/data/b.py:2 -> cobalt.data.a",
+    ]
+
+
 def library_modules() -> list[str]:
     names = []
     for layer in ("sandbox", "engines", "cobalt"):
@@ -103,7 +280,9 @@ def test_the_library_loads_without_prefect() -> None:
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("layer", ["sandbox", "engines", "cobalt", "tasks", "flows"])
+@pytest.mark.parametrize(
+    "layer", ["sandbox", "engines", "cobalt", "tasks", "flows", "scripts", "experiments"]
+)
 def test_long_modules_say_why_at_their_top(layer: str) -> None:
     long = []
     for path in sorted((ROOT / layer).rglob("*.py")):

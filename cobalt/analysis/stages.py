@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.analysis.judge import JudgeConfig, JudgeError, Judgement
 from cobalt.analysis.reward_hacking import detect_all, totals
-from cobalt.data.stages import SAMPLES
 from cobalt.models import EMBEDDED, FITTED, NAMES
+from cobalt.presets import SYNTHETIC_SOURCES, tiny_collect
 from cobalt.run_settings import InferenceRunSettings
 from cobalt.storage import (
     MANIFEST,
@@ -65,18 +64,7 @@ from engines import EngineConfig, SamplingConfig, make_engine
 ERRORS_CODE = ("cobalt.analysis.reward_hacking",)
 JUDGE_CODE = ("cobalt.analysis.judge",)
 FORMAT = "cobalt-reward-hacking/1"
-# the embedded default's problems: relative to the working directory (the repo root)
-DEFAULT_PROBLEMS = f"{os.path.relpath(SAMPLES / 'synthetic_train.jsonl')}:taco"
-
-
-def embedded_collect() -> CollectConfig:
-    """The embedded default's inference: 4 samples, 2 feedback turns, 128 tokens, no system
-    prompt (the fitted model is fitted without one); the pipeline's settings."""
-    return CollectConfig(
-        sampling=SamplingConfig(n=4, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
-        turns=2,
-        system_prompt="",
-    )
+DEFAULT_PROBLEMS = SYNTHETIC_SOURCES[0]  # the embedded run's training problems
 
 
 def embedded_judge() -> JudgeConfig:
@@ -112,8 +100,9 @@ class HackingParams(InferenceRunSettings):
     )
     api_key_block: str | None = Field(None, description="Prefect Secret block of the policy key.")
     collect: CollectConfig = Field(
-        default_factory=embedded_collect,
-        description="Multi-turn inference (paper's evaluation: n 16, 8 turns, 6144 tokens).",
+        default_factory=tiny_collect,
+        description="Multi-turn inference; default: as the pipeline samples the embedded model "
+        "(cobalt.presets.tiny_collect; the paper's evaluation: n 16, 8 turns, 6144 tokens).",
     )
     batch: BatchConfig = Field(default_factory=BatchConfig)
     judge: JudgeConfig = Field(default_factory=embedded_judge)

@@ -27,6 +27,7 @@ from tiny_serving import free_port
 
 from cobalt.analysis.judge import PARSE_FAILURE
 from cobalt.analysis.stages import HackingParams
+from cobalt.presets import tiny_collect
 from flows.reward_hacking import main, parse_params, reward_hacking_flow
 
 pytestmark = pytest.mark.slow
@@ -195,7 +196,7 @@ def test_cli_defaults_and_help():
     embedded = parse_params([])
     assert embedded.engine.model == embedded.judge.engine.model == "fitted"
     assert embedded.problems.endswith("synthetic_train.jsonl:taco")
-    assert (embedded.collect.sampling.n, embedded.collect.turns) == (4, 2)
+    assert embedded.collect == tiny_collect()  # as the pipeline samples the embedded model
     real = parse_params(["--model", "/models/policy", "--judge-model", "/models/judge"])
     assert real.collect.sampling.n == 16 and real.collect.system_prompt  # SPEC §1.2's settings
     assert real.judge.sampling.max_new_tokens == 1024

@@ -76,7 +76,7 @@ def test_the_printed_settings_say_what_auto_chose_and_why(model_8b, monkeypatch)
     import torch
 
     import cobalt.training.config as training
-    from cobalt.presets import settings_text
+    from cobalt.pipeline import settings_text
     from flows.pipeline import parse_params
 
     on_cpu = settings_text(parse_params([]))

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from cobalt.pipeline import evaluation_seed
-from cobalt.presets import settings_text
+from cobalt.pipeline import evaluation_seed, settings_text
 from flows.pipeline import main, parse_params
 
 
