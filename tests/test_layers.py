@@ -183,25 +183,20 @@ def cycles(edges: list[tuple[str, str, str]]) -> list[str]:
         if node not in index:
             visit(node)
     found = []
-    for component in components:
+    for component in components:  # breadth first from its first module back to it
         start = min(component)
-        paths = {start: [start]}
-        frontier = [start]
-        while start not in paths or len(paths[start]) == 1:  # breadth first, back to start
+        paths, frontier, cycle = {start: [start]}, [start], None
+        while cycle is None:
             step = []
             for node in frontier:
                 for nxt in sorted(n for n in graph[node] if n in component):
                     if nxt == start:
-                        paths[start] = [*paths[node], start]
-                        break
-                    if nxt not in paths:
+                        cycle = cycle or [*paths[node], start]
+                    elif nxt not in paths:
                         paths[nxt] = [*paths[node], nxt]
                         step.append(nxt)
-                if len(paths[start]) > 1:
-                    break
             frontier = step
-        path = paths[start]
-        found.append(", ".join(f"{graph[a][b]} -> {b}" for a, b in itertools.pairwise(path)))
+        found.append(", ".join(f"{graph[a][b]} -> {b}" for a, b in itertools.pairwise(cycle)))
     return found
 
 
