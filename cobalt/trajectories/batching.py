@@ -4,8 +4,7 @@ went (`Stats`) and the gate a generate call passes (`Gate`). `per_call`: how man
 `generate` call covers: `BatchConfig.chunk_size` per copy of the model (`Engine.replicas`: vLLM on
 N GPUs takes N chunks' worth of conversations a call), so each GPU has as much to do as one GPU
 alone. Records do not depend on the chunks (each conversation is seeded on its own,
-docs/ENGINES.md). Imports nothing heavier than the engines (the benchmarks use it on GPU machines
-without the storage layer)."""
+docs/ENGINES.md)."""
 
 from __future__ import annotations
 
