@@ -348,7 +348,7 @@ def conversation(
 
 def main(argv: list[str] | None = None) -> int:
     """Fit (or reuse) the embedded reference model where the pipeline's defaults keep it (every
-    flow's default storage and work directory, FIT_STEPS steps), then print its directory. `make
+    flow's default storage and work directory, the default fit_steps), then print its directory. `make
     run` runs this beside the Docker engine's and sandbox image's install (the fit needs no
     sandbox); the flow's reference-model task then reuses it."""
     import argparse
