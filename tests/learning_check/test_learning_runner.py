@@ -1,4 +1,4 @@
-"""The learning check's parent process (scripts/learning/parallel.py) and the deadline rule of a
+"""The learning check's parent process (`parallel`) and the deadline rule of a
 seed run, with a stand-in child: run names and repeats, several children at once, a child
 stopped at the deadline keeps its result marked as killed."""
 
@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from learning import parallel  # noqa: E402
-from learning.config import as_json, build_parser, from_json, resolve  # noqa: E402
-from learning.seed_run import _determinism, too_late  # noqa: E402
+from experiments.learning_check import parallel
+from experiments.learning_check.config import as_json, build_parser, from_json, resolve
+from experiments.learning_check.seed_run import _determinism, too_late
 
 CHILD = """
 import json, sys, time
@@ -65,7 +62,7 @@ def test_children_run_in_parallel_and_a_late_one_is_stopped(tmp_path: Path, monk
     deadline = parallel.AGGREGATE_S + parallel.KILL_GRACE_S + 4  # kill after 5 s
     args = args_for(tmp_path, "--seeds", "0,9", "--parallel", "2", "--deadline-s", str(deadline))
     started = time.time()
-    done = parallel.run_seeds(args, script=script)
+    done = parallel.run_seeds(args, child=[sys.executable, str(script)])
     assert time.time() - started < deadline + parallel.KILL_GRACE_S
     assert done["seed0"]["status"] == "done" and done["seed0"]["exit"] == 0
     assert done["seed9"]["status"] == "killed" and done["seed9"]["exit"] != 0
@@ -150,8 +147,8 @@ def test_offline_grpo_reuses_the_default_objectives_weights(
     """offline_grpo starts its GRPO phase from offline_awr's weights (run first, whatever the
     --modes order; its directory kept until then, removed after) and adds their recorded cost;
     without offline_awr it trains the offline phase itself."""
-    from learning import seed_run, stages
-    from learning.config import mode_list
+    from experiments.learning_check import seed_run, stages, training
+    from experiments.learning_check.config import mode_list
 
     trained, grpo_from = [], []
 
@@ -188,8 +185,8 @@ def test_offline_grpo_reuses_the_default_objectives_weights(
             "curve": [],
         }
 
-    monkeypatch.setattr(stages, "train_offline_mode", offline)
-    monkeypatch.setattr(stages, "train_mode", grpo)
+    monkeypatch.setattr(training, "train_offline_mode", offline)
+    monkeypatch.setattr(training, "train_mode", grpo)
     args = args_for(tmp_path, "--smoke", "--modes", modes)
     args.deadline_at, args.work, args.label = 0.0, None, "seed0"
     if modes == "offline_rloo":
