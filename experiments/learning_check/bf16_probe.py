@@ -26,14 +26,19 @@ from pathlib import Path
 from typing import Any
 
 VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    # name: (mode, GRPOConfig fields, TrainingConfig fields)
-    "float32": ("cobalt", {"bf16": False}, {}),
-    "bf16": ("cobalt", {"bf16": True}, {}),
-    "bf16_single_turn": ("single_turn", {"bf16": True}, {}),
-    "bf16_fp32_head": ("cobalt", {"bf16": True, "cast_lm_head_to_fp32": True}, {}),
-    "bf16_no_cudnn": ("cobalt", {"bf16": True}, {"cudnn_attention": False}),
-    "bf16_single_turn_no_cudnn": ("single_turn", {"bf16": True}, {"cudnn_attention": False}),
-    "bf16_eager": ("cobalt", {"bf16": True}, {"attn_implementation": "eager"}),
+    # name: (mode, GRPOConfig fields, TrainingConfig fields); bf16 = bf16 autocast over float32
+    # weights, what TRL's bf16 flag did to these float32 models: precision `mixed`
+    "float32": ("cobalt", {}, {"precision": "fp32"}),
+    "bf16": ("cobalt", {}, {"precision": "mixed"}),
+    "bf16_single_turn": ("single_turn", {}, {"precision": "mixed"}),
+    "bf16_fp32_head": ("cobalt", {"cast_lm_head_to_fp32": True}, {"precision": "mixed"}),
+    "bf16_no_cudnn": ("cobalt", {}, {"precision": "mixed", "cudnn_attention": False}),
+    "bf16_single_turn_no_cudnn": (
+        "single_turn",
+        {},
+        {"precision": "mixed", "cudnn_attention": False},
+    ),
+    "bf16_eager": ("cobalt", {}, {"precision": "mixed", "attn_implementation": "eager"}),
 }
 
 

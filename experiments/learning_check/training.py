@@ -91,6 +91,48 @@ def prompts_per_step(args: argparse.Namespace, mode: str) -> int:
     return max(1, round(args.rl_prompts / (args.turns + 1)))
 
 
+def grpo_config(
+    mode: str,
+    args: argparse.Namespace,
+    settings: dict[str, Any] | None = None,
+    steps: int | None = None,
+) -> TrainingConfig:
+    """The TrainingConfig of one GRPO run in `mode`: `settings` holds TrainingConfig fields (the
+    mode's reward or precision: cobalt_bf16's `mixed` over --precision) and GRPOConfig fields
+    (overrides); `steps`: other than --rl-steps."""
+    prompts = prompts_per_step(args, mode)
+    batch = prompts * args.rl_generations
+    micro = micro_batch(args, prompts)
+    known = TrainingConfig.model_fields
+    fields = {k: v for k, v in (settings or {}).items() if k in known}
+    # float32 unless asked (bf16 autocast once crashed these runs: docs/TRAINING.md)
+    fields.setdefault("precision", getattr(args, "precision", "fp32"))
+    return TrainingConfig(
+        preset="tiny",
+        mode=mode,
+        max_steps=steps or args.rl_steps,
+        max_prompt_length=args.max_prompt,
+        seed=args.seed,
+        sandbox=sandbox_config(args),
+        generation=getattr(args, "generation", "transformers"),
+        turns=args.turns,
+        report_to=[],
+        overrides={
+            "learning_rate": args.rl_lr,
+            "num_generations": args.rl_generations,
+            # one optimizer step = prompts x generations completions, in micro-batches
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": batch // micro,
+            "max_completion_length": args.max_completion,
+            "temperature": args.rl_temperature,
+            "logging_steps": 1,
+            "save_strategy": "no",
+            **{k: v for k, v in (settings or {}).items() if k not in known},
+        },
+        **fields,
+    )
+
+
 def train_mode(
     mode: str,
     rows: list[dict[str, Any]],
@@ -104,7 +146,7 @@ def train_mode(
 ) -> dict[str, Any]:
     """GRPO in `mode` (single_turn, cobalt or multi_turn) on the bandit rows; `extra`: the mode's
     settings (TrainingConfig fields such as reward or precision, else GRPOConfig fields),
-    `fields`: more TrainingConfig fields (`bf16_probe`), `steps`: other than --rl-steps
+    `fields`: more settings (`bf16_probe`'s variants), `steps`: other than --rl-steps
     (offline_grpo's GRPO phase), `problems`: the RL problems (multi_turn: their public tests
     give the feedback)."""
     from cobalt.training.cost import CostMeter
@@ -114,34 +156,7 @@ def train_mode(
     prompts = prompts_per_step(args, mode)
     batch = prompts * args.rl_generations
     micro = micro_batch(args, prompts)
-    settings = {**(extra or {}), **(fields or {})}
-    known = TrainingConfig.model_fields
-    config = TrainingConfig(
-        preset="tiny",
-        mode=mode,
-        max_steps=steps or args.rl_steps,
-        max_prompt_length=args.max_prompt,
-        seed=args.seed,
-        sandbox=sandbox_config(args),
-        generation=getattr(args, "generation", "transformers"),
-        turns=args.turns,
-        report_to=[],
-        # float32 unless asked (bf16 autocast once crashed these runs: docs/TRAINING.md)
-        precision=getattr(args, "precision", "fp32"),
-        overrides={
-            "learning_rate": args.rl_lr,
-            "num_generations": args.rl_generations,
-            # one optimizer step = prompts x generations completions, in micro-batches
-            "per_device_train_batch_size": micro,
-            "gradient_accumulation_steps": batch // micro,
-            "max_completion_length": args.max_completion,
-            "temperature": args.rl_temperature,
-            "logging_steps": 1,
-            "save_strategy": "no",
-            **{k: v for k, v in settings.items() if k not in known},
-        },
-        **{k: v for k, v in settings.items() if k in known},
-    )
+    config = grpo_config(mode, args, {**(extra or {}), **(fields or {})}, steps)
     used = prepare_rows(rows, mode, _prompt_counter(model), config.prompt_limit())
     started = time.perf_counter()
     with StepTimer() as timer, CostMeter() as cost:

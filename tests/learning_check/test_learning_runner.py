@@ -228,3 +228,29 @@ def test_the_sft_repair_shares_are_settings_checked_before_any_run(tmp_path: Pat
     assert (default.sft_repair_share, default.sft_keep_share) == (0.25, 0.25)  # the recipe's
     with pytest.raises(SystemExit, match="--sft-keep-share: a share between 0 and 1"):
         args_for(tmp_path, "--sft-keep-share", "1.5")
+
+
+def test_each_grpo_mode_and_probe_variant_builds_its_training_config(tmp_path: Path) -> None:
+    """A mode's own settings reach TrainingConfig over the command line's: cobalt_bf16 trains in
+    mixed precision whatever --precision says (both once reached TrainingConfig as two values of
+    one argument, and the mode failed); every bf16 probe variant is a valid config."""
+    from experiments.learning_check.bf16_probe import VARIANTS
+    from experiments.learning_check.config import MODES
+    from experiments.learning_check.training import grpo_config
+
+    args = args_for(tmp_path)
+    configs = {
+        name: grpo_config(mode, args, extra)
+        for name, (trainer, mode, extra) in MODES.items()
+        if trainer == "grpo"
+    }
+    assert configs["cobalt_bf16"].precision == "mixed" and configs["cobalt"].precision == "fp32"
+    assert configs["cobalt_dense"].reward == "dense" and configs["cobalt"].reward == "correctness"
+    assert configs["multi_turn"].mode == "multi_turn"
+    assert grpo_config("cobalt", args_for(tmp_path, "--precision", "mixed")).precision == "mixed"
+    assert configs["cobalt"].overrides["gradient_accumulation_steps"] == 128 // 32
+    for name, (mode, overrides, fields) in VARIANTS.items():
+        config = grpo_config(mode, args, {**overrides, **fields})
+        assert config.precision == fields["precision"] and config.mode == mode, name
+    head = grpo_config("cobalt", args, {"cast_lm_head_to_fp32": True})
+    assert head.overrides["cast_lm_head_to_fp32"] is True
