@@ -25,7 +25,10 @@ FORBIDDEN = {
     "engines": {"cobalt", "tasks", "flows", *PREFECT},
     "cobalt": {"tasks", "flows", *PREFECT},
     "tasks": {"flows"},
+    "experiments": {"tasks", "flows", *PREFECT},  # python -m experiments.<name>, on the library
 }
+for _layer in ("sandbox", "engines", "cobalt", "tasks", "flows"):  # and nothing imports one
+    FORBIDDEN.setdefault(_layer, set()).add("experiments")
 LONG = 520  # "about 500 lines"
 REASON = "Long module:"  # how a module over LONG lines says why, in its docstring
 
@@ -74,6 +77,18 @@ def test_the_check_catches_a_violation(tmp_path: Path) -> None:
     ]
 
 
+def test_no_package_imports_an_experiment(tmp_path: Path) -> None:
+    for layer in FORBIDDEN:
+        (tmp_path / layer).mkdir()
+    (tmp_path / "flows" / "bad.py").write_text("from experiments.learning_check import kinds\n")
+    (tmp_path / "experiments" / "ok.py").write_text("import cobalt, engines, sandbox\n")
+    (tmp_path / "experiments" / "bad.py").write_text("import json\nimport prefect\n")
+    assert violations(tmp_path) == [
+        "experiments/bad.py:2 -> prefect",
+        "flows/bad.py:1 -> experiments",
+    ]
+
+
 def library_modules() -> list[str]:
     names = []
     for layer in ("sandbox", "engines", "cobalt"):
@@ -103,7 +118,7 @@ def test_the_library_loads_without_prefect() -> None:
     assert result.stdout.strip() == "[]"
 
 
-@pytest.mark.parametrize("layer", ["sandbox", "engines", "cobalt", "tasks", "flows"])
+@pytest.mark.parametrize("layer", ["sandbox", "engines", "cobalt", "tasks", "flows", "experiments"])
 def test_long_modules_say_why_at_their_top(layer: str) -> None:
     long = []
     for path in sorted((ROOT / layer).rglob("*.py")):
