@@ -27,7 +27,10 @@ FORBIDDEN = {
     "engines": {"cobalt", "tasks", "flows", *PREFECT},
     "cobalt": {"tasks", "flows", *PREFECT},
     "tasks": {"flows"},
+    "experiments": {"tasks", "flows", *PREFECT},  # python -m experiments.<name>, on the library
 }
+for _layer in ("sandbox", "engines", "cobalt", "tasks", "flows"):  # and nothing imports one
+    FORBIDDEN.setdefault(_layer, set()).add("experiments")
 # cobalt's units in pipeline order (docs/ARCHITECTURE.md): a module imports only from its own unit
 # and the units before it. A unit is a module or a sub-package; every module of cobalt/ belongs to
 # one (the longest name it starts with; `cobalt` alone is the package's __init__). Within a unit
@@ -46,7 +49,6 @@ COBALT_ORDER = (
     # the stages
     "cobalt.data",
     "cobalt.trajectories",
-    "cobalt.evaluation",
     "cobalt.bandit",
     "cobalt.training",
     "cobalt.reference",
@@ -102,6 +104,18 @@ def test_the_check_catches_a_violation(tmp_path: Path) -> None:
         "sandbox/bad.py:1 -> engines",
         "engines/bad.py:1 -> cobalt",
         "cobalt/bad.py:2 -> prefect",
+    ]
+
+
+def test_no_package_imports_an_experiment(tmp_path: Path) -> None:
+    for layer in FORBIDDEN:
+        (tmp_path / layer).mkdir()
+    (tmp_path / "flows" / "bad.py").write_text("from experiments.learning_check import kinds\n")
+    (tmp_path / "experiments" / "ok.py").write_text("import cobalt, engines, sandbox\n")
+    (tmp_path / "experiments" / "bad.py").write_text("import json\nimport prefect\n")
+    assert violations(tmp_path) == [
+        "experiments/bad.py:2 -> prefect",
+        "flows/bad.py:1 -> experiments",
     ]
 
 

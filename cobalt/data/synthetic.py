@@ -7,8 +7,7 @@ deterministic given the seed.
 
 `ALL_KINDS` extends the family with 3 more operations and a 4th input format (13 x 4 = 52 kinds,
 `KINDS` first and unchanged, so the bundled samples and the default's fitted model do not move);
-`LEARNING_RL_KINDS` and `LEARNING_UNSEEN_KINDS` are the 12 + 12 kinds the GPU learning check holds
-out of SFT (`learning_sft_kinds()`: the other 28).
+the GPU learning check splits it (`experiments.learning_check.kinds`).
 
     from cobalt.data.synthetic import HELD_OUT, make_problems, seen_kinds
     problems = make_problems(seen_kinds(), count=100, seed=0)
@@ -136,34 +135,6 @@ HELD_OUT: tuple[str, ...] = (
     "unique/lines",
     "prefix/count",
 )
-# The learning check's split of ALL_KINDS (scripts/learning_check.py, docs/LEARNING.md): 12 RL
-# kinds (GRPO prompts come only from them) and 12 never-seen kinds (held out of SFT and RL), each
-# format 3 times in each group, no operation twice in a group; the first 6 of each are the
-# 30-kind split the check used before (HELD_OUT and its never-seen six). Every operation and every
-# format is still seen by SFT in at least two other kinds.
-LEARNING_RL_KINDS: tuple[str, ...] = (
-    *HELD_OUT,
-    "odds/comma",
-    "range/lines",
-    "desc/count",
-    "min/space",
-    "product/space",
-    "second/space",
-)
-LEARNING_UNSEEN_KINDS: tuple[str, ...] = (
-    "sum/count",
-    "min/count",
-    "max/comma",
-    "reversed/comma",
-    "product/lines",
-    "second/lines",
-    "odds/lines",
-    "range/count",
-    "desc/comma",
-    "sorted/space",
-    "unique/space",
-    "evens/space",
-)
 N_PUBLIC = 2
 N_HIDDEN = 6
 
@@ -178,11 +149,6 @@ def _product_mod(a: list[int]) -> int:
 def seen_kinds(held_out: Sequence[str] = HELD_OUT, kinds: Sequence[str] = KINDS) -> list[str]:
     """`kinds` (default: the 30) without `held_out`, in order."""
     return [k for k in kinds if k not in set(held_out)]
-
-
-def learning_sft_kinds() -> list[str]:
-    """The 28 kinds the learning check fits SFT on: ALL_KINDS without its RL and never-seen ones."""
-    return seen_kinds(LEARNING_RL_KINDS + LEARNING_UNSEEN_KINDS, ALL_KINDS)
 
 
 def _split(kind: str) -> tuple[str, str]:

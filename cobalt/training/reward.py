@@ -72,17 +72,26 @@ def correctness_reward(pass_rate: float | None, prev_best: float, training: bool
 def has_repetition(text: str, min_block: int = 32, times: int = 8) -> bool:
     """A block of `min_block`+ characters repeated `times`+ times in a row.
 
-    Equivalent to the regex `(.{32,}?)\\1{7,}` but vectorised (the regex takes seconds on a 25k-character
-    response): a block of length L repeated 8 times is a stretch where s[j] == s[j + L] for 7L
-    consecutive j."""
+    Equivalent to the regex `(.{32,}?)\\1{7,}` but vectorised (the regex takes seconds on a
+    25k-character response): a block of length L repeated 8 times is a stretch where
+    s[j] == s[j + L] for 7L consecutive j. Such a stretch holds exactly 7 multiples of L, so each
+    period is first tried at its multiples alone (n / L comparisons) and checked whole only where
+    7 in a row match: 9x faster on a 50k-character response with no repetition (the paper
+    preset's random 8B model's 6,144-token responses spent 11% of a GRPO step here, docs/SCALING.md)."""
     import numpy as np
 
     n = len(text)
     if n < min_block * times:
         return False
     codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    runs = times - 1
     for period in range(min_block, n // times + 1):
-        need = (times - 1) * period
+        later = codes[period::period]
+        at_multiples = codes[: n - period : period][: len(later)] == later
+        marks = np.concatenate(([0], np.cumsum(at_multiples)))
+        if len(at_multiples) < runs or not (marks[runs:] - marks[:-runs] == runs).any():
+            continue
+        need = runs * period
         same = np.concatenate(([0], np.cumsum(codes[:-period] == codes[period:])))
         if (same[need:] - same[:-need] == need).any():
             return True

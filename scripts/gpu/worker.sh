@@ -15,7 +15,7 @@
 #   bash scripts/gpu/worker.sh wait NAME            # a deployment that outlived its call: wait for
 #                                                   # its worker, then collect its logs
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
-#   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # scripts/learning_check.py, 3 at once
+#   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # python -m experiments.learning_check, 3 at once
 #   bash scripts/gpu/worker.sh rollout-gpus [ARGS]  # benchmarks.rollout_gpus: the trajectory stage on
 #                                                   # 1 GPU, then on every visible GPU (issue 38)
 #
@@ -129,7 +129,7 @@ build_model(Path("/root/model-8b-v152k"), smoke=False)'
     tail -25 "$OUT/paper_launch_tail.log"; tail -30 "$OUT/paper_preset.log" ;;
   learning)
     name="$1"; seeds="$2"; shift 2
-    python3 scripts/learning_check.py --out "/tmp/$name" --seeds "$seeds" --parallel 3 \
+    python3 -m experiments.learning_check --out "/tmp/$name" --seeds "$seeds" --parallel 3 \
       --deadline-s "${LEARNING_DEADLINE_S:-545}" "$@" >"$OUT/$name.log" 2>&1
     echo "learning check exit $?"; tail -5 "$OUT/$name.log"
     tar -czf "$OUT/$name.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \

@@ -66,6 +66,28 @@ def test_repetition() -> None:
     assert format_reward(block * 8 + GOOD, words, correct=True) == -0.9
 
 
+def test_repetition_is_the_regexs_answer_on_random_texts() -> None:
+    """The vectorised check agrees with its definition, `(.{32,}?)\\1{7,}`, on texts of small
+    alphabets (where chance repeats happen) with and without a repeated block planted."""
+    import random
+    import re
+
+    regex = re.compile(r"(.{32,}?)\1{7,}", re.S)
+    rng = random.Random(0)
+    found = 0
+    for _ in range(150):
+        alphabet = "ab( )=\n+x"[: rng.randrange(2, 10)]
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(250, 1500)))
+        if rng.random() < 0.4:
+            block = "".join(rng.choice(alphabet) for _ in range(rng.randrange(28, 45)))
+            at = rng.randrange(len(text))
+            text = text[:at] + block * rng.randrange(6, 10) + text[at:]
+        expected = regex.search(text) is not None
+        found += expected
+        assert has_repetition(text) == expected, text
+    assert 10 < found < 140  # both answers were exercised
+
+
 @pytest.mark.parametrize(
     "response",
     [

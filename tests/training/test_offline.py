@@ -279,21 +279,16 @@ def test_presets_map_to_training_arguments(tmp_path) -> None:
     assert tiny.remove_unused_columns is False  # the collator needs the rows' own columns
 
 
-def test_one_default_objective_for_flows_pipeline_and_learning_check(monkeypatch) -> None:
+def test_one_default_objective_for_flows_pipeline_and_learning_check() -> None:
     """`--mode offline` without an objective: the flows, the pipeline's embedded default and the
     learning check all take `DEFAULT_OBJECTIVE` (one constant to change)."""
-    import sys
-    from pathlib import Path
-
     from cobalt.presets import tiny_training
     from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+    from experiments.learning_check.config import build_parser
 
     assert DEFAULT_OBJECTIVE in OBJECTIVES
     assert OfflineSettings().objective == DEFAULT_OBJECTIVE
     assert tiny_training("offline").offline.objective == DEFAULT_OBJECTIVE
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "scripts"))
-    monkeypatch.delitem(sys.modules, "learning", raising=False)
-    from learning.config import build_parser
 
     args = build_parser().parse_args(["--out", "x"])
     assert args.offline_objective == DEFAULT_OBJECTIVE

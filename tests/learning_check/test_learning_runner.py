@@ -1,4 +1,4 @@
-"""The learning check's parent process (scripts/learning/parallel.py) and the deadline rule of a
+"""The learning check's parent process (`parallel`) and the deadline rule of a
 seed run, with a stand-in child: run names and repeats, several children at once, a child
 stopped at the deadline keeps its result marked as killed."""
 
@@ -12,12 +12,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-
-from learning import parallel  # noqa: E402
-from learning.config import as_json, build_parser, from_json, resolve  # noqa: E402
-from learning.seed_run import _determinism, too_late  # noqa: E402
+from experiments.learning_check import parallel
+from experiments.learning_check.config import as_json, build_parser, from_json, resolve
+from experiments.learning_check.seed_run import _determinism, too_late
 
 CHILD = """
 import json, sys, time
@@ -65,7 +62,7 @@ def test_children_run_in_parallel_and_a_late_one_is_stopped(tmp_path: Path, monk
     deadline = parallel.AGGREGATE_S + parallel.KILL_GRACE_S + 4  # kill after 5 s
     args = args_for(tmp_path, "--seeds", "0,9", "--parallel", "2", "--deadline-s", str(deadline))
     started = time.time()
-    done = parallel.run_seeds(args, script=script)
+    done = parallel.run_seeds(args, child=[sys.executable, str(script)])
     assert time.time() - started < deadline + parallel.KILL_GRACE_S
     assert done["seed0"]["status"] == "done" and done["seed0"]["exit"] == 0
     assert done["seed9"]["status"] == "killed" and done["seed9"]["exit"] != 0
@@ -150,8 +147,8 @@ def test_offline_grpo_reuses_the_default_objectives_weights(
     """offline_grpo starts its GRPO phase from offline_awr's weights (run first, whatever the
     --modes order; its directory kept until then, removed after) and adds their recorded cost;
     without offline_awr it trains the offline phase itself."""
-    from learning import seed_run, stages
-    from learning.config import mode_list
+    from experiments.learning_check import seed_run, stages, training
+    from experiments.learning_check.config import mode_list
 
     trained, grpo_from = [], []
 
@@ -188,8 +185,8 @@ def test_offline_grpo_reuses_the_default_objectives_weights(
             "curve": [],
         }
 
-    monkeypatch.setattr(stages, "train_offline_mode", offline)
-    monkeypatch.setattr(stages, "train_mode", grpo)
+    monkeypatch.setattr(training, "train_offline_mode", offline)
+    monkeypatch.setattr(training, "train_mode", grpo)
     args = args_for(tmp_path, "--smoke", "--modes", modes)
     args.deadline_at, args.work, args.label = 0.0, None, "seed0"
     if modes == "offline_rloo":
@@ -231,3 +228,29 @@ def test_the_sft_repair_shares_are_settings_checked_before_any_run(tmp_path: Pat
     assert (default.sft_repair_share, default.sft_keep_share) == (0.25, 0.25)  # the recipe's
     with pytest.raises(SystemExit, match="--sft-keep-share: a share between 0 and 1"):
         args_for(tmp_path, "--sft-keep-share", "1.5")
+
+
+def test_each_grpo_mode_and_probe_variant_builds_its_training_config(tmp_path: Path) -> None:
+    """A mode's own settings reach TrainingConfig over the command line's: cobalt_bf16 trains in
+    mixed precision whatever --precision says (both once reached TrainingConfig as two values of
+    one argument, and the mode failed); every bf16 probe variant is a valid config."""
+    from experiments.learning_check.bf16_probe import VARIANTS
+    from experiments.learning_check.config import MODES
+    from experiments.learning_check.training import grpo_config
+
+    args = args_for(tmp_path)
+    configs = {
+        name: grpo_config(mode, args, extra)
+        for name, (trainer, mode, extra) in MODES.items()
+        if trainer == "grpo"
+    }
+    assert configs["cobalt_bf16"].precision == "mixed" and configs["cobalt"].precision == "fp32"
+    assert configs["cobalt_dense"].reward == "dense" and configs["cobalt"].reward == "correctness"
+    assert configs["multi_turn"].mode == "multi_turn"
+    assert grpo_config("cobalt", args_for(tmp_path, "--precision", "mixed")).precision == "mixed"
+    assert configs["cobalt"].overrides["gradient_accumulation_steps"] == 128 // 32
+    for name, (mode, overrides, fields) in VARIANTS.items():
+        config = grpo_config(mode, args, {**overrides, **fields})
+        assert config.precision == fields["precision"] and config.mode == mode, name
+    head = grpo_config("cobalt", args, {"cast_lm_head_to_fp32": True})
+    assert head.overrides["cast_lm_head_to_fp32"] is True

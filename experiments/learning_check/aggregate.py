@@ -1,16 +1,14 @@
-"""The learning check's verdict: seed results (one JSON per run, `scripts/learning/seed_run.py`)
+"""The learning check's verdict: seed results (one JSON per run, `results.SeedResult`)
 merged into cells with 95% intervals over seeds and problems, paired differences between models
 with a verdict, per-seed and per-kind tables, the cost per mode, the repair transitions, and the
 same-seed spread of repeated seeds. Plain Python and numpy (`cobalt.analysis.intervals`).
 
-A seed result holds, per evaluated model ("sft" and each trained mode), every evaluation problem
-as `{"group", "kind", "n", "c": [correct samples per turn], "c_stop": [...]}` (`c`: SPEC §1.2,
-`c_stop`: each sample stopped at its first program that passed every public test), so Pass@1 of
-a problem at turn t is c[t] / n. Which run of a seed counts (primary, continuation, repeat):
-`cobalt.analysis.learning_runs`.
+Pass@1 of a problem at turn t is c[t] / n of its `results.ProblemResult` (`c`: SPEC §1.2,
+`c_stop`: each sample stopped at its first program that passed every public test). Which run of a
+seed counts (primary, continuation, repeat): `runs`.
 
     runs = load_runs([Path("out1"), Path("out2")])
-    summary = aggregate(runs)       # JSON-ready; cobalt.analysis.learning_report renders it
+    summary = aggregate(runs)       # JSON-ready; report.render renders it
 """
 
 from __future__ import annotations
@@ -20,9 +18,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cobalt.analysis.intervals import bootstrap_difference, bootstrap_mean, verdict
-from cobalt.analysis.learning_runs import run_where, split_runs
-from cobalt.analysis.run_stats import curve_stability, offline_diagnostics, phases, spread_of
 from cobalt.analysis.transitions import merge, summarize
+from experiments.learning_check.results import PROTOCOLS
+from experiments.learning_check.run_stats import (
+    curve_stability,
+    offline_diagnostics,
+    phases,
+    spread_of,
+)
+from experiments.learning_check.runs import run_where, split_runs
 
 MODEL_ORDER = (
     "sft",
@@ -39,7 +43,6 @@ MODEL_ORDER = (
     "cobalt_dense",
     "cobalt_bf16",
 )
-PROTOCOLS = {"spec": "c", "stop": "c_stop"}  # SPEC §1.2 / stop on public pass
 COMPARISONS = (
     ("cobalt", "single_turn"),
     ("offline", "single_turn"),

@@ -1,5 +1,5 @@
-"""The learning check's command line, kind groups and modes (docs/LEARNING.md has the design and
-the budget arithmetic behind the defaults)."""
+"""The learning check's command line, modes and CPU smoke sizes (docs/LEARNING.md has the design
+and the budget arithmetic behind the defaults; the kind groups: `kinds`)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from cobalt.data import synthetic
 from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
-
-# Kinds (cobalt.data.synthetic.ALL_KINDS: 13 operations x 4 input formats): SFT sees 28; 12 RL
-# kinds are held out of SFT (GRPO prompts and the offline rows come only from them); 12
-# never-seen kinds are held out of SFT and RL alike.
-RL_KINDS: tuple[str, ...] = synthetic.LEARNING_RL_KINDS
-UNSEEN_KINDS: tuple[str, ...] = synthetic.LEARNING_UNSEEN_KINDS
-SFT_HELD_OUT: tuple[str, ...] = RL_KINDS + UNSEEN_KINDS
-SFT_KINDS: tuple[str, ...] = tuple(synthetic.learning_sft_kinds())
-GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds", "sft_kinds": "SFT kinds"}
-KIND_GROUPS = {"rl_kinds": RL_KINDS, "unseen_kinds": UNSEEN_KINDS, "sft_kinds": SFT_KINDS}
 
 # mode -> (trainer, TRL mode, settings). Run in this order, each from the same SFT model, each
 # followed by its evaluation: the main comparison first, the bf16 variant last (a CUDA error there
@@ -84,7 +73,7 @@ SMOKE: dict[str, Any] = {
 
 def build_parser(description: str = "") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python scripts/learning_check.py",
+        prog="python -m experiments.learning_check",
         description=description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Defaults are for one GPU (H100/H200, 16 CPU cores); --smoke is a CPU check.",

@@ -1,5 +1,5 @@
-"""The GPU learning check's code path on CPU, as the GPU plan runs it: two calls of
-`scripts/learning_check.py --smoke` (two seeds in parallel, then seed 0 again), then `--aggregate`
+"""The GPU learning check's code path on CPU, as the GPU plan runs it: two calls of `python -m
+experiments.learning_check --smoke` (two seeds in parallel, then seed 0 again), then `--aggregate`
 of both. Per seed: SFT, reference trajectories, bandit and offline rows, the four modes, the
 evaluation before and after each under both protocols, repair transitions, cost. The aggregate:
 intervals, differences, report, plots, and the same seed giving the same results twice."""
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from cobalt.data import synthetic
+from experiments.learning_check import results
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAINED = ["single_turn", "cobalt", "offline", "offline_rloo", "offline_awr", "offline_clipped"]
@@ -30,7 +31,7 @@ def check(tmp_path: Path, *argv: str) -> str:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "learning_check.py"), *argv],
+        [sys.executable, "-m", "experiments.learning_check", *argv],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -51,7 +52,8 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
     assert "# Learning check" in out and "learning check: 2 runs" in out
     check(tmp_path, "--smoke", "--out", str(second), "--seeds", "0", "--parallel", "2", *MODES)
 
-    runs = {p.stem: json.loads(p.read_text()) for p in (first / "runs").glob("*.json")}
+    # every seed result as the contract has it (results.read validates it)
+    runs = {p.stem: results.read(p) for p in results.result_files(first)}
     assert set(runs) == {"seed0", "seed1"}
     for label, run in runs.items():
         check_seed_result(label, run)

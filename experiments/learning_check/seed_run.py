@@ -1,7 +1,7 @@
 """One seed of the learning check in this process: SFT, reference trajectories, bandit and
 offline rows, evaluation of the SFT model, then every mode (training + evaluation) in turn. The
-result, `<out>/runs/<label>.json`, is rewritten after every phase, so a stopped run keeps what it
-finished. A mode whose training fails (a non-finite bf16 step: `NonFiniteError`; anything else)
+result, `<out>/runs/<label>.json` (`results.SeedResult`), is rewritten after every phase, so a
+stopped run keeps what it finished. A mode whose training fails (a non-finite bf16 step: `NonFiniteError`; anything else)
 is recorded as data and the seed goes on; a mode that would not finish before `--deadline-at` is
 skipped.
 
@@ -18,24 +18,21 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import gc
-import json
 import logging
 import os
 import platform
 import shutil
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any
 
-from . import stages
-from .config import GROUPS, KIND_GROUPS, MODES, SHORT, as_json, cpus, mode_list, offline_twins
+from experiments.learning_check import results, stages, training
+from experiments.learning_check.config import MODES, SHORT, as_json, cpus, mode_list, offline_twins
+from experiments.learning_check.kinds import GROUPS, KIND_GROUPS
 
 log = logging.getLogger("learning_check")
-
-VERSION = 1
 
 
 def _determinism(args: argparse.Namespace) -> dict[str, Any]:
@@ -71,15 +68,20 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
 
 CODE = (
     "cobalt.reference",
-    "cobalt.evaluation",
+    "cobalt.trajectories.evaluation",
     "cobalt.trajectories.collect",
+    "cobalt.bandit.rows",
     "cobalt.training.config",
     "cobalt.training.grpo",
+    "cobalt.training.sandbox_reward",
+    "cobalt.training.weights",
     "cobalt.training.offline",
     "cobalt.training.offline_data",
-    "learning.config",
-    "learning.stages",
-    "learning.seed_run",
+    "experiments.learning_check.kinds",
+    "experiments.learning_check.config",
+    "experiments.learning_check.stages",
+    "experiments.learning_check.training",
+    "experiments.learning_check.seed_run",
 )
 
 
@@ -104,13 +106,12 @@ class SeedRun:
 
         self.args = args
         self.torch = torch
-        self.path = args.out / "runs" / f"{args.label}.json"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = results.result_path(args.out, args.label)
         self.started = time.perf_counter()
         self.cuda = args.device.startswith("cuda")
-        self.doc: dict[str, Any] = {
-            "check": "learning_check_seed",
-            "version": VERSION,
+        self.doc: results.SeedResult = {
+            "check": results.CHECK,
+            "version": results.VERSION,
             "seed": args.seed,
             "label": args.label,
             "status": "running",
@@ -138,9 +139,7 @@ class SeedRun:
 
     def save(self) -> None:
         self.doc["wall_s"] = round(time.perf_counter() - self.started, 1)
-        tmp = self.path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.doc, separators=(",", ":")) + "\n")
-        os.replace(tmp, self.path)
+        results.write(self.path, self.doc)
 
     def begin(self) -> float:
         if self.cuda:
@@ -205,7 +204,7 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
 
     reference = stages.rl_problems(args)
     evaluation = stages.eval_problems(args)
-    with SyncJudge(stages._sandbox(args)) as judge:
+    with SyncJudge(stages.sandbox_config(args)) as judge:
         doc["sandbox_backend"] = judge.backend_name
         t0 = run.begin()
         records, evals, stats = stages.rollout(
@@ -213,8 +212,8 @@ def phases(run: SeedRun, args: argparse.Namespace, work: Path) -> None:
         )
         doc["reference"] = stages.evaluation_result(reference, records, evals, stats)
         doc["fingerprints"]["reference_texts"] = doc["reference"]["fingerprint"]
-        rows, doc["bandit"] = stages.bandit_dataset(reference, records, evals, sft, args.seed)
-        offline_rows, doc["offline"] = stages.offline_dataset(reference, records, evals)
+        rows, doc["bandit"] = training.bandit_dataset(reference, records, evals, sft, args.seed)
+        offline_rows, doc["offline"] = training.offline_dataset(reference, records, evals)
         run.end("reference_trajectories", t0)
 
         def evaluate(name: str, model: Path) -> float:
@@ -399,14 +398,16 @@ def train(
     started = time.perf_counter()
     try:
         if trainer == "offline":
-            result = stages.train_offline_mode(offline_rows, sft, args, out_dir, **extra)
+            result = training.train_offline_mode(offline_rows, sft, args, out_dir, **extra)
             result["mode"] = mode
         elif trainer == "offline_grpo":
-            result = stages.train_offline_then_grpo(
+            result = training.train_offline_then_grpo(
                 offline_rows, rows, sft, args, out_dir, reuse=reuse
             )
         else:
-            result = stages.train_mode(trl_mode, rows, sft, args, out_dir, extra, problems=problems)
+            result = training.train_mode(
+                trl_mode, rows, sft, args, out_dir, extra, problems=problems
+            )
     except NonFiniteError as exc:
         log.warning("%s: %s stopped on a non-finite step: %s", args.label, mode, exc)
         return {"outcome": "non_finite", "error": str(exc)[:2000], "wall_s": _since(started)}
@@ -423,7 +424,3 @@ def train(
 
 def _since(t0: float) -> float:
     return round(time.perf_counter() - t0, 2)
-
-
-if __name__ == "__main__":  # pragma: no cover - run through scripts/learning_check.py
-    sys.exit("run it through scripts/learning_check.py")

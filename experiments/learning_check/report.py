@@ -1,4 +1,4 @@
-"""The learning check's report: `cobalt.analysis.learning.aggregate`'s summary as markdown tables
+"""The learning check's report: `aggregate.aggregate`'s summary as markdown tables
 ready for docs/LEARNING.md (REPORT.md) and three plots; `write` puts them and the summary
 (learning_check.json) in a directory. matplotlib is imported only to draw."""
 
@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from cobalt.analysis.learning import COMPARISONS, aggregate
-from cobalt.analysis.learning_plots import (
+from experiments.learning_check.aggregate import COMPARISONS, aggregate
+from experiments.learning_check.plots import (
     index_by,
     model_label,
     plot_differences,
@@ -17,7 +17,7 @@ from cobalt.analysis.learning_plots import (
     plot_pass,
     plot_rewards,
 )
-from cobalt.analysis.learning_runs import load_runs
+from experiments.learning_check.runs import load_runs
 
 PROTOCOL_NAMES = {
     "spec": "SPEC §1.2 protocol (feedback after every turn, also after all public tests pass)",

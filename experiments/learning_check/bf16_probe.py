@@ -3,8 +3,8 @@ setting fixes it: the learning check's recipe (SFT model, reference trajectories
 per seed, then GRPO in several precision variants, each in its own process (a CUDA device-side
 assert ends a process), all on one GPU at once.
 
-    python scripts/bf16_probe.py --out DIR                       # GPU: 4 seeds x 4 variants
-    python scripts/bf16_probe.py --out DIR --smoke               # CPU: the code path
+    python -m experiments.learning_check.bf16_probe --out DIR            # GPU: 4 seeds x 4 variants
+    python -m experiments.learning_check.bf16_probe --out DIR --smoke    # CPU: the code path
 
 Each run trains with `cobalt.training.guards.NonFiniteGuard` (always on in `train`), so a step
 with non-finite gradients is reported (step, parameters, last metrics) instead of corrupting the
@@ -25,24 +25,25 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
-
 VARIANTS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-    # name: (mode, GRPOConfig fields, TrainingConfig fields)
-    "float32": ("cobalt", {"bf16": False}, {}),
-    "bf16": ("cobalt", {"bf16": True}, {}),
-    "bf16_single_turn": ("single_turn", {"bf16": True}, {}),
-    "bf16_fp32_head": ("cobalt", {"bf16": True, "cast_lm_head_to_fp32": True}, {}),
-    "bf16_no_cudnn": ("cobalt", {"bf16": True}, {"cudnn_attention": False}),
-    "bf16_single_turn_no_cudnn": ("single_turn", {"bf16": True}, {"cudnn_attention": False}),
-    "bf16_eager": ("cobalt", {"bf16": True}, {"attn_implementation": "eager"}),
+    # name: (mode, GRPOConfig fields, TrainingConfig fields); bf16 = bf16 autocast over float32
+    # weights, what TRL's bf16 flag did to these float32 models: precision `mixed`
+    "float32": ("cobalt", {}, {"precision": "fp32"}),
+    "bf16": ("cobalt", {}, {"precision": "mixed"}),
+    "bf16_single_turn": ("single_turn", {}, {"precision": "mixed"}),
+    "bf16_fp32_head": ("cobalt", {"cast_lm_head_to_fp32": True}, {"precision": "mixed"}),
+    "bf16_no_cudnn": ("cobalt", {}, {"precision": "mixed", "cudnn_attention": False}),
+    "bf16_single_turn_no_cudnn": (
+        "single_turn",
+        {},
+        {"precision": "mixed", "cudnn_attention": False},
+    ),
+    "bf16_eager": ("cobalt", {}, {"precision": "mixed", "attn_implementation": "eager"}),
 }
 
 
 def check_args(seed: int, work: Path, smoke: bool, max_prompt: int) -> Any:
-    from learning.config import SMOKE, build_parser
+    from experiments.learning_check.config import SMOKE, build_parser
 
     argv = ["--out", str(work), "--seed", str(seed), "--max-prompt", str(max_prompt)]
     argv += ["--rl-steps", os.environ.get("BF16_PROBE_RL_STEPS", "40")]
@@ -63,35 +64,33 @@ def _cuda() -> bool:
 
 def prepare(seed: int, work: Path, smoke: bool, max_prompt: int) -> dict[str, Any]:
     """SFT model, reference trajectories and bandit rows of one seed (rows.json)."""
-    from learning import stages
-
-    from cobalt.training.grpo import prepare_rows
-    from sandbox import SandboxConfig, SyncJudge
+    from cobalt.bandit.rows import prepare_rows
+    from experiments.learning_check import stages, training
+    from sandbox import SyncJudge
 
     args = check_args(seed, work, smoke, max_prompt)
     started = time.perf_counter()
     sft = work / "sft"
     stages.fit(args, sft, args.device)
     problems = stages.rl_problems(args)
-    with SyncJudge(SandboxConfig(backend=args.backend, concurrency=args.sandbox_concurrency)) as j:
+    with SyncJudge(stages.sandbox_config(args)) as j:
         records, evals, _ = stages.rollout(sft, problems, args, j, work / "ref", args.n, seed)
-    rows, stats = stages.bandit_dataset(problems, records, evals, sft, seed)
+    rows, stats = training.bandit_dataset(problems, records, evals, sft, seed)
     (work / "rows.json").write_text(json.dumps(prepare_rows(rows, "cobalt")))  # tests as JSON
     return {"seed": seed, "prepare_s": round(time.perf_counter() - started, 1), "bandit": stats}
 
 
 def train_variant(seed: int, variant: str, work: Path, smoke: bool, max_prompt: int) -> dict:
     """One GRPO run (this process: the runner below starts it in its own)."""
-    from learning import stages
-
     from cobalt.training.guards import NonFiniteError
+    from experiments.learning_check import training
 
     args = check_args(seed, work, smoke, max_prompt)
     mode, extra, fields = VARIANTS[variant]
     rows = json.loads((work / "rows.json").read_text())
     started = time.perf_counter()
     try:
-        result = stages.train_mode(mode, rows, work / "sft", args, work / variant, extra, fields)
+        result = training.train_mode(mode, rows, work / "sft", args, work / variant, extra, fields)
     except NonFiniteError as exc:
         return {"outcome": "non_finite", "error": str(exc), "wall_s": _since(started)}
     steps = [s["total"] for s in result["step_time_per_step"][2:]] or [0.0]
@@ -118,7 +117,15 @@ def _mean(xs: list[Any]) -> float | None:
 def run_child(command: str, seed: int, work: Path, args: argparse.Namespace, *extra: str) -> dict:
     """This script in a subprocess; its JSON result, or how it died."""
     result_file = work / f"{command}-{'-'.join(extra) or 'seed'}.json"
-    cmd = [sys.executable, __file__, "--child", command, "--seed", str(seed)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.learning_check.bf16_probe",
+        "--child",
+        command,
+        "--seed",
+        str(seed),
+    ]
     cmd += ["--work", str(work), "--max-prompt", str(args.max_prompt), *extra]
     cmd += ["--result", str(result_file)] + (["--smoke"] if args.smoke else [])
     log = work / f"{command}-{'-'.join(extra) or 'seed'}.log"
@@ -132,7 +139,9 @@ def run_child(command: str, seed: int, work: Path, args: argparse.Namespace, *ex
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python scripts/bf16_probe.py", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.learning_check.bf16_probe", description=__doc__
+    )
     arg = parser.add_argument
     arg("--out", type=Path, help="where bf16_probe.json goes")
     arg("--seeds", default="0,1,2,3")

@@ -1,4 +1,4 @@
-"""The learning check's plots (`learning_report.write` draws them): Pass@1 per turn, the paired
+"""The learning check's plots (`report.write` draws them): Pass@1 per turn, the paired
 differences, the reward curves and the gain per GPU second, each off-screen through
 `cobalt.plots`."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cobalt.analysis.learning import COMPARISONS
 from cobalt.plots import figure, png
+from experiments.learning_check.aggregate import COMPARISONS
 
 
 def model_label(model: str) -> str:

@@ -1,7 +1,7 @@
-"""Several seeds at once: one process per seed (this script again, `--child`), `--parallel` of
-them at a time on one machine (one GPU shared, the CPUs divided among them), an optional deadline,
-then the aggregate of the output directory. Each child logs to `<out>/logs/<label>.log` and writes
-`<out>/runs/<label>.json` (`seed_run`)."""
+"""Several seeds at once: one process per seed (`python -m experiments.learning_check --child
+...`), `--parallel` of them at a time on one machine (one GPU shared, the CPUs divided among
+them), an optional deadline, then the aggregate of the output directory. Each child logs to
+`<out>/logs/<label>.log` and writes `<out>/runs/<label>.json` (`seed_run`)."""
 
 from __future__ import annotations
 
@@ -12,12 +12,15 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .config import as_json, cpus, seeds_of
+from experiments.learning_check import results
+from experiments.learning_check.config import as_json, cpus, seeds_of
 
-SCRIPT = Path(__file__).resolve().parents[1] / "learning_check.py"
+ROOT = Path(__file__).resolve().parents[2]  # the repository: the children import this code
+CHILD = [sys.executable, "-m", "experiments.learning_check"]
 POLL_S = 0.5
 KILL_GRACE_S = 10.0  # after SIGTERM, before SIGKILL
 AGGREGATE_S = 15.0  # kept free at the end of --deadline-s for the aggregate
@@ -27,8 +30,7 @@ MIN_START_S = 60.0  # a run is not started this close to its deadline
 def labels(args: argparse.Namespace) -> list[tuple[int, str]]:
     """(seed, label) of every run: seed<S> per seed, seed<S>-r<k> for each repeat (k counts on
     past the runs already in the output directory)."""
-    runs = args.out / "runs"
-    taken = {p.stem for p in runs.glob("*.json")} if runs.is_dir() else set()
+    taken = {p.stem for p in results.result_files(args.out)}
     out: list[tuple[int, str]] = []
     for seed in seeds_of(args.seeds) + seeds_of(args.repeat):
         label, k = f"seed{seed}", 0
@@ -60,14 +62,13 @@ def child_env(args: argparse.Namespace) -> dict[str, str]:
             "TQDM_DISABLE": "1",
         }
     )
-    root = str(SCRIPT.parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
 
 
-def run_seeds(args: argparse.Namespace, script: Path = SCRIPT) -> dict[str, Any]:
-    """Start every run (`script --child ...`), `args.parallel` at a time; stop them at the
-    deadline. Returns {label: {"seed", "exit", "status", "wall_s"}}."""
+def run_seeds(args: argparse.Namespace, child: Sequence[str] = CHILD) -> dict[str, Any]:
+    """Start every run (`child --child ...`: this package, unless a test stands in), `args.parallel`
+    at a time; stop them at the deadline. Returns {label: {"seed", "exit", "status", "wall_s"}}."""
     started = time.time()
     deadline = started + args.deadline_s if args.deadline_s else 0.0
     child_deadline = deadline - AGGREGATE_S - KILL_GRACE_S if deadline else 0.0
@@ -86,7 +87,7 @@ def run_seeds(args: argparse.Namespace, script: Path = SCRIPT) -> dict[str, Any]
             if child_deadline and now > child_deadline - MIN_START_S:
                 done[label] = {"seed": seed, "exit": None, "status": "not_started"}
                 continue
-            cmd = [sys.executable, str(script), "--child", str(settings), "--out", str(args.out)]
+            cmd = [*child, "--child", str(settings), "--out", str(args.out)]
             cmd += ["--seed", str(seed), "--label", label, "--deadline-at", str(child_deadline)]
             sink = (args.out / "logs" / f"{label}.log").open("wb")
             proc = subprocess.Popen(
@@ -98,10 +99,10 @@ def run_seeds(args: argparse.Namespace, script: Path = SCRIPT) -> dict[str, Any]
             code = proc.poll()
             if code is None and deadline and now > deadline - AGGREGATE_S:
                 code = _stop(proc)
-                _mark(args.out, label, "killed")
+                results.mark(args.out, label, "killed")
             if code is not None:
                 sink.close()
-                status = _status(args.out, label)
+                status = results.status_of(args.out, label)
                 done[label] = {"seed": seed, "exit": code, "status": status, "wall_s": now - t0}
                 print(f"{label}: exit {code}, {status}, {now - t0:.0f} s", flush=True)
                 del running[label]
@@ -121,20 +122,3 @@ def _stop(proc: subprocess.Popen) -> int:
         except subprocess.TimeoutExpired:
             continue
     return proc.wait()
-
-
-def _status(out: Path, label: str) -> str:
-    try:
-        return json.loads((out / "runs" / f"{label}.json").read_text()).get("status", "?")
-    except (OSError, ValueError):
-        return "no result"
-
-
-def _mark(out: Path, label: str, status: str) -> None:
-    path = out / "runs" / f"{label}.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    doc["status"] = status
-    path.write_text(json.dumps(doc, separators=(",", ":")) + "\n")

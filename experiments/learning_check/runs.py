@@ -1,5 +1,5 @@
 """The learning check's seed results as runs: loaded from the output directories
-(`<dir>/runs/*.json`, one per seed run, `scripts/learning/seed_run.py`) and sorted into one primary
+(`<dir>/runs/*.json`, one per seed run, `results.SeedResult`) and sorted into one primary
 run per seed and its repeats. The first run of a seed given is its primary run; a later one is a
 repeat (it measures the same-seed spread and enters no interval), except a continuation: a later
 run of the seed from the same SFT model (equal `sft_weights` fingerprint) that trained only modes
@@ -8,24 +8,23 @@ stay paired on the same SFT model and problems."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from experiments.learning_check import results
+
 
 def load_runs(dirs: Iterable[Path]) -> list[dict[str, Any]]:
     """Every seed result under `<dir>/runs/*.json`, directories in the order given, each run
-    tagged with its `source` directory."""
+    tagged with its `source` directory (other JSON there is passed over; a broken seed result
+    raises `results.SeedResultError`)."""
     runs = []
     for d in dirs:
-        for path in sorted(Path(d, "runs").glob("*.json"), key=_run_order):
-            try:
-                doc = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if doc.get("check") == "learning_check_seed":
-                runs.append(doc | {"source": str(d)})
+        for path in sorted(results.result_files(d), key=_run_order):
+            doc = results.read(path)
+            if doc is not None:
+                runs.append(dict(doc) | {"source": str(d)})
     return runs
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from cobalt.analysis.learning import aggregate
-from cobalt.analysis.learning_report import aggregate_dirs, render
-from cobalt.analysis.learning_runs import load_runs, split_runs
+from experiments.learning_check.aggregate import aggregate
+from experiments.learning_check.report import aggregate_dirs, render
+from experiments.learning_check.runs import load_runs, split_runs
 
 GROUPS = {"rl_kinds": "RL kinds", "unseen_kinds": "never-seen kinds"}
 N = 4  # samples per problem
@@ -262,7 +262,7 @@ def test_gain_per_gpu_second_from_known_numbers() -> None:
 
 
 def test_curve_stability_from_hand_worked_curves() -> None:
-    from cobalt.analysis.run_stats import curve_stability
+    from experiments.learning_check.run_stats import curve_stability
 
     # alternating 0, 1, 0, 1: std 0.5774 (sample std), every step moves 1: jitter 1/sqrt 2
     assert curve_stability([0, 1, 0, 1]) == {"std": 0.5774, "jitter": 0.7071}
@@ -334,3 +334,25 @@ def test_a_later_call_with_other_modes_of_the_same_sft_model_continues_the_seed(
     (second_call / "runs" / "seed0.json").write_text(json.dumps(again))
     _, repeats = split_runs(load_runs([first_call, second_call]))
     assert {r["label"] for r in repeats} == {"seed0", "seed0-r1"}
+
+
+def test_a_broken_seed_result_names_its_file_and_field(tmp_path: Path, capsys) -> None:
+    """The seed result is the contract between the runs and the aggregate
+    (`experiments.learning_check.results`): a document that claims to be one and breaks it
+    stops the aggregate with one line naming the file and the field; other JSON is passed over."""
+    from experiments.learning_check.__main__ import main
+
+    runs = tmp_path / "call" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "seed0.json").write_text(json.dumps(seed_result(0)))
+    (runs / "notes.json").write_text(json.dumps({"check": "something else"}))
+    assert [r["label"] for r in load_runs([tmp_path / "call"])] == ["seed0"]
+    broken = seed_result(1)
+    del broken["evaluation"]["cobalt"]["problems"]["p2"]["c_stop"]
+    (runs / "seed1.json").write_text(json.dumps(broken))
+
+    assert main(["--aggregate", str(tmp_path / "call"), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {runs / 'seed1.json'}: evaluation.cobalt.problems.p2.c_stop: ")
+    assert "Field required" in err and "\n" not in err
+    assert not (tmp_path / "out" / "REPORT.md").exists()
