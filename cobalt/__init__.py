@@ -13,7 +13,7 @@ In pipeline order, each importing only what comes before it (tests/test_layers.p
     training/       reward (§1.5), GRPO with TRL (§1.6), the offline mode; one load/save path
     reference.py    the embedded default's reference model: its SFT fit and `python -m`
     presets.py      the embedded run's settings (tiny) and the paper's
-    analysis/       reward hacking (§1.7), statistics over seeds
+    analysis/       reward hacking (§1.7); intervals over seeds and problems, turn transitions
     seed_spread.py  the embedded default's run-to-run spread
     pipeline/       the whole chain's parameters, its printed settings and its summary
 
