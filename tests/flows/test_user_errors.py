@@ -356,14 +356,15 @@ def test_a_partial_config_object_keeps_the_defaults_it_leaves_out(tmp_path: Path
     config.write_text(json.dumps({"collect": {"sampling": {"temperature": 0.2}}}))
     p = trajectories.parse_params(["--config", str(config)])
     assert (p.collect.sampling.n, p.collect.sampling.temperature) == (16, 0.2)
-    # the embedded analysis keeps its small settings (4 samples, 128 tokens, judge 48 tokens)
+    # the embedded analysis keeps the pipeline's embedded sampling (8 samples, 128 tokens: one
+    # copy, presets.tiny_collect) and its judge's 48 tokens
     config.write_text(
         json.dumps({"collect": {"turns": 3}, "judge": {"sampling": {"temperature": 0.5}}})
     )
     h = reward_hacking.parse_params(["--config", str(config)])
     assert (h.collect.turns, h.collect.sampling.n, h.collect.sampling.max_new_tokens) == (
         3,
-        4,
+        8,
         128,
     )
     assert (h.judge.sampling.temperature, h.judge.sampling.max_new_tokens) == (0.5, 48)
