@@ -19,6 +19,12 @@
 #   bash scripts/gpu/node.sh c   # carry .gpu/site-remote.tar.xz
 #       the paper run collected; the trajectory stage on 1 GPU and on every GPU
 #       (benchmarks/rollout_gpus.py); the embedded default on one GPU with vLLM installed
+#   bash scripts/gpu/node.sh scaling    # the same step with LoRA on 1, 2 and 4 GPUs (ddp)
+#   bash scripts/gpu/node.sh rollouts   # the rollouts' second round: 512 problems, --serve-one
+#   bash scripts/gpu/node.sh paper      # the paper preset at its lengths alone (as phase b does)
+#
+# Measured on 2026-11-27 (docs/SCALING.md): a (its sharded check failed: fixed since), the
+# rollouts of c, the paper run, the side-by-side pipelines; not yet: b's verl run, scaling.
 #
 # Reports: benchmarks/grpo_step_report.py over each training stage (tokens/s/GPU, time split,
 # MFU, peak memory per GPU); docs/SCALING.md has the figures.
@@ -35,13 +41,14 @@ trace() {  # every GPU's memory every 0.5 s into $1, until the returned pid is k
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used --format=csv,noheader,nounits \
     -lms 500 >"$1" 2>/dev/null </dev/null & echo $!
 }
-train() {  # NAME STORAGE ARGS...: flows.training on every GPU, traced, its rc in $NODE/NAME.rc
+train() {  # NAME STORAGE ARGS...: flows.training on $GPUS GPUs (4) with $SHARDING (fsdp), traced
   local name="$1" storage="$2"; shift 2
   rm -f "$NODE/$name.rc"
   local pid; pid=$(trace "$NODE/$name.mem.csv")
   PREFECT_HOME="$NODE/prefect-$name" python3 -m flows.training --storage "$storage" \
-    --model "$MODEL" --preset paper --mode single_turn --gpus 4 --sharding fsdp --max-steps 3 \
-    --backend namespace --report-to none --set save_strategy=no "$@" >"$NODE/$name.log" 2>&1
+    --model "$MODEL" --preset paper --mode single_turn --gpus "${GPUS:-4}" \
+    --sharding "${SHARDING:-fsdp}" --max-steps 3 --backend namespace --report-to none \
+    --set save_strategy=no "$@" >"$NODE/$name.log" 2>&1
   echo $? >"$NODE/$name.rc"; kill "$pid"
 }
 report() {  # NAME STORAGE [ANCHOR NAME]: the stage's step report into $OUT
@@ -49,12 +56,14 @@ report() {  # NAME STORAGE [ANCHOR NAME]: the stage's step report into $OUT
   cp "$NODE/$name.log" "$NODE/$name.mem.csv" "$OUT/" 2>/dev/null
   echo "[$name] exit $(cat "$NODE/$name.rc" 2>/dev/null || echo running) at $(elapsed) s"
   tr '\r' '\n' <"$NODE/$name.log" | grep -v '^\s*$' | tail -12
-  local stage; stage=$(ls -td "$storage"/training/*/ 2>/dev/null | head -1)
+  # the stage this run trained (its summary names it), else the newest in the storage
+  local stage; stage=$(grep -ao "policy (--model): [^ ]*" "$NODE/$name.log" | tail -1 | cut -d' ' -f3)
+  [ -n "$stage" ] || stage=$(ls -td "$storage"/training/*/ 2>/dev/null | head -1)
   [ -n "$stage" ] && [ -f "$stage/MANIFEST.json" ] || {
     tail -c 6000 "$storage"/training/*/.launch/launch.log >"$OUT/$name.launch_tail.log" 2>/dev/null
     return 1; }
   local anchor=(); [ $# -ge 2 ] && anchor=(--anchor "$1" --anchor-name "$2")
-  python3 -m benchmarks.grpo_step_report "$stage" --gpus 4 --trace "$NODE/$name.mem.csv" \
+  python3 -m benchmarks.grpo_step_report "$stage" --gpus "${GPUS:-4}" --trace "$NODE/$name.mem.csv" \
     "${anchor[@]}" --json "$OUT/$name.report.json" 2>&1 >/dev/null | tail -2
 }
 prep() {  # NAME PROBLEMS [TRAJECTORY ARGS]: a problem set and its turn-0 trajectories (CPU)
@@ -136,6 +145,21 @@ JSON
       --gpu-memory-utilization 0.85
     [ "$(elapsed)" -lt 300 ] && PIPELINE_TAG=pipeline-vllm timeout $(( 560 - $(elapsed) )) \
       bash scripts/gpu/worker.sh pipeline ;;
+  scaling)  # item 5: verl's shape with LoRA (ddp) on 1 and 2 GPUs at once, then on 4
+    for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g" 2>/dev/null; done
+    lora=(--config "$NODE/verl.json" --lora --set num_generations=5 \
+      --set max_completion_length=1024 --set generation_batch_size=320 --set "generation_kwargs=$(
+      python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' \
+        "$MODEL/eos_calibration.json")")
+    echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
+    CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora1 /root/runs-verl-1 "${lora[@]}" &
+    CUDA_VISIBLE_DEVICES=1,2 GPUS=2 SHARDING=ddp train lora2 /root/runs-verl-2 "${lora[@]}" &
+    wait
+    GPUS=4 SHARDING=ddp train lora4 /root/runs-verl-4 "${lora[@]}"
+    for g in 1 2 4; do GPUS=$g report "lora$g" "/root/runs-verl-$g"; done ;;
+  rollouts)  # item 4, second round: more work per call, the server's own overhead apart
+    ROLLOUT_TIMEOUT_S=540 bash scripts/gpu/worker.sh rollout-gpus --gpus 1,all --serve-one \
+      --problems 512 --gpu-memory-utilization 0.85 ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}' ;;
