@@ -14,14 +14,14 @@
 #   bash scripts/gpu/node.sh b   # carry .gpu/vllm.part-01 .gpu/vllm.part-02 .gpu/vllm.part-03
 #       verl's shape (512-token prompts, 1,024-token responses, 5 samples, 256 prompts a step)
 #       through the training-multi-gpu deployment (a Prefect server and a gpu-pool worker), full
-#       fine-tuning on every GPU (fsdp); then the paper preset at its lengths (10k-token prompts,
-#       6,144-token responses, 16 samples) through `python -m flows.training`, detached
+#       fine-tuning on every GPU (fsdp)
 #   bash scripts/gpu/node.sh c   # carry .gpu/site-remote.tar.xz
-#       the paper run collected; the trajectory stage on 1 GPU and on every GPU
+#       the trajectory stage on 1 GPU and on every GPU
 #       (benchmarks/rollout_gpus.py); the embedded default on one GPU with vLLM installed
 #   bash scripts/gpu/node.sh scaling    # the same step with LoRA on 1, 2 and 4 GPUs (ddp)
 #   bash scripts/gpu/node.sh rollouts   # the rollouts' second round: 512 problems, --serve-one
-#   bash scripts/gpu/node.sh paper      # the paper preset at its lengths alone (as phase b does)
+#   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
+#                                       # 6,144-token responses, 16 samples) via flows.training
 #
 # Measured on 2026-11-27 (docs/SCALING.md): a (its sharded check failed: fixed since), the
 # rollouts of c, the paper run, the side-by-side pipelines; not yet: b's verl run, scaling.
@@ -132,15 +132,9 @@ JSON
       bash scripts/gpu/worker.sh deploy verl "$NODE/verl.params.json" >"$NODE/verl.log" 2>&1
     grep -q "worker exit 0" "$NODE/verl.log"; echo $? >"$NODE/verl.rc"; kill "$pid"
     cp /root/deploy-verl/*.log "$OUT/" 2>/dev/null
-    report verl /root/runs-verl 1544 "verl GRPO Qwen2-7B FSDP, 8x H100 (published)"
-    # the paper preset at its lengths, detached (it may outlive this call: phase c collects it)
-    setsid nohup bash scripts/gpu/node.sh paper </dev/null >/dev/null 2>&1 &
-    wait_for "$NODE/paper.rc" 560
-    report paper /root/runs-paper || echo "paper run still running at $(elapsed) s" ;;
+    report verl /root/runs-verl 1544 "verl GRPO Qwen2-7B FSDP, 8x H100 (published)" ;;
   c)
     bash infra/gpu-bundle/install.sh
-    wait_for "$NODE/paper.rc" 240
-    report paper /root/runs-paper
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \
       --gpu-memory-utilization 0.85
     [ "$(elapsed)" -lt 300 ] && PIPELINE_TAG=pipeline-vllm timeout $(( 560 - $(elapsed) )) \
@@ -162,7 +156,8 @@ JSON
       --problems 512 --gpu-memory-utilization 0.85 ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
-      --set 'generation_kwargs={"ignore_eos": true}' ;;
+      --set 'generation_kwargs={"ignore_eos": true}'
+    report paper /root/runs-paper ;;
   *) echo "usage: bash scripts/gpu/node.sh a|b|c"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
