@@ -9,8 +9,7 @@
 #       the 8B-shaped model (Qwen3-8B shape, 152k vocabulary; the end-of-turn logit_bias that gives
 #       responses of mean ~200 tokens at temperature 1: scripts/gpu/eos_calibrate.py) on GPU 0; the two runs' problem sets and
 #       trajectories on CPU (flows.data, flows.trajectories with the tiny random model); a
-#       sharded run killed and resumed (scripts/gpu/sharded_check.py, fsdp on every GPU); three
-#       embedded-default pipelines side by side (scripts/gpu/side_by_side.sh, issue 40)
+#       sharded run killed and resumed (scripts/gpu/sharded_check.py, fsdp on every GPU)
 #   bash scripts/gpu/node.sh b   # carry .gpu/vllm.part-01 .gpu/vllm.part-02 .gpu/vllm.part-03
 #       verl's shape (512-token prompts, 1,024-token responses, 5 samples, 256 prompts a step)
 #       through the training-multi-gpu deployment (a Prefect server and a gpu-pool worker), full
@@ -76,6 +75,14 @@ prep() {  # NAME PROBLEMS [TRAJECTORY ARGS]: a problem set and its turn-0 trajec
     --max-prompt-tokens 10240 --backend namespace "$@" >>"$NODE/prep-$name.log" 2>&1
   echo "prep $name exit $? at $(elapsed) s"
 }
+verl_sampling() {  # the end-of-turn bias from eos_calibrate.py, else every response 200 tokens
+  if [ -f "$MODEL/eos_calibration.json" ]; then
+    CAP=1024 KWARGS=$(python3 -c 'import json, sys
+print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$MODEL/eos_calibration.json")
+  else
+    CAP=200 KWARGS='{"ignore_eos": true}'; echo "no eos_calibration.json: responses of 200 tokens"
+  fi
+}
 wait_for() {  # FILE SECONDS: until FILE exists or the call's time (since start) passes SECONDS
   while [ ! -f "$1" ] && [ "$(elapsed)" -lt "$2" ]; do sleep 5; done
 }
@@ -97,17 +104,15 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
       python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
       prep paper /root/long.jsonl
       prep verl /root/short.jsonl --system-prompt ''
+      for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g"; done  # the scaling runs'
       touch "$NODE/prep.done"
     ) >"$NODE/prep.log" 2>&1 &
-    STEP_TIMEOUT_S=420 bash scripts/gpu/side_by_side.sh 3 >"$NODE/side_by_side.log" 2>&1 &
-    side=$!
     timeout 360 python3 scripts/gpu/sharded_check.py --processes 4 --sharding fsdp --steps 8 \
       --json "$OUT/sharded_fsdp.json" >"$NODE/sharded_fsdp.log" 2>&1
     echo "sharded check (fsdp, 4 GPUs, killed and resumed) exit $? at $(elapsed) s"
     tail -c 1500 "$NODE/sharded_fsdp.log"
     wait_for "$NODE/model.rc" 540; wait_for "$NODE/prep.done" 540
-    wait "$side" 2>/dev/null
-    cat "$NODE/side_by_side.log"; cp "$NODE"/*.log "$OUT/" 2>/dev/null
+    cp "$NODE"/*.log "$OUT/" 2>/dev/null
     echo "model exit $(cat "$NODE/model.rc" 2>/dev/null)"; tail -3 "$NODE/model.log"
     cat "$NODE/prep.log"; du -sh "$MODEL"; df -h /root | tail -1 ;;
   b)
@@ -117,16 +122,15 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
     # 5 samples; 256 prompts x 5 a step (verl's run: 1,024 x 5)
     # through the training-multi-gpu deployment of prefect.yaml: a Prefect server, `prefect
     # deploy`, `prefect deployment run`, a gpu-pool worker (the options as a deployment takes them)
-    pid=$(trace "$NODE/verl.mem.csv")
+    verl_sampling; pid=$(trace "$NODE/verl.mem.csv")
     cat >"$NODE/verl.params.json" <<JSON
 {"trajectories": "latest", "model": "$MODEL", "storage": {"url": "/root/runs-verl"},
  "sandbox": {"backend": "namespace"},
  "training": {"preset": "paper", "mode": "single_turn", "num_processes": 4, "sharding": "fsdp",
    "max_steps": 3, "max_prompt_length": 512, "report_to": [],
-   "overrides": {"num_generations": 5, "max_completion_length": 1024,
+   "overrides": {"num_generations": 5, "max_completion_length": $CAP,
                  "generation_batch_size": 1280, "save_strategy": "no",
-                 "generation_kwargs": $(python3 -c 'import json, sys
-print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$MODEL/eos_calibration.json")}}}
+                 "generation_kwargs": $KWARGS}}}
 JSON
     DEPLOYMENT=training/training-multi-gpu DEPLOY_WAIT_S=420 \
       bash scripts/gpu/worker.sh deploy verl "$NODE/verl.params.json" >"$NODE/verl.log" 2>&1
@@ -140,15 +144,17 @@ JSON
     [ "$(elapsed)" -lt 300 ] && PIPELINE_TAG=pipeline-vllm timeout $(( 560 - $(elapsed) )) \
       bash scripts/gpu/worker.sh pipeline ;;
   scaling)  # item 5: verl's shape with LoRA (ddp) on 1 and 2 GPUs at once, then on 4
-    for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g" 2>/dev/null; done
+    verl_sampling
     lora=(--config "$NODE/verl.json" --lora --set num_generations=5 \
-      --set max_completion_length=1024 --set generation_batch_size=320 --set "generation_kwargs=$(
-      python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' \
-        "$MODEL/eos_calibration.json")")
+      --set "max_completion_length=$CAP" --set generation_batch_size=320 \
+      --set "generation_kwargs=$KWARGS")
     echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
     CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora1 /root/runs-verl-1 "${lora[@]}" &
     CUDA_VISIBLE_DEVICES=1,2 GPUS=2 SHARDING=ddp train lora2 /root/runs-verl-2 "${lora[@]}" &
+    CUDA_VISIBLE_DEVICES=3 python3 scripts/gpu/seed_check.py /root/tiny-random \
+      --json "$OUT/seed_check.json" >"$NODE/seed_check.log" 2>&1 &
     wait
+    echo "seed check exit: see seed_check.json"; tail -c 1500 "$NODE/seed_check.log"
     GPUS=4 SHARDING=ddp train lora4 /root/runs-verl-4 "${lora[@]}"
     for g in 1 2 4; do GPUS=$g report "lora$g" "/root/runs-verl-$g"; done ;;
   rollouts)  # item 4, second round: more work per call, the server's own overhead apart
