@@ -22,8 +22,8 @@
 #   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
 #                                       # 6,144-token responses, 16 samples) via flows.training
 #
-# Measured on 2026-11-27 (docs/SCALING.md): a (its sharded check failed: fixed since), the
-# rollouts of c, the paper run, the side-by-side pipelines; not yet: b's verl run, scaling.
+# Measured on 2026-11-27 (docs/SCALING.md): every phase but rollouts (4x H100: c, paper,
+# scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3 steps).
 #
 # Reports: benchmarks/grpo_step_report.py over each training stage (tokens/s/GPU, time split,
 # MFU, peak memory per GPU); docs/SCALING.md has the figures.
@@ -52,7 +52,7 @@ train() {  # NAME STORAGE ARGS...: flows.training on $GPUS GPUs (4) with $SHARDI
 }
 report() {  # NAME STORAGE [ANCHOR NAME]: the stage's step report into $OUT
   local name="$1" storage="$2"; shift 2
-  cp "$NODE/$name.log" "$NODE/$name.mem.csv" "$OUT/" 2>/dev/null
+  cp "$NODE/$name.log" "$OUT/" 2>/dev/null  # the memory trace is in the report
   echo "[$name] exit $(cat "$NODE/$name.rc" 2>/dev/null || echo running) at $(elapsed) s"
   tr '\r' '\n' <"$NODE/$name.log" | grep -v '^\s*$' | tail -12
   # the stage this run trained (its summary names it), else the newest in the storage
@@ -124,13 +124,13 @@ b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_k
     # deploy`, `prefect deployment run`, a gpu-pool worker (the options as a deployment takes them)
     verl_sampling; pid=$(trace "$NODE/verl.mem.csv")
     cat >"$NODE/verl.params.json" <<JSON
-{"trajectories": "latest", "model": "$MODEL", "storage": {"url": "/root/runs-verl"},
+{"params": {"trajectories": "latest", "model": "$MODEL", "storage": {"url": "/root/runs-verl"},
  "sandbox": {"backend": "namespace"},
  "training": {"preset": "paper", "mode": "single_turn", "num_processes": 4, "sharding": "fsdp",
    "max_steps": 3, "max_prompt_length": 512, "report_to": [],
    "overrides": {"num_generations": 5, "max_completion_length": $CAP,
                  "generation_batch_size": 1280, "save_strategy": "no",
-                 "generation_kwargs": $KWARGS}}}
+                 "generation_kwargs": $KWARGS}}}}
 JSON
     DEPLOYMENT=training/training-multi-gpu DEPLOY_WAIT_S=420 \
       bash scripts/gpu/worker.sh deploy verl "$NODE/verl.params.json" >"$NODE/verl.log" 2>&1
@@ -143,20 +143,23 @@ JSON
       --gpu-memory-utilization 0.85
     [ "$(elapsed)" -lt 300 ] && PIPELINE_TAG=pipeline-vllm timeout $(( 560 - $(elapsed) )) \
       bash scripts/gpu/worker.sh pipeline ;;
-  scaling)  # item 5: verl's shape with LoRA (ddp) on 1 and 2 GPUs at once, then on 4
+  scaling|scaling4)  # item 5: verl's shape with LoRA (ddp) on 1 and 2 GPUs at once, then on 4
     verl_sampling
-    lora=(--config "$NODE/verl.json" --lora --set num_generations=5 \
+    echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
+    lora=(--config "$NODE/lora.json" --set num_generations=5 \
       --set "max_completion_length=$CAP" --set generation_batch_size=320 \
       --set "generation_kwargs=$KWARGS")
-    echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
-    CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora1 /root/runs-verl-1 "${lora[@]}" &
-    CUDA_VISIBLE_DEVICES=1,2 GPUS=2 SHARDING=ddp train lora2 /root/runs-verl-2 "${lora[@]}" &
-    CUDA_VISIBLE_DEVICES=3 python3 scripts/gpu/seed_check.py /root/tiny-random \
-      --json "$OUT/seed_check.json" >"$NODE/seed_check.log" 2>&1 &
-    wait
-    echo "seed check exit: see seed_check.json"; tail -c 1500 "$NODE/seed_check.log"
-    GPUS=4 SHARDING=ddp train lora4 /root/runs-verl-4 "${lora[@]}"
-    for g in 1 2 4; do GPUS=$g report "lora$g" "/root/runs-verl-$g"; done ;;
+    if [ "$1" = scaling ]; then
+      CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora1 /root/runs-verl-1 "${lora[@]}" &
+      CUDA_VISIBLE_DEVICES=1,2 GPUS=2 SHARDING=ddp train lora2 /root/runs-verl-2 "${lora[@]}" &
+      CUDA_VISIBLE_DEVICES=3 python3 scripts/gpu/seed_check.py /root/tiny-random \
+        --json "$OUT/seed_check.json" >"$NODE/seed_check.log" 2>&1 &
+      wait; tail -c 1500 "$NODE/seed_check.log"
+      for g in 1 2; do GPUS=$g report "lora$g" "/root/runs-verl-$g"; done
+    else
+      GPUS=4 SHARDING=ddp train lora4 /root/runs-verl-4 "${lora[@]}"
+      GPUS=4 report lora4 /root/runs-verl-4
+    fi ;;
   rollouts)  # item 4, second round: more work per call, the server's own overhead apart
     ROLLOUT_TIMEOUT_S=540 bash scripts/gpu/worker.sh rollout-gpus --gpus 1,all --serve-one \
       --problems 512 --gpu-memory-utilization 0.85 ;;
@@ -164,6 +167,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|paper"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
