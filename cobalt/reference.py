@@ -231,7 +231,7 @@ def fit_tiny_model(
     # the SFT's numerics from the one place that decides them: fp32 on CPU, fp32 master weights
     # with bf16 autocast on a GPU; saved in `save_dtype`
     gpu = device != "cpu"
-    numerics = numerics_for("mixed" if gpu else "fp32", path, gpu=gpu, paper=False)
+    numerics = numerics_for("mixed" if gpu else "fp32", path, gpu=gpu, mixed=False)
     numerics = Numerics(**{**numerics.as_dict(), "saved": save_dtype})
     model = load_policy(path, numerics)
     fit_started = time.monotonic()

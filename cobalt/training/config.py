@@ -37,6 +37,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from cobalt.training.precision import Precision
+from cobalt.training.preset_defaults import PRESETS, KLEstimator, Preset, PresetDefaults
 from cobalt.training.sharding import (
     SHARDED,
     Sharding,
@@ -47,8 +48,6 @@ from cobalt.training.sharding import (
 from engines.auto import choose
 from sandbox import SandboxConfig
 
-Preset = Literal["paper", "tiny"]
-KLEstimator = Literal["k3", "k2"]
 # GRPOConfig / TrainingArguments fields that other settings own: refused in `overrides`
 OWNED = {
     "bf16": "training.precision (mixed, fp32 or bf16)",
@@ -58,6 +57,8 @@ OWNED = {
 Mode = Literal["single_turn", "cobalt", "multi_turn", "offline"]
 MODES: tuple[str, ...] = get_args(Mode)
 Reward = Literal["correctness", "dense"]
+
+
 Objective = Literal["reinforce_loo", "awr", "clipped_ratio"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 # The offline mode's objective unless one is given: the one place that decides it for the flows
@@ -287,7 +288,9 @@ class TrainingConfig(BaseModel):
 
         from cobalt.training.precision import resolve
 
-        return resolve(self.precision, gpu=torch.cuda.is_available(), paper=self.preset == "paper")
+        return resolve(
+            self.precision, gpu=torch.cuda.is_available(), mixed=self.defaults().mixed_precision
+        )
 
     def resolved_sharding(self, gpus: int | None = None) -> str:
         """`sharding` with auto made concrete on this machine (ddp, fsdp or zero3); a custom
@@ -296,13 +299,17 @@ class TrainingConfig(BaseModel):
 
         return resolve_sharding(self, visible_gpus() if gpus is None else gpus)
 
+    def defaults(self) -> PresetDefaults:
+        """What this config's preset decides for the settings left unset."""
+        return PRESETS[self.preset]
+
     def trims_padding(self) -> bool:
-        """`trim_padding`, or (None) on for the paper preset."""
-        return self.preset == "paper" if self.trim_padding is None else self.trim_padding
+        """`trim_padding`, or (None) the preset's (on for paper)."""
+        return self.defaults().trim_padding if self.trim_padding is None else self.trim_padding
 
     def kl(self) -> KLEstimator:
         """The KL estimator in use: the setting, else the preset's (paper k2, tiny k3)."""
-        return self.kl_estimator or ("k2" if self.preset == "paper" else "k3")
+        return self.kl_estimator or self.defaults().kl
 
     def numerics_kwargs(self) -> dict[str, Any]:
         """Trainer fields that follow from the precision and the curves' destination."""
@@ -312,7 +319,7 @@ class TrainingConfig(BaseModel):
     def prompt_limit(self) -> int:
         if self.max_prompt_length is not None:
             return self.max_prompt_length
-        return 10_240 if self.preset == "paper" else 512
+        return self.defaults().prompt_limit
 
     def check(self) -> None:
         """Build the GRPOConfig (offline: the TrainingArguments) once, no training, so that an
@@ -335,22 +342,22 @@ class TrainingConfig(BaseModel):
         import torch
 
         gpu = torch.cuda.is_available()
-        o = self.offline
-        paper = self.preset == "paper"
+        o, preset = self.offline, self.defaults()
+        rows = preset.offline_rows_per_step
         kwargs: dict[str, Any] = {
             "output_dir": str(output_dir),
-            "learning_rate": o.learning_rate or (1e-6 if paper else 1e-5),
+            "learning_rate": o.learning_rate or preset.offline_learning_rate,
             "max_grad_norm": 1.0,
             "num_train_epochs": o.epochs,
             "per_device_train_batch_size": o.batch_size,
             "gradient_accumulation_steps": o.gradient_accumulation_steps
-            or (max(1, 1024 // o.batch_size) if paper else 1),
+            or (max(1, rows // o.batch_size) if rows else 1),
             "seed": self.seed,
             "data_seed": self.seed,
             "logging_steps": 1,
             "remove_unused_columns": False,  # the collator needs the row's own columns
-            "gradient_checkpointing": paper,
-            "save_strategy": "steps" if paper else "no",
+            "gradient_checkpointing": preset.offline_checkpoints,
+            "save_strategy": "steps" if preset.offline_checkpoints else "no",
             "save_steps": 50,
             "save_total_limit": 2,
             "use_cpu": not gpu,
@@ -384,7 +391,7 @@ class TrainingConfig(BaseModel):
         """Longest prompt + completion the offline mode trains on (tokens)."""
         if self.offline.max_length is not None:
             return self.offline.max_length
-        return 16_384 if self.preset == "paper" else 1024
+        return self.defaults().offline_max_length
 
     def grpo_kwargs(
         self, output_dir: str | Path, model: str | Path | None = None
@@ -406,38 +413,19 @@ class TrainingConfig(BaseModel):
             "seed": self.seed,
             "logging_steps": 1,
         }
-        if self.preset == "paper":
-            if 64 % self.num_processes:
+        preset = self.defaults()
+        kwargs = common | preset.grpo | {"use_cpu": not gpu}
+        if preset.prompts_per_step:
+            step = preset.prompts_per_step
+            if step % self.num_processes:
+                *most, last = [str(d) for d in range(1, step + 1) if step % d == 0]
+                divisors = f"{', '.join(most)} or {last}"
                 raise ShardingError(
-                    f"training.num_processes {self.num_processes}: the paper preset's step of 64 "
-                    "prompts x 16 samples must split evenly over the processes: use --gpus 1, 2, "
-                    "4, 8, 16, 32 or 64"
+                    f"training.num_processes {self.num_processes}: the {self.preset} preset's step "
+                    f"of {step} prompts x {kwargs['num_generations']} samples must split evenly "
+                    f"over the processes: use --gpus {divisors}"
                 )
-            kwargs = common | {
-                "num_generations": 16,
-                "max_completion_length": 6144,
-                "num_train_epochs": 2,
-                "gradient_checkpointing": True,
-                "per_device_train_batch_size": 16,
-                "gradient_accumulation_steps": 64 // self.num_processes,
-                "generation_batch_size": 128 * 16,
-                "save_strategy": "steps",
-                "save_steps": 50,
-                "save_total_limit": 2,
-            }
-        else:
-            kwargs = common | {
-                "learning_rate": 1e-5,
-                "num_generations": 2,
-                "max_completion_length": 24,
-                "max_steps": 2,
-                "gradient_checkpointing": False,
-                "per_device_train_batch_size": 2,
-                "gradient_accumulation_steps": 1,
-                "save_strategy": "no",
-                "use_cpu": not gpu,
-                "dataloader_num_workers": 0,
-            }
+            kwargs["gradient_accumulation_steps"] = step // self.num_processes
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
         if self.save_steps is not None:
@@ -448,7 +436,7 @@ class TrainingConfig(BaseModel):
         own_step = {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(
             self.overrides
         )
-        if self.preset == "paper" and batch is not None and not own_step:
+        if preset.plan_micro_batch and batch is not None and not own_step:
             # a smaller generation batch (a short run, a benchmark): one optimizer step per
             # batch, each process's share split into micro-batches by the memory plan
             share, rest = divmod(int(batch), self.num_processes)

@@ -42,7 +42,7 @@ def uses_format_reward(config: TrainingConfig, tokenizer: Any) -> bool:
     """The setting, or (None) on for the paper preset when the tokenizer knows `</think>`."""
     if config.use_format_reward is not None:
         return config.use_format_reward
-    return config.preset == "paper" and "</think>" in tokenizer.get_vocab()
+    return config.defaults().format_reward and "</think>" in tokenizer.get_vocab()
 
 
 def check_generation_batch(rows: int, generation_batch_size: int, num_generations: int) -> None:
@@ -140,7 +140,9 @@ def train(
             f"(max_prompt_length {config.prompt_limit()}) filters"
         )
     gpu = torch.cuda.is_available()
-    numerics = numerics_for(config.precision, model_path, gpu=gpu, paper=config.preset == "paper")
+    numerics = numerics_for(
+        config.precision, model_path, gpu=gpu, mixed=config.defaults().mixed_precision
+    )
     kwargs = config.grpo_kwargs(output_dir, model_path)
     if not config.lora and kwargs.get("beta"):
         # TRL builds its frozen reference model from these (not in fp32: it is never trained);
@@ -161,7 +163,8 @@ def train(
         kwargs["model_init_kwargs"] = {**kwargs["model_init_kwargs"], "device_map": None}
     if gpu and kwargs.get("vllm_enable_sleep_mode"):
         kwargs = plan_vllm(config, kwargs, model, numerics, shards, logger)
-    if config.preset == "paper" and gpu and "per_device_train_batch_size" not in config.overrides:
+    planned = config.defaults().plan_micro_batch
+    if planned and gpu and "per_device_train_batch_size" not in config.overrides:
         from cobalt.training.memory import fit_micro_batch
 
         longest = max(prompt_tokens(r["prompt"]) for r in rows)

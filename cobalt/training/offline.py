@@ -388,7 +388,10 @@ def train_offline(
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
     args = config.training_arguments(output_dir)
     numerics = numerics_for(
-        config.precision, model_path, gpu=torch.cuda.is_available(), paper=config.preset == "paper"
+        config.precision,
+        model_path,
+        gpu=torch.cuda.is_available(),
+        mixed=config.defaults().mixed_precision,
     )
     model = load_policy(model_path, numerics, lora=config.lora is not None)
     if config.lora:

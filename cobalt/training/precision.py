@@ -76,17 +76,17 @@ def checkpoint_dtype(model_path: str | Path) -> str:
     return declared if declared in _FLOATS else "float32"
 
 
-def resolve(precision: Precision, *, gpu: bool, paper: bool) -> str:
-    """`auto` made concrete: mixed on a GPU with the paper preset, else fp32."""
+def resolve(precision: Precision, *, gpu: bool, mixed: bool) -> str:
+    """`auto` made concrete: mixed on a GPU where the preset says so (paper), else fp32."""
     if precision != "auto":
         return precision
-    return "mixed" if gpu and paper else "fp32"
+    return "mixed" if gpu and mixed else "fp32"
 
 
-def decide(precision: Precision, checkpoint: str, *, gpu: bool, paper: bool) -> Numerics:
+def decide(precision: Precision, checkpoint: str, *, gpu: bool, mixed: bool) -> Numerics:
     """The numerics of a run from the setting, the checkpoint's dtype and the hardware. Raises
     ValueError for bf16 compute on a machine without bf16 support."""
-    chosen = resolve(precision, gpu=gpu, paper=paper)
+    chosen = resolve(precision, gpu=gpu, mixed=mixed)
     if chosen == "mixed":
         if not gpu:
             raise ValueError(

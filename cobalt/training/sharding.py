@@ -131,7 +131,10 @@ def check_fits(config: Any, model_path: str | Path, gpus: int | None = None) -> 
     from cobalt.training.precision import checkpoint_dtype, decide
 
     numerics = decide(
-        config.precision, checkpoint_dtype(model_path), gpu=True, paper=config.preset == "paper"
+        config.precision,
+        checkpoint_dtype(model_path),
+        gpu=True,
+        mixed=config.defaults().mixed_precision,
     )
     sharding = config.resolved_sharding(gpus)
     kl = config.mode != "offline" and config.lora is None and config.overrides.get("beta", 1) != 0

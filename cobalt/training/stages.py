@@ -56,6 +56,7 @@ from sandbox import SandboxConfig
 log = logging.getLogger(__name__)
 TRAINING_CODE = (
     "cobalt.training.config",
+    "cobalt.training.preset_defaults",
     "cobalt.training.dense_reward",
     "cobalt.training.grpo",
     "cobalt.training.kl",
@@ -72,6 +73,8 @@ TRAINING_CODE = (
 )
 OFFLINE_TRAINING_CODE = (
     "cobalt.training.config",
+    "cobalt.training.preset_defaults",
+    "cobalt.training.preset_defaults",
     "cobalt.training.offline",
     "cobalt.training.precision",
     "cobalt.training.weights",

@@ -36,11 +36,11 @@ def load_tokenizer(model_path: str | Path) -> Any:
 
 
 def numerics_for(
-    precision: Precision, model_path: str | Path, *, gpu: bool, paper: bool
+    precision: Precision, model_path: str | Path, *, gpu: bool, mixed: bool
 ) -> Numerics:
     """The numerics of training the model saved in `model_path` (its checkpoint's dtype) on this
     hardware (`cobalt.training.precision.decide`)."""
-    return decide(precision, checkpoint_dtype(model_path), gpu=gpu, paper=paper)
+    return decide(precision, checkpoint_dtype(model_path), gpu=gpu, mixed=mixed)
 
 
 def load_policy(model_path: str | Path, numerics: Numerics, *, lora: bool = False, **kwargs) -> Any:

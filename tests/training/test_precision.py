@@ -154,7 +154,7 @@ def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
 def test_the_numerics_table() -> None:
     """auto: mixed on a GPU with the paper preset (fp32 master, bf16 autocast, frozen base in the
     checkpoint's dtype), fp32 otherwise; mixed needs a GPU; bf16 only when asked."""
-    mixed = decide("auto", "bfloat16", gpu=True, paper=True)
+    mixed = decide("auto", "bfloat16", gpu=True, mixed=True)
     assert (mixed.precision, mixed.trainable, mixed.compute, mixed.frozen, mixed.saved) == (
         "mixed",
         "float32",
@@ -163,17 +163,17 @@ def test_the_numerics_table() -> None:
         "bfloat16",
     )
     assert mixed.trainer_kwargs() == {"bf16": True, "fp16": False}
-    assert decide("auto", "bfloat16", gpu=True, paper=False).precision == "fp32"
-    assert decide("auto", "float32", gpu=False, paper=True).trainable == "float32"
-    assert decide("mixed", "float32", gpu=True, paper=False).frozen == "bfloat16"
-    pure = decide("bf16", "float32", gpu=True, paper=True)
+    assert decide("auto", "bfloat16", gpu=True, mixed=False).precision == "fp32"
+    assert decide("auto", "float32", gpu=False, mixed=True).trainable == "float32"
+    assert decide("mixed", "float32", gpu=True, mixed=False).frozen == "bfloat16"
+    pure = decide("bf16", "float32", gpu=True, mixed=True)
     assert (pure.trainable, pure.saved, pure.trainer_kwargs()["bf16"]) == (
         "bfloat16",
         "float32",
         False,
     )
     with pytest.raises(ValueError, match="needs a GPU"):
-        decide("mixed", "bfloat16", gpu=False, paper=True)
+        decide("mixed", "bfloat16", gpu=False, mixed=True)
 
 
 def test_trainer_precision_is_owned_by_one_setting() -> None:

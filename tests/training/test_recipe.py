@@ -155,3 +155,34 @@ def test_fixed_memory_of_full_fine_tuning_and_lora() -> None:
     assert full - reserve == 16 * 10**9 + 2 * 10**9
     assert lora - reserve == 2 * 10**9
     assert TrainingConfig(preset="paper", lora=LoraSettings()).lora is not None
+
+
+def test_each_preset_has_one_row_and_the_training_code_reads_only_the_row() -> None:
+    """A preset's defaults live in `PRESETS` alone: every preset has its row, and no module of
+    cobalt/training decides by comparing the preset's name (as five of them once did)."""
+    import re
+    import typing
+    from pathlib import Path
+
+    from cobalt.training.preset_defaults import PRESETS, Preset
+
+    assert set(PRESETS) == set(typing.get_args(Preset))
+    root = Path(__file__).resolve().parents[2] / "cobalt" / "training"
+    compares = re.compile(r"\.preset\s*[!=]=|preset\s*[!=]=\s*[\"']")
+    found = [
+        f"{path.name}:{n}"
+        for path in sorted(root.glob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if compares.search(line)
+    ]
+    assert found == [], f"preset names compared outside PRESETS: {found}"
+    paper, tiny = TrainingConfig(preset="paper"), TrainingConfig(preset="tiny")
+    assert (paper.kl(), paper.prompt_limit(), paper.trims_padding()) == ("k2", 10_240, True)
+    assert (tiny.kl(), tiny.prompt_limit(), tiny.trims_padding()) == ("k3", 512, False)
+    assert paper.grpo_kwargs("/out")["gradient_accumulation_steps"] == 64
+    assert (
+        TrainingConfig(preset="paper", num_processes=4).grpo_kwargs("/o")[
+            "gradient_accumulation_steps"
+        ]
+        == 16
+    )
