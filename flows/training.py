@@ -116,6 +116,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         "on several GPUs, else ddp)",
     )
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
+    arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
     arg("--format-reward", action="store_true", help="add the thinking-model format reward")
     arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
     arg("--max-prompt-tokens", type=int, help="bandit: longest partial context (10000)")
@@ -154,6 +155,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         training["report_to"] = report_to(args)
     if args.format_reward:
         training["use_format_reward"] = True
+    if args.lora:
+        training["lora"] = training.get("lora") or {}
     offline = training.setdefault("offline", {})
     if args.objective is not None:
         offline["objective"] = args.objective

@@ -33,3 +33,17 @@ def test_running_flags_reach_the_parameters(flow, tmp_path: Path) -> None:
     p = flow.parse_params(["--config", str(config), "--backend", "docker"])
     assert (p.llm_limit, p.sandbox.concurrency, p.sandbox.backend) == ("from-file", 7, "docker")
     assert p.refresh is False
+
+
+def test_training_flags_reach_the_training_config(tmp_path: Path) -> None:
+    """`flows.training` takes LoRA, GPUs and sharding as plain flags (as `flows.pipeline` does);
+    a --config file's LoRA settings stay when --lora is also given."""
+    from flows import training
+
+    p = training.parse_params(["--lora", "--gpus", "2", "--sharding", "ddp"])
+    assert p.training.lora is not None and p.training.lora.r == 16
+    assert (p.training.num_processes, p.training.sharding) == (2, "ddp")
+    assert training.parse_params([]).training.lora is None
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"training": {"lora": {"r": 4}}}))
+    assert training.parse_params(["--config", str(config), "--lora"]).training.lora.r == 4
