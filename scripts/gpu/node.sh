@@ -18,7 +18,8 @@
 #       the trajectory stage on 1 GPU and on every GPU
 #       (benchmarks/rollout_gpus.py); the embedded default on one GPU with vLLM installed
 #   bash scripts/gpu/node.sh scaling    # the same step with LoRA on 1, 2 and 4 GPUs (ddp)
-#   bash scripts/gpu/node.sh rollouts   # the rollouts' second round: 512 problems, --serve-one
+#   bash scripts/gpu/node.sh rollouts   # the rollouts' second round: 512 problems, 1 GPU served
+#   bash scripts/gpu/node.sh rollouts4  # ... then every GPU (needs site-remote: LiteLLM)
 #   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
 #                                       # 6,144-token responses, 16 samples) via flows.training
 #
@@ -160,13 +161,16 @@ JSON
       GPUS=4 SHARDING=ddp train lora4 /root/runs-verl-4 "${lora[@]}"
       GPUS=4 report lora4 /root/runs-verl-4
     fi ;;
-  rollouts)  # item 4, second round: more work per call, the server's own overhead apart
-    ROLLOUT_TIMEOUT_S=540 bash scripts/gpu/worker.sh rollout-gpus --gpus 1,all --serve-one \
-      --problems 512 --gpu-memory-utilization 0.85 ;;
+  rollouts|rollouts4)  # item 4, second round: 4x the work (four calls of 1,024 conversations on
+    # 4 GPUs), one GPU through the same `vllm serve` (the server's own overhead apart from the
+    # scaling); a call each (~2 min of start-up, ~2.5 min of generation on 1 GPU)
+    gpus=1 more=(); [ "$1" = rollouts4 ] && gpus=all more=(--baseline /root/rollout-gpus/last.json)
+    ROLLOUT_TIMEOUT_S=560 bash scripts/gpu/worker.sh rollout-gpus --gpus "$gpus" --serve-one \
+      --problems 512 --gpu-memory-utilization 0.85 "${more[@]}" ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|paper"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
