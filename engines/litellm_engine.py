@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .base import Completion, Conversation, Engine, validate_conversations
@@ -44,13 +45,23 @@ def _import_litellm():
 class LiteLLMEngine(Engine):
     """`think_close_id`: the `</think>` token id of a local model whose server returns token ids
     (vLLM's `return_token_ids`): reasoning tokens are then counted up to it, as the in-process
-    engines count them (the served engine sets it)."""
+    engines count them (the served engine sets it).
+
+    `ranks`: the data-parallel engines behind a `vllm serve --data-parallel-size` (the served
+    engine sets it). vLLM fans a request's `n` samples out as separate requests and balances
+    them one by one, so one conversation's samples land on every engine and each computes its
+    prompt; here each request names the engine (vLLM's `X-data-parallel-rank` header) with the
+    fewest samples in flight, so a conversation's samples share one prompt computation (the
+    prefix cache) and the engines' loads stay even."""
 
     kind = "litellm"
 
-    def __init__(self, config: EngineConfig, *, think_close_id: int | None = None):
+    def __init__(
+        self, config: EngineConfig, *, think_close_id: int | None = None, ranks: int = 1
+    ):
         super().__init__(config)
         self._think_close_id = think_close_id
+        self._in_flight = [0] * ranks  # samples in flight per data-parallel engine
         self._api_key = config.api_key()  # fails now, naming the variable, if it is missing
         self._litellm = _import_litellm()
         lm = self._litellm
@@ -239,8 +250,9 @@ class LiteLLMEngine(Engine):
             started = time.perf_counter()
             try:
                 async with semaphore:
-                    started = time.perf_counter()
-                    response = await self._litellm.acompletion(messages=messages, **kwargs)
+                    with self._routed(kwargs, n) as routed:
+                        started = time.perf_counter()
+                        response = await self._litellm.acompletion(messages=messages, **routed)
                 break
             except Exception as exc:
                 if attempt >= self.config.max_retries or not self._is_transient(exc):
@@ -257,6 +269,21 @@ class LiteLLMEngine(Engine):
                 attempt += 1
                 await asyncio.sleep(delay)
         return self._completions(response, time.perf_counter() - started)
+
+    @contextlib.contextmanager
+    def _routed(self, kwargs: dict, samples: int) -> Iterator[dict]:
+        """The request's kwargs, sent to the data-parallel engine with the fewest samples in
+        flight (`ranks`), which holds them until the request ends."""
+        if len(self._in_flight) == 1:
+            yield kwargs
+            return
+        rank = min(range(len(self._in_flight)), key=self._in_flight.__getitem__)
+        headers = {**(kwargs.get("extra_headers") or {}), "X-data-parallel-rank": str(rank)}
+        self._in_flight[rank] += samples
+        try:
+            yield {**kwargs, "extra_headers": headers}
+        finally:
+            self._in_flight[rank] -= samples
 
     def _completions(self, response: Any, seconds: float) -> list[Completion]:
         choices = list(response.choices or [])

@@ -45,6 +45,7 @@ class Launch:
     start_timeout_s: float = 300
     use_n: bool | None = None  # EngineConfig.use_n of the client
     replicas: int = 1  # engines behind the server (vLLM's data-parallel size)
+    route: bool = False  # name each request's engine (vLLM's X-data-parallel-rank header)
 
 
 class ServedEngine(Engine):
@@ -85,7 +86,8 @@ class ServedEngine(Engine):
                 extra=launch.request_extra,
             )
             think_close = self.tokenizer.get_added_vocab().get("</think>")
-            self.client = LiteLLMEngine(client, think_close_id=think_close)
+            ranks = launch.replicas if launch.route else 1
+            self.client = LiteLLMEngine(client, think_close_id=think_close, ranks=ranks)
         except BaseException:
             self._stack.close()
             raise

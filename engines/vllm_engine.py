@@ -120,6 +120,7 @@ def vllm_launch(config: EngineConfig, engines: int):
         start_timeout_s=SERVE_START_TIMEOUT_S,
         use_n=True,  # vLLM honours n: sample i of a request gets its seed + i, as LLM.chat's
         replicas=engines,
+        route=True,  # a conversation's samples on one engine: its prompt computed once
     )
 
 

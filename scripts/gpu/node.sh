@@ -84,6 +84,13 @@ print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$MODEL/eo
     CAP=200 KWARGS='{"ignore_eos": true}'; echo "no eos_calibration.json: responses of 200 tokens"
   fi
 }
+host_run() {  # GPU TAG [ARGS]: the embedded default on one GPU (issue 40), its files in $OUT/TAG
+  local gpu="$1" tag="$2"; shift 2
+  mkdir -p "$OUT/$tag"
+  OUT="$OUT/$tag" CUDA_VISIBLE_DEVICES="$gpu" PIPELINE_TAG="$tag" PREFECT_HOME="/tmp/prefect-$tag" \
+    timeout 540 bash scripts/gpu/worker.sh pipeline "$@" >"$OUT/$tag/step.log" 2>&1
+  echo "[$tag] exit $? on GPU $gpu at $(elapsed) s"; grep -E "Elapsed|engine auto" "$OUT/$tag/step.log"
+}
 wait_for() {  # FILE SECONDS: until FILE exists or the call's time (since start) passes SECONDS
   while [ ! -f "$1" ] && [ "$(elapsed)" -lt "$2" ]; do sleep 5; done
 }
@@ -163,10 +170,18 @@ JSON
     fi ;;
   rollouts|rollouts4)  # item 4, second round: 4x the work (four calls of 1,024 conversations on
     # 4 GPUs), one GPU through the same `vllm serve` (the server's own overhead apart from the
-    # scaling); a call each (~2 min of start-up, ~2.5 min of generation on 1 GPU)
+    # scaling); a call each (~2 min of start-up, ~2.5 min of generation on 1 GPU). Meanwhile in
+    # `rollouts`, on GPUs 1-3: issue 40's embedded default as a user runs it (vLLM installed),
+    # with its generation on the CPU, and under py-spy (carry .whl: py-spy's wheel)
     gpus=1 more=(); [ "$1" = rollouts4 ] && gpus=all more=(--baseline /root/rollout-gpus/last.json)
+    if [ "$1" = rollouts ]; then
+      export CUDA_VISIBLE_DEVICES=0
+      host_run 1 pipeline-default & host_run 2 pipeline-cpu --device cpu &
+      PIPELINE_PROFILE=1 host_run 3 pipeline-profile &
+    fi
     ROLLOUT_TIMEOUT_S=560 bash scripts/gpu/worker.sh rollout-gpus --gpus "$gpus" --serve-one \
-      --problems 512 --gpu-memory-utilization 0.85 "${more[@]}" ;;
+      --problems 512 --gpu-memory-utilization 0.85 "${more[@]}"
+    wait ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'

@@ -5,7 +5,10 @@
 #
 #   bash scripts/gpu/worker.sh env                  # what the image has (pip list, GPU)
 #   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
-#                                                   # (PIPELINE_TAG names its files and storage)
+#                                                   # (PIPELINE_TAG names its files and storage;
+#                                                   # PIPELINE_PROFILE=1: under py-spy, 20 samples
+#                                                   # a second of every process: carry .whl with
+#                                                   # py-spy's wheel; $OUT/TAG.pyspy.txt)
 #   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
 #   bash scripts/gpu/worker.sh models               # that and the paper preset's (152k vocabulary)
 #   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu (or
@@ -72,9 +75,13 @@ case "$step" in
     python3 -m sandbox judge -i /tmp/p.jsonl -o /tmp/v.jsonl --backend namespace -q; cat /tmp/v.jsonl ;;
   pipeline)
     tag="${PIPELINE_TAG:-pipeline}"
-    pid=$(trace "$tag")
-    /usr/bin/time -v python3 -m flows.pipeline --backend namespace --storage "/tmp/runs-$tag" "$@" \
-      >"$OUT/$tag.log" 2>&1
+    pid=$(trace "$tag") profile=()
+    if [ -n "${PIPELINE_PROFILE:-}" ]; then  # where a GPU host's stage time goes
+      python3 -m pip install -q --no-index --no-deps --target /tmp/pyspy .whl/py_spy-*.whl &&
+        profile=(/tmp/pyspy/bin/py-spy record -r 20 --subprocesses -f raw -o "$OUT/$tag.pyspy.txt" --)
+    fi
+    /usr/bin/time -v "${profile[@]}" python3 -m flows.pipeline --backend namespace \
+      --storage "/tmp/runs-$tag" "$@" >"$OUT/$tag.log" 2>&1
     echo "pipeline exit $?"; kill "$pid"
     grep -E "Elapsed|Maximum resident" "$OUT/$tag.log"
     grep -E "engine auto|generation auto" "$OUT/$tag.log" | head -2  # what auto chose, and why

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -52,7 +53,8 @@ class ScriptedServer:
     - `raw-think`: the reasoning inline in `content` (`RAW_THINK`);
     - anything else: `n` choices, usage with reasoning tokens, and `reasoning_content`;
     - with `return_token_ids` (vLLM's), the prompt's token ids and choice i's `TOKEN_IDS[i]`.
-    Every request body is kept in `requests`.
+    Every request body is kept in `requests`, its headers in `headers` (lower-case names).
+    A `slow` model's replies take 0.2 s (requests overlap).
     """
 
     RAW_THINK = RAW_THINK
@@ -61,6 +63,7 @@ class ScriptedServer:
 
     def __init__(self) -> None:
         self.requests: list[dict] = []
+        self.headers: list[dict] = []
         self._flaky_calls = 0
         server = self
 
@@ -71,6 +74,7 @@ class ScriptedServer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["content-length"])))
                 server.requests.append(body)
+                server.headers.append({k.lower(): v for k, v in self.headers.items()})
                 status, headers, payload = server.reply(body)
                 data = json.dumps(payload).encode()
                 self.send_response(status)
@@ -93,6 +97,8 @@ class ScriptedServer:
             if self._flaky_calls == 2:
                 return 503, {}, {"error": {"message": "overloaded"}}
         n = int(body.get("n") or 1)
+        if body["model"] == "slow":
+            time.sleep(0.2)
         if body["model"] == "no-n" and n > 1:
             return 400, {}, {"error": {"message": "n > 1 is not supported", "code": 400}}
         if body["model"] == "raw-think":  # reasoning inline, as a server without a parser sends

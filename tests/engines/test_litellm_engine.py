@@ -273,3 +273,24 @@ def test_token_ids_from_the_server_give_exact_counts(scripted_server):
     assert [c.completion_tokens for c in row] == [4, 6, 1]
     assert [c.reasoning_tokens for c in row] == [3, 2, 0]
     assert [c.text for c in row] == [f"<think>thought {i}</think>answer {i}" for i in range(3)]
+
+
+def test_requests_to_data_parallel_engines_name_the_least_loaded_one(scripted_server):
+    """Behind `vllm serve --data-parallel-size 4` (ranks 4), each request names the engine
+    with the fewest samples in flight: a request's n samples stay together, the loads even."""
+    from engines.litellm_engine import LiteLLMEngine
+
+    base = {"kind": "litellm", "api_base": scripted_server.api_base, "use_n": True}
+    engine = LiteLLMEngine(EngineConfig(**base, model="openai/slow"), ranks=4)
+    conversations = [[{"role": "user", "content": f"task {i}"}] for i in range(10)]
+    results = engine.generate(conversations, SamplingConfig(n=3, seed=1, max_new_tokens=8))
+    assert all(c.ok for row in results for c in row)
+    ranks = [int(h["x-data-parallel-rank"]) for h in scripted_server.headers]
+    assert sorted(ranks) == [0, 0, 0, 1, 1, 1, 2, 2, 3, 3]  # 10 requests of 3 samples: 9/9/6/6
+    assert engine._in_flight == [0, 0, 0, 0]  # every request's samples released
+    # one engine (or a server that is not vLLM's data-parallel one): no header
+    scripted_server.headers.clear()
+    LiteLLMEngine(EngineConfig(**base, model="openai/any")).generate(
+        conversations[:2], SamplingConfig(n=2, max_new_tokens=8)
+    )
+    assert [h.get("x-data-parallel-rank") for h in scripted_server.headers] == [None, None]

@@ -138,6 +138,7 @@ def test_vllm_serve_mirrors_the_in_process_engine_with_data_parallel_engines():
     # every request asks for its token ids (exact counts); `n` is honoured; all in flight
     assert launch.request_extra == {"extra_body": {"return_token_ids": True}}
     assert (launch.use_n, launch.replicas, launch.concurrency) == (True, 4, 4096)
+    assert launch.route  # each request names its engine: a conversation's samples on one
 
 
 def test_data_parallel_size_resolves_to_the_visible_gpus():
