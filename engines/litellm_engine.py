@@ -56,9 +56,7 @@ class LiteLLMEngine(Engine):
 
     kind = "litellm"
 
-    def __init__(
-        self, config: EngineConfig, *, think_close_id: int | None = None, ranks: int = 1
-    ):
+    def __init__(self, config: EngineConfig, *, think_close_id: int | None = None, ranks: int = 1):
         super().__init__(config)
         self._think_close_id = think_close_id
         self._in_flight = [0] * ranks  # samples in flight per data-parallel engine
