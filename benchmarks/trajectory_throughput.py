@@ -406,7 +406,7 @@ def _run(
         "seconds_total": round(time.perf_counter() - started, 2),
         "engine": "transformers generate_batch (continuous batching)"
         if mode == "continuous"
-        else f"transformers generate (padded batches of at most {args.batch_size} rows)",
+        else f"transformers generate (padded batches of {args.batch_size} conversations)",
         "engine_kind": config.kind,
         "engine_device": str(getattr(inner, "device", "?")),
         "sandbox_backend": backend,
@@ -467,12 +467,7 @@ def build_parser() -> argparse.ArgumentParser:
     arg("--n", type=int, default=16, help="samples per problem (trajectories per problem)")
     arg("--turns", type=int, default=2, help="feedback turns")
     arg("--max-new-tokens", type=int, default=256, help="tokens per turn")
-    arg(
-        "--batch-size",
-        type=int,
-        default=4096,
-        help="rows (conversations x samples) per padded generate call: 256 conversations at n 16",
-    )
+    arg("--batch-size", type=int, default=256, help="conversations per padded generate call")
     arg("--chunk-size", type=int, default=16, help="problems per batch (records land per chunk)")
     arg(
         "--lanes",
@@ -513,7 +508,7 @@ SMOKE = {
     "n": 2,
     "turns": 1,
     "max_new_tokens": 16,
-    "batch_size": 16,
+    "batch_size": 8,
     "chunk_size": 3,
     "hidden": 64,
     "layers": 2,

@@ -95,12 +95,11 @@ class EngineConfig(BaseModel):
         "rejects it (None).",
     )
     batch_size: int = Field(
-        64,
+        8,
         ge=1,
         le=4096,
-        description="transformers: most rows per padded generate() call (a conversation's n "
-        "samples are n rows of one call: 64 rows are 8 conversations at n = 8, 64 at n = 1); "
-        "with a memory budget (GPU, or memory_budget_gb) fewer when they do not fit.",
+        description="transformers: most conversations per padded generate() call (each expands "
+        "to n rows); with a memory budget (GPU, or memory_budget_gb) fewer when they do not fit.",
     )
     memory_fraction: float = Field(
         0.85,

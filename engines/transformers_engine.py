@@ -10,9 +10,7 @@ their noise.
 
 Padded batches are sized by memory (`engines.memory`): on GPU, or with `memory_budget_gb`, the
 conversations are grouped so that each batch's KV cache and activations fit the budget, at most
-`batch_size` rows each (a conversation's n samples are rows of one batch: at n = 1 a batch holds
-`batch_size` conversations, at n = 8 an eighth of them); an out-of-memory error splits the batch
-in halves.
+`batch_size` conversations each; an out-of-memory error splits the batch in halves.
 """
 
 from __future__ import annotations
@@ -119,7 +117,7 @@ class TransformersEngine(Engine):
     def memory_budget(self) -> int | None:
         """Bytes a padded batch may use: on GPU, the free memory (plus what torch's allocator holds
         unused) x `memory_fraction`, at most `memory_budget_gb`; on CPU `memory_budget_gb` or None
-        (no memory rule: batches of `batch_size` rows)."""
+        (no memory rule: batches of `batch_size`, as before)."""
         cap = self.config.memory_budget_gb
         if self.device.type != "cuda":
             return None if cap is None else int(cap * 1e9)
@@ -186,7 +184,7 @@ class TransformersEngine(Engine):
             sampling.max_new_tokens,
             self.footprint,
             budget,
-            max(1, self.config.batch_size // rows),  # conversations
+            self.config.batch_size,
         )
         self.last_plan = plan
         if len(plan) > 1 and budget is not None:

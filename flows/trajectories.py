@@ -123,11 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="vLLM: generate on N GPUs, one engine each (engine.data_parallel_size; default: "
         "every visible GPU)",
     )
-    arg(
-        "--batch-size",
-        type=int,
-        help="rows per generate call (transformers; a conversation's n samples are n rows: 64)",
-    )
+    arg("--batch-size", type=int, help="conversations per generate call (transformers)")
     arg("--continuous-batching", action="store_true", help="transformers: generate_batch")
     arg("--device", help="transformers: torch device (auto)")
     arg("--dtype", choices=["auto", "float32", "bfloat16", "float16"], help="weights dtype")

@@ -158,7 +158,7 @@ def test_small_budget_splits_a_call_and_keeps_order_and_seeds(base_engine, monke
     assert len(set(lengths)) == len(lengths)  # distinct lengths make the order observable
     footprint = base_engine.footprint
     budget = footprint.batch_bytes(max(lengths), 2 * sampling.n, sampling.max_new_tokens)
-    engine = engine_with(base_engine, batch_size=24, memory_budget_gb=budget / 1e9)
+    engine = engine_with(base_engine, batch_size=8, memory_budget_gb=budget / 1e9)
     calls = record_generate(monkeypatch, engine, sampling.n)
     first = engine.generate(CONVERSATIONS, sampling)
     check_rows(engine, first, sampling)
@@ -168,13 +168,10 @@ def test_small_budget_splits_a_call_and_keeps_order_and_seeds(base_engine, monke
         assert footprint.batch_bytes(width, len(group) * 3, 12) <= engine.memory_budget()
     again = engine.generate(CONVERSATIONS, sampling)
     assert [[c.text for c in r] for r in again] == [[c.text for c in r] for r in first]
-    # no budget on CPU: batches of batch_size rows, a conversation's n samples in one
+    # no budget on CPU: one batch of batch_size, as before
     calls.clear()
-    engine_with(base_engine, batch_size=24).generate(CONVERSATIONS, sampling)
+    engine_with(base_engine, batch_size=8).generate(CONVERSATIONS, sampling)
     assert calls == [len(CONVERSATIONS)]
-    calls.clear()
-    engine_with(base_engine, batch_size=7).generate(CONVERSATIONS, sampling)  # 2 x 3 rows
-    assert calls == [2] * (len(CONVERSATIONS) // 2) + [1] * (len(CONVERSATIONS) % 2)
 
 
 def test_budget_below_one_conversation_raises_before_generating(base_engine, monkeypatch):
@@ -189,7 +186,7 @@ def test_budget_below_one_conversation_raises_before_generating(base_engine, mon
 
 def test_out_of_memory_halves_the_batch(base_engine, monkeypatch):
     sampling = SamplingConfig(n=2, max_new_tokens=10, seed=1)
-    engine = engine_with(base_engine, batch_size=10)
+    engine = engine_with(base_engine, batch_size=8)
 
     def oom_above_two(rows):
         return torch.cuda.OutOfMemoryError("CUDA out of memory.") if rows > 2 else None
@@ -202,7 +199,7 @@ def test_out_of_memory_halves_the_batch(base_engine, monkeypatch):
 
 def test_other_errors_still_isolate_each_conversation(base_engine, monkeypatch):
     sampling = SamplingConfig(n=2, max_new_tokens=10, seed=1)
-    engine = engine_with(base_engine, batch_size=10)
+    engine = engine_with(base_engine, batch_size=8)
 
     def fail(rows):
         if rows > 1:
