@@ -94,12 +94,13 @@ class EngineConfig(BaseModel):
         "try `n` and fall back to single requests when the server returns fewer choices or "
         "rejects it (None).",
     )
-    batch_size: int = Field(
-        8,
+    batch_size: int | None = Field(
+        None,
         ge=1,
         le=4096,
         description="transformers: most conversations per padded generate() call (each expands "
-        "to n rows); with a memory budget (GPU, or memory_budget_gb) fewer when they do not fit.",
+        "to n rows); None: 8 on CPU, on GPU as many as the memory budget holds. With a memory "
+        "budget (GPU, or memory_budget_gb) fewer when they do not fit.",
     )
     memory_fraction: float = Field(
         0.85,

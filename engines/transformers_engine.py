@@ -10,7 +10,10 @@ their noise.
 
 Padded batches are sized by memory (`engines.memory`): on GPU, or with `memory_budget_gb`, the
 conversations are grouped so that each batch's KV cache and activations fit the budget, at most
-`batch_size` conversations each; an out-of-memory error splits the batch in halves.
+`batch_size` conversations each (default: 8 on CPU, where a step costs in proportion to its rows
+and a batch runs until its longest row; on GPU the memory budget alone, where a step of a small
+model costs about the same for 8 rows as for 500); an out-of-memory error splits the batch in
+halves.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ from .keyed_sampling import KeyedSampler, row_keys
 from .memory import FIXES, Footprint, check_fits, is_out_of_memory, plan_batches
 
 log = logging.getLogger(__name__)
+
+# Default conversations per padded batch. CPU: a decoding step costs in proportion to its rows
+# and a batch runs until its longest row, so small batches (the embedded default's feedback turns
+# generated in 18.3 s with 8, 24.1 s with 64 single-sample conversations: docs/PIPELINE.md). GPU:
+# a small model's step costs about the same for 8 rows as for hundreds, so as many as the memory
+# plan holds (the same turns took 57 s in batches of 8 on an H100: docs/SCALING.md).
+CPU_BATCH = 8
+GPU_BATCH = 4096
 
 
 class TransformersEngine(Engine):
@@ -114,6 +125,13 @@ class TransformersEngine(Engine):
             torch.manual_seed(seed)
             yield
 
+    def batch_cap(self) -> int:
+        """Most conversations of one padded generate call: `batch_size`, else the device's
+        default (`CPU_BATCH` on CPU; on GPU the memory plan decides, up to `GPU_BATCH`)."""
+        if self.config.batch_size is not None:
+            return self.config.batch_size
+        return CPU_BATCH if self.device.type == "cpu" else GPU_BATCH
+
     def memory_budget(self) -> int | None:
         """Bytes a padded batch may use: on GPU, the free memory (plus what torch's allocator holds
         unused) x `memory_fraction`, at most `memory_budget_gb`; on CPU `memory_budget_gb` or None
@@ -184,7 +202,7 @@ class TransformersEngine(Engine):
             sampling.max_new_tokens,
             self.footprint,
             budget,
-            self.config.batch_size,
+            self.batch_cap(),
         )
         self.last_plan = plan
         if len(plan) > 1 and budget is not None:

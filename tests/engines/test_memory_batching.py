@@ -214,3 +214,22 @@ def test_other_errors_still_isolate_each_conversation(base_engine, monkeypatch):
     fail.alone = 0  # one conversation alone runs out of memory: recorded, with the fixes
     (row,) = engine.generate(CONVERSATIONS[:1], sampling)
     assert len(row) == 2 and all(c.error and "SamplingConfig.n" in c.error for c in row)
+
+
+def test_default_batch_is_small_on_cpu_and_the_memory_plan_on_gpu(base_engine, monkeypatch):
+    """CPU: 8 conversations a call (a step costs in proportion to its rows). GPU: no count
+    below the memory plan's (single-sample feedback turns in batches of 8 left an H100 idle);
+    a batch_size given wins on both."""
+    from engines.transformers_engine import CPU_BATCH, GPU_BATCH
+
+    engine = engine_with(base_engine)
+    assert engine.config.batch_size is None
+    calls = record_generate(monkeypatch, engine, 1)
+    engine.generate(CONVERSATIONS * 2, SamplingConfig(n=1, max_new_tokens=4, seed=0))
+    assert calls == [CPU_BATCH, 2 * len(CONVERSATIONS) - CPU_BATCH]
+    engine.device = torch.device("cuda")  # the rule alone: this machine has no GPU
+    assert engine.batch_cap() == GPU_BATCH > CPU_BATCH
+    pinned = engine_with(base_engine, batch_size=3)
+    assert pinned.batch_cap() == 3
+    pinned.device = torch.device("cuda")
+    assert pinned.batch_cap() == 3
