@@ -69,7 +69,11 @@ def save_policy(
             trainer.model.merge_and_unload().save_pretrained(str(output_dir))
             cast_saved(output_dir, numerics)
     else:
-        state = trainer.accelerator.get_state_dict(trainer.model)
+        # under DeepSpeed the engine gathers ZeRO-3's shards (as transformers' own save_model)
+        deepspeed = getattr(trainer, "is_deepspeed_enabled", False)
+        state = trainer.accelerator.get_state_dict(
+            trainer.deepspeed if deepspeed else trainer.model
+        )
         if main:
             dtype = getattr(torch, numerics.saved)
             state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
