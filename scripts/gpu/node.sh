@@ -23,8 +23,9 @@
 #   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
 #                                       # 6,144-token responses, 16 samples) via flows.training
 #
-# Measured on 2026-11-27 (docs/SCALING.md): every phase but rollouts (4x H100: c, paper,
-# scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3 steps).
+# Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
+# rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
+# steps). `rollouts` took 546 s, `rollouts4` 290 s (a fresh machine: the bundle's three calls first).
 #
 # Reports: benchmarks/grpo_step_report.py over each training stage (tokens/s/GPU, time split,
 # MFU, peak memory per GPU); docs/SCALING.md has the figures.
