@@ -12,8 +12,11 @@ logs it as `kl`. The policy's per-token log-probabilities come from the loss's o
 (captured, not recomputed), so k2 costs no extra forward. With `kl_estimator="k3"` it is TRL's
 trainer unchanged.
 
-With `trim_padding` it also runs its forward passes with less padding (`cobalt.training.padding`:
-micro-batches of similar length, each forward cut to its chunk's own longest sequence).
+Its micro-batches (`cobalt.training.padding.optimizer_windows`): each optimizer step of a
+generation batch trains on the same completions whatever the number of processes (global row g in
+step g mod W, in place of TRL's per-process shuffle); with `trim_padding`, rows of similar length
+share a micro-batch within an optimizer step, and each forward is cut to its chunk's own longest
+sequence.
 
 It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
 prompts to a `rollout_func`): the multi-turn rollout finds each conversation's problem by them,
@@ -27,7 +30,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from cobalt.training.padding import REORDERABLE_LOSSES, by_length, trimmed_logps
+from cobalt.training.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
 
 K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
 
@@ -92,21 +95,25 @@ class CobaltGRPOTrainer(GRPOTrainer):
         return all(kwargs[k] is None for k in extra)
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
-        reorder = (
-            self.trim_padding
-            and self.model.training
-            and self.loss_type in REORDERABLE_LOSSES
-            and self.args.steps_per_generation > 1
-        )
-        if not reorder:
+        steps, accumulation = self.args.steps_per_generation, self.args.gradient_accumulation_steps
+        if not self.model.training or steps % accumulation:
+            # evaluation, or optimizer steps that straddle generation batches: TRL's own split
             return super()._prepare_inputs(generation_batch)
-        every = self.args.steps_per_generation * self.num_iterations
-        fresh = self._step % every == 0 or self._buffered_inputs is None
-        inputs = super()._prepare_inputs(generation_batch)
-        if fresh:  # a new generation batch: its micro-batches by completion length
-            self._buffered_inputs = by_length(self._buffered_inputs)
-            inputs = self._buffered_inputs[self._step % self.args.steps_per_generation]
-        return inputs
+        every = steps * self.num_iterations
+        if self._step % every == 0 or self._buffered_inputs is None:
+            batch = self._generate_and_score_completions(generation_batch)
+            if batch.get("pixel_values") is not None:  # images: TRL's split, by image grid
+                self._buffered_inputs = _trl_split(batch, steps)
+                return self._buffered_inputs[self._step % steps]
+            rows = len(batch["completion_mask"])
+            self._buffered_inputs = optimizer_windows(
+                batch,
+                micro_batches=steps,
+                windows=steps // accumulation,
+                offset=self.accelerator.process_index * rows,
+                by_length=self.trim_padding and self.loss_type in REORDERABLE_LOSSES,
+            )
+        return self._buffered_inputs[self._step % steps]
 
     def _compute_loss(self, model: Any, inputs: dict[str, Any]):
         if self.kl_estimator == "k3" or self.beta == 0.0:
@@ -147,3 +154,16 @@ class CobaltGRPOTrainer(GRPOTrainer):
         # dr_grpo
         total = per_token.size(0) * self.max_completion_length
         return (per_token * mask).sum() / total / accumulation
+
+
+def _trl_split(batch: dict[str, Any], steps: int) -> list[dict[str, Any]]:
+    """TRL 1.16's own shuffle and split of a generation batch (kept for image inputs)."""
+    from trl.trainer.utils import (
+        shuffle_sequence_dict,
+        split_pixel_values_by_grid,
+        split_tensor_dict,
+        unsplit_pixel_values_by_grid,
+    )
+
+    batch = shuffle_sequence_dict(split_pixel_values_by_grid(batch))
+    return [unsplit_pixel_values_by_grid(b) for b in split_tensor_dict(batch, steps)]

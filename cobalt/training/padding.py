@@ -1,18 +1,29 @@
-"""Less padding in GRPO's forward and backward passes (issue 38: tokens/s at verl's shape).
+"""The micro-batches of a GRPO generation batch, and less padding in their forward and backward
+passes (issues 38 and 45).
 
-TRL pads a process's whole generation batch to its longest completion (and prompt), then runs
-every forward pass (the reference model's over the whole batch, the policy's over each
-micro-batch) at that width. With responses of mean 200 and a cap of 1024 tokens, a micro-batch
-is ~4x padding. Two exact changes (`CobaltGRPOTrainer` applies them, `trim_padding`):
+TRL pads a process's whole generation batch to its longest completion (and prompt), shuffles it
+and cuts it into `steps_per_generation` micro-batches, `gradient_accumulation_steps` of them an
+optimizer step. `optimizer_windows` cuts it instead:
 
-- `by_length`: the micro-batches of one generation batch hold rows of similar completion length
-  (sorted, then cut where TRL cuts). With a loss normalised over the whole generation batch
-  (dapo, cispo, vespo: TRL's token count `num_items_in_batch`) or by equal-size micro-batches
-  (grpo, sapo, dr_grpo) the gradient of the optimizer step is the same sum in another order.
-- `trimmed_logps`: each forward pass runs on length-sorted chunks cut to their own longest
-  completion (trailing padding) and prompt (leading padding); the log-probabilities land back in
-  the full-width tensor (0 past a chunk's longest completion; padding, masked out by every loss). Causal attention never
-  looks ahead, and a uniform shift of positions leaves rotary attention unchanged.
+- Which optimizer step a completion belongs to depends only on its place in the *global*
+  generation batch (row g goes to step g mod W, W the optimizer steps of one generation batch),
+  never on how many processes share the batch: one process and N processes train each step on
+  the same completions (TRL's shuffle draws a different split on every layout, so with two
+  optimizer steps a generation batch, as the paper preset has, N GPUs did not compute what one
+  computes). The completions of one prompt are i.i.d. samples and TRL's sampler shuffles the
+  prompts, so the split is as random as TRL's, and every step holds its share of each group.
+- Within an optimizer step (its accumulation window) only, the rows may be regrouped by completion
+  length, longest first (`by_length`). The step's gradient is the same sum in another order for
+  losses normalised over the generation batch (dapo, cispo, vespo: TRL's token count
+  `num_items_in_batch`) or by equal-size micro-batches (grpo, sapo, dr_grpo). Sorting the whole
+  buffer instead gave the first optimizer step all the long completions and the second all the
+  short ones, which TRL's dapo normaliser (each step assumed to hold 1/W of the tokens) then
+  weighted unequally.
+
+`trimmed_logps`: each forward pass runs on length-sorted chunks cut to their own longest
+completion (trailing padding) and prompt (leading padding); the log-probabilities land back in the
+full-width tensor (0 past a chunk's longest completion; padding, masked out by every loss). Causal
+attention never looks ahead, and a uniform shift of positions leaves rotary attention unchanged.
 
 verl and NeMo-RL remove padding altogether (sequences packed into one row with per-sequence
 attention); this keeps TRL's layout and gets most of the saving with sorted micro-batches.
@@ -20,7 +31,7 @@ attention); this keeps TRL's layout and gets most of the saving with sorted micr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -30,27 +41,45 @@ REORDERABLE_LOSSES = ("dapo", "cispo", "vespo", "grpo", "sapo", "dr_grpo")
 Compute = Callable[..., tuple[torch.Tensor, torch.Tensor | None, Any]]
 
 
-def by_length(batches: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows of equal-size micro-batches regrouped by completion length, longest first, in as
-    many micro-batches of the same sizes. Scalars (TRL's `num_items_in_batch`) are kept."""
-    if len(batches) < 2:
-        return list(batches)
-    merged: dict[str, Any] = {}
-    for key, first in batches[0].items():
-        values = [b[key] for b in batches]
-        if first is None or (isinstance(first, torch.Tensor) and first.ndim == 0):
-            merged[key] = first
-        elif isinstance(first, torch.Tensor):
-            merged[key] = torch.cat(values)
-        else:
-            merged[key] = [v for value in values for v in value]
-    order = torch.argsort(merged["completion_mask"].sum(1), descending=True, stable=True)
-    size = len(order) // len(batches)
-    out = []
-    for i in range(len(batches)):
-        rows = order[i * size : (i + 1) * size]
-        out.append({key: _rows(value, rows) for key, value in merged.items()})
-    return out
+def optimizer_windows(
+    batch: dict[str, Any],
+    *,
+    micro_batches: int,
+    windows: int,
+    offset: int,
+    by_length: bool,
+) -> list[dict[str, Any]]:
+    """A process's generation batch (rows `offset` .. `offset + n` of the global one) as
+    `micro_batches` equal micro-batches, `micro_batches // windows` per optimizer step: global row
+    g goes to step g mod `windows`; within a step, longest completion first when `by_length`.
+    Scalars (TRL's `num_items_in_batch`) are kept in every micro-batch."""
+    rows = _row_count(batch)
+    if micro_batches < 1 or windows < 1 or micro_batches % windows or rows % micro_batches:
+        raise ValueError(
+            f"{rows} rows do not split into {micro_batches} micro-batches of {windows} "
+            "optimizer steps"
+        )
+    if offset % windows:
+        raise ValueError(f"offset {offset} is not a multiple of {windows} optimizer steps")
+    lengths = batch["completion_mask"].sum(1).tolist() if by_length else None
+    order: list[int] = []
+    for window in range(windows):
+        members = [i for i in range(rows) if (offset + i) % windows == window]
+        if lengths is not None:
+            members.sort(key=lambda i: -lengths[i])  # stable: ties keep their order
+        order += members
+    size = rows // micro_batches
+    return [
+        {key: _rows(value, torch.tensor(order[k * size : (k + 1) * size])) for key, value in batch.items()}
+        for k in range(micro_batches)
+    ]
+
+
+def _row_count(batch: dict[str, Any]) -> int:
+    for value in batch.values():
+        if isinstance(value, torch.Tensor) and value.ndim > 0 or isinstance(value, list):
+            return len(value)
+    raise ValueError("a generation batch without rows")
 
 
 def _rows(value: Any, rows: torch.Tensor) -> Any:

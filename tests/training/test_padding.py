@@ -1,13 +1,14 @@
-"""Less padding in GRPO's forward passes (cobalt/training/padding.py): the trimmed, length-sorted
-forward gives the log-probabilities of the padded one on a real (tiny) model, and regrouping the
-micro-batches by length keeps every row once, with micro-batches of similar length."""
+"""GRPO's micro-batches and less padding in their forward passes (cobalt/training/padding.py): the
+trimmed, length-sorted forward gives the log-probabilities of the padded one on a real (tiny)
+model; each optimizer step of a generation batch holds the same completions on one process as on
+several, every row once, regrouped by length only inside its own step."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from cobalt.training.padding import by_length, trimmed_logps
+from cobalt.training.padding import optimizer_windows, trimmed_logps
 
 
 def padded_batch(vocab: int, rows: int = 7, prompt: int = 9, completion: int = 12):
@@ -52,23 +53,71 @@ def test_trimmed_forward_gives_the_padded_forwards_log_probabilities(tmp_path) -
     assert len(calls) == 3 and max(calls) <= ids.size(1) and min(calls) < ids.size(1)
 
 
-def test_micro_batches_regrouped_by_length_keep_every_row_once() -> None:
-    _, mask, keep = padded_batch(100, rows=8)
-    rows = torch.arange(8)
-    batches = [
-        {"completion_mask": mask[i : i + 2, -keep:], "row": rows[i : i + 2],
-         "names": [f"r{j}" for j in range(i, i + 2)], "num_items_in_batch": torch.tensor(42)}
-        for i in range(0, 8, 2)
+def generation_batch(rows: int = 16, first: int = 0) -> dict:
+    """TRL's buffer for global rows first .. first + rows: row r's completion is 1 + (7 r mod 12)
+    tokens long."""
+    _, mask, keep = padded_batch(100, rows=first + rows)
+    return {
+        "completion_mask": mask[first:, -keep:],
+        "row": torch.arange(first, first + rows),
+        "names": [f"r{j}" for j in range(first, first + rows)],
+        "num_items_in_batch": torch.tensor(42),
+    }
+
+
+def steps_of(micro_batches: list[dict], accumulation: int) -> list[list[int]]:
+    """The global rows of each optimizer step (`accumulation` micro-batches each)."""
+    return [
+        sorted(r for b in micro_batches[k : k + accumulation] for r in b["row"].tolist())
+        for k in range(0, len(micro_batches), accumulation)
+    ]
+
+
+@pytest.mark.parametrize("by_length", [False, True])
+def test_each_optimizer_step_trains_on_the_same_rows_on_one_process_and_on_two(by_length) -> None:
+    """The paper preset's shape: two optimizer steps per generation batch. One process holding
+    all 16 rows and two processes holding 8 each put the same rows in each step."""
+    one = optimizer_windows(
+        generation_batch(16), micro_batches=4, windows=2, offset=0, by_length=by_length
+    )
+    halves = [
+        optimizer_windows(
+            generation_batch(8, first), micro_batches=2, windows=2, offset=first,
+            by_length=by_length,
+        )
+        for first in (0, 8)
     ]  # fmt: skip
-    regrouped = by_length(batches)
-    assert [len(b["row"]) for b in regrouped] == [2, 2, 2, 2]
-    seen = torch.cat([b["row"] for b in regrouped])
-    assert sorted(seen.tolist()) == list(range(8))
-    assert [n for b in regrouped for n in b["names"]] == [f"r{i}" for i in seen.tolist()]
-    lengths = [b["completion_mask"].sum(1).tolist() for b in regrouped]
-    flat = [x for pair in lengths for x in pair]
-    assert flat == sorted(flat, reverse=True)
-    assert all(b["num_items_in_batch"].item() == 42 for b in regrouped)
+    one_steps = steps_of(one, 2)
+    two_steps = [sorted(a + b) for a, b in zip(*(steps_of(h, 1) for h in halves), strict=True)]
+    assert one_steps == two_steps == [list(range(0, 16, 2)), list(range(1, 16, 2))]
+
+
+def test_length_regrouping_stays_inside_each_optimizer_step() -> None:
+    """Sorting the whole buffer (the old `by_length`) gave step 1 every long completion and step 2
+    every short one; now each step keeps its rows, longest first inside it, every row once."""
+    batch = generation_batch(16)
+    micro = optimizer_windows(batch, micro_batches=4, windows=2, offset=0, by_length=True)
+    assert [len(b["row"]) for b in micro] == [4, 4, 4, 4]
+    seen = torch.cat([b["row"] for b in micro]).tolist()
+    assert sorted(seen) == list(range(16))
+    assert [n for b in micro for n in b["names"]] == [f"r{i}" for i in seen]
+    assert all(b["num_items_in_batch"].item() == 42 for b in micro)
+    lengths = batch["completion_mask"].sum(1)
+    for k, step in enumerate(steps_of(micro, 2)):
+        assert all(r % 2 == k for r in step)
+        inside = [n for b in micro[2 * k : 2 * k + 2] for n in b["completion_mask"].sum(1).tolist()]
+        assert inside == sorted(inside, reverse=True)
+    tokens = [int(lengths[step].sum()) for step in steps_of(micro, 2)]
+    ranked = sorted(lengths.tolist(), reverse=True)
+    whole_buffer_sort = [sum(ranked[:8]), sum(ranked[8:])]
+    assert tokens == [40, 60] and whole_buffer_sort == [75, 25]
+
+
+def test_a_batch_that_does_not_split_is_refused() -> None:
+    with pytest.raises(ValueError, match="do not split"):
+        optimizer_windows(generation_batch(6), micro_batches=4, windows=2, offset=0, by_length=True)
+    with pytest.raises(ValueError, match="offset"):
+        optimizer_windows(generation_batch(8), micro_batches=2, windows=2, offset=3, by_length=False)
 
 
 @pytest.mark.timeout(300)
