@@ -70,14 +70,17 @@ def optimizer_windows(
         order += members
     size = rows // micro_batches
     return [
-        {key: _rows(value, torch.tensor(order[k * size : (k + 1) * size])) for key, value in batch.items()}
+        {
+            key: _rows(value, torch.tensor(order[k * size : (k + 1) * size]))
+            for key, value in batch.items()
+        }
         for k in range(micro_batches)
     ]
 
 
 def _row_count(batch: dict[str, Any]) -> int:
     for value in batch.values():
-        if isinstance(value, torch.Tensor) and value.ndim > 0 or isinstance(value, list):
+        if (isinstance(value, torch.Tensor) and value.ndim > 0) or isinstance(value, list):
             return len(value)
     raise ValueError("a generation batch without rows")
 

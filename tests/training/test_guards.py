@@ -64,7 +64,9 @@ def test_a_void_step_leaves_adamw_weights_exactly_as_they_were() -> None:
     for p, q in zip(model.parameters(), model_with_grads(float("nan")).parameters(), strict=True):
         p.grad = q.grad
     control = SimpleNamespace(should_training_stop=False)
-    NonFiniteGuard().on_pre_optimizer_step(None, SimpleNamespace(global_step=1), control, model=model)
+    NonFiniteGuard().on_pre_optimizer_step(
+        None, SimpleNamespace(global_step=1), control, model=model
+    )
     optimizer.step()
     assert all(torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
 

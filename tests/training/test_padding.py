@@ -117,7 +117,9 @@ def test_a_batch_that_does_not_split_is_refused() -> None:
     with pytest.raises(ValueError, match="do not split"):
         optimizer_windows(generation_batch(6), micro_batches=4, windows=2, offset=0, by_length=True)
     with pytest.raises(ValueError, match="offset"):
-        optimizer_windows(generation_batch(8), micro_batches=2, windows=2, offset=3, by_length=False)
+        optimizer_windows(
+            generation_batch(8), micro_batches=2, windows=2, offset=3, by_length=False
+        )
 
 
 @pytest.mark.timeout(300)
