@@ -113,12 +113,18 @@ class OfflineSettings(BaseModel):
         None, gt=0, description="Default: the preset's (paper 1e-6, tiny 1e-5)."
     )
     epochs: float = Field(1.0, gt=0, description="Passes over the rows (unless max_steps).")
-    batch_size: int = Field(8, ge=1, description="Rows per device and micro-batch.")
+    batch_size: int = Field(
+        8,
+        ge=1,
+        description="Rows per micro-batch (on several processes, at most rows per step / "
+        "processes).",
+    )
     gradient_accumulation_steps: int | None = Field(
         None,
         ge=1,
-        description="Micro-batches per optimizer step (default: tiny 1; paper 1024 rows per "
-        "step, SPEC §1.6's mini-batch of 64 prompts x 16 samples: 1024 // batch_size).",
+        description="Micro-batches per optimizer step on one process: rows per step = "
+        "batch_size x this, the same on any number of processes, which share them (default: "
+        "tiny 1; paper 1024 rows per step, SPEC §1.6's mini-batch of 64 prompts x 16 samples).",
     )
     max_length: int | None = Field(
         None,
@@ -343,15 +349,14 @@ class TrainingConfig(BaseModel):
 
         gpu = torch.cuda.is_available()
         o, preset = self.offline, self.defaults()
-        rows = preset.offline_rows_per_step
+        micro, accumulation = self.offline_micro_batches()
         kwargs: dict[str, Any] = {
             "output_dir": str(output_dir),
             "learning_rate": o.learning_rate or preset.offline_learning_rate,
             "max_grad_norm": 1.0,
             "num_train_epochs": o.epochs,
-            "per_device_train_batch_size": o.batch_size,
-            "gradient_accumulation_steps": o.gradient_accumulation_steps
-            or (max(1, rows // o.batch_size) if rows else 1),
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": accumulation,
             "seed": self.seed,
             "data_seed": self.seed,
             "logging_steps": 1,
@@ -368,6 +373,32 @@ class TrainingConfig(BaseModel):
         if self.save_steps is not None:
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
         return kwargs | self.numerics_kwargs() | self.overrides
+
+    def offline_rows_per_step(self) -> int:
+        """Rows of one offline optimizer step, whatever the number of processes: batch_size x
+        gradient_accumulation_steps when set, else the preset's (paper 1024), else one
+        micro-batch of batch_size."""
+        o = self.offline
+        if o.gradient_accumulation_steps is not None:
+            return o.batch_size * o.gradient_accumulation_steps
+        return self.defaults().offline_rows_per_step or o.batch_size
+
+    def offline_micro_batches(self) -> tuple[int, int]:
+        """(rows per micro-batch, micro-batches per step) of each process: the step's rows
+        shared by the processes, in micro-batches of at most batch_size. ShardingError when
+        they do not split evenly."""
+        rows, processes = self.offline_rows_per_step(), self.num_processes
+        share, rest = divmod(rows, processes)
+        micro = min(self.offline.batch_size, share)
+        if rest or not micro or share % micro:
+            raise ShardingError(
+                f"training.offline: {rows} rows per optimizer step (batch_size "
+                f"{self.offline.batch_size} x gradient accumulation) do not split over "
+                f"{processes} processes in micro-batches of at most {self.offline.batch_size}: "
+                f"use --gpus {_divisors(rows)}, or set training.offline.batch_size and "
+                "gradient_accumulation_steps so that rows per step divide by the processes"
+            )
+        return micro, share // micro
 
     def training_arguments(self, output_dir: str | Path) -> Any:
         """The offline mode's `TrainingArguments`; an override that is a GRPO setting (or no
@@ -418,12 +449,10 @@ class TrainingConfig(BaseModel):
         if preset.prompts_per_step:
             step = preset.prompts_per_step
             if step % self.num_processes:
-                *most, last = [str(d) for d in range(1, step + 1) if step % d == 0]
-                divisors = f"{', '.join(most)} or {last}"
                 raise ShardingError(
                     f"training.num_processes {self.num_processes}: the {self.preset} preset's step "
                     f"of {step} prompts x {kwargs['num_generations']} samples must split evenly "
-                    f"over the processes: use --gpus {divisors}"
+                    f"over the processes: use --gpus {_divisors(step)}"
                 )
             kwargs["gradient_accumulation_steps"] = step // self.num_processes
         if self.max_steps is not None:
@@ -492,3 +521,9 @@ class TrainingConfig(BaseModel):
                 "vllm_server_base_url": self.vllm_server_base_url,
             }
         return {"use_transformers_paged": mode == "paged"}
+
+
+def _divisors(n: int, most: int = 64) -> str:
+    """'1, 2, 4 or 8': the process counts (up to `most`) that divide n."""
+    *first, last = [str(d) for d in range(1, min(n, most) + 1) if n % d == 0]
+    return f"{', '.join(first)} or {last}" if first else last

@@ -13,7 +13,9 @@ completion exceed `max_length` tokens are dropped, never cut.
 
 Objectives, with l_t = log pi(y_t | x, y_<t) of completion token t under the policy (temperature 1)
 and A the row's leave-one-out advantage; every loss is a token-level mean over the completion
-tokens of the micro-batch (as TRL's "dapo" loss), averaged over gradient-accumulation steps:
+tokens of the whole optimizer step (as TRL's "dapo" loss: the step's token count taken over every
+micro-batch of its accumulation window and every process), so a step's gradient is the same on one
+process as on N, whatever its micro-batches:
 
 - `reinforce_loo`: -A * l_t (REINFORCE with the leave-one-out baseline, "Buy 4 REINFORCE
   samples"); row weight w = 1.
@@ -25,7 +27,10 @@ tokens of the micro-batch (as TRL's "dapo" loss), averaged over gradient-accumul
   the first step, under the same precision as training, and carried in the dataset's
   `ref_logprobs` column; a resumed run computes them again from the same starting weights. At the
   first step r = 1 and the gradient is REINFORCE's; the clip bounds how far later steps and epochs
-  move each token's probability from the reference. The logged turns were sampled at temperature
+  move each token's probability from the reference. The reference log-probabilities are the same
+  numbers in every process: each computes them for every row on a plain copy of the starting
+  policy on its own device, before the trainer shards the model (FSDP and ZeRO-3 place it only when
+  training starts), so a pass takes as long on N processes as on one. The logged turns were sampled at temperature
   0.6 / top-p 0.95, so l_ref is not the behaviour policy's probability: the ratio is a trust
   region around the starting policy, not an importance correction for the sampling.
 
@@ -80,10 +85,13 @@ def offline_loss(
     advantages: Any,
     settings: OfflineSettings,
     ref_logprobs: Any | None = None,
+    normalizer: Any | None = None,
 ) -> tuple[Any, dict[str, float]]:
     """The objective's loss and its metrics. `logprobs` [B, T]: the policy's log-probability of
     each target token; `mask` [B, T]: 1 on completion tokens; `advantages` [B]; `ref_logprobs`
-    [B, T] (clipped_ratio only)."""
+    [B, T] (clipped_ratio only); `normalizer`: what the token sum is divided by (the trainer's
+    share of the optimizer step's tokens; None: this micro-batch's own tokens, a token mean).
+    Metrics are this micro-batch's."""
     import torch
 
     mask = mask.to(logprobs.dtype)
@@ -123,7 +131,7 @@ def offline_loss(
         k3 = (torch.exp(back) - back - 1.0) * mask
         metrics["kl_ref"] = float(k3.sum() / tokens)
         metrics["logprob_drift"] = float(-back.sum() / tokens)
-    loss = (per_token * mask).sum() / tokens
+    loss = (per_token * mask).sum() / (tokens if normalizer is None else normalizer)
     row_logprob = (logprobs.detach() * mask).sum(dim=1) / row_tokens
     for name, rows in (("logprob_positive", adv > 0), ("logprob_negative", adv < 0)):
         if bool(rows.any()):
@@ -278,20 +286,37 @@ class OfflineTrainer(Trainer):
     def __init__(self, *args: Any, settings: OfflineSettings, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.settings = settings
-        self.model_accepts_loss_kwargs = False  # the loss is a mean: divide by accumulation
+        # the loss is already divided by the step's tokens (num_items_in_batch): the Trainer
+        # must not divide it again by the accumulation steps
+        self.model_accepts_loss_kwargs = True
         self._metrics: dict[str, list[float]] = defaultdict(list)
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: Any) -> Any:
+        """The completion tokens of the optimizer step: every micro-batch of its accumulation
+        window, summed over the processes."""
+        import torch
+
+        count = sum(b["completion_mask"][:, 1:].sum() for b in batch_samples)
+        count = torch.as_tensor(count, device=device).reshape(1)
+        if self.accelerator.num_processes > 1:
+            count = self.accelerator.gather(count).sum()
+        return count.sum()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         logits = model(
             input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"]
         ).logits
         logprobs = token_logprobs(model, inputs, logits)
+        normalizer = None
+        if num_items_in_batch is not None:  # the processes' gradients are averaged
+            normalizer = num_items_in_batch.clamp(min=1) / self.accelerator.num_processes
         loss, metrics = offline_loss(
             logprobs,
             inputs["completion_mask"][:, 1:],
             inputs["advantages"],
             self.settings,
             inputs.get("ref_logprobs"),
+            normalizer,
         )
         metrics["reward"] = float(inputs["rewards"].mean())
         if self.settings.diagnostics:
@@ -307,37 +332,52 @@ class OfflineTrainer(Trainer):
         super().log(logs, start_time)
 
 
-def add_reference_logprobs(trainer: OfflineTrainer, batch_size: int) -> float:
-    """Compute the starting policy's completion log-probabilities once (no gradient, eval mode,
-    the training precision) into the dataset's `ref_logprobs` column, in batches of rows of
-    similar length (less padding); returns the seconds."""
+def reference_logprobs(
+    model_path: str | Path,
+    numerics: Any,
+    rows: Sequence[dict[str, Any]],
+    batch_size: int,
+    pad_id: int,
+    *,
+    lora: bool = False,
+) -> list[list[float]]:
+    """The starting policy's log-probabilities of each row's completion tokens (no gradient, eval
+    mode, the training precision), on a plain copy of the policy loaded on this process's device
+    and freed after, in batches of rows of similar length (less padding): every process computes
+    the same numbers, and nothing depends on how the trainer later places or shards its model."""
+    import gc
+
     import torch
 
-    started = time.perf_counter()
-    model, args, dataset = trainer.model, trainer.args, trainer.train_dataset
-    collate = OfflineCollator(trainer.data_collator.pad_id)
-    device = args.device
+    from cobalt.training.weights import load_policy
+
+    device = (
+        torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
+    )
+    model = load_policy(model_path, numerics, lora=lora)
+    model.to(device or "cpu").eval()
     autocast = (
-        torch.autocast(device.type, dtype=torch.bfloat16)
-        if args.bf16 and device.type == "cuda"
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if numerics.autocast and device is not None
         else nullcontext()
     )
-    lengths = [len(ids) for ids in dataset["input_ids"]]
-    order = sorted(range(len(dataset)), key=lambda i: lengths[i])
-    values: list[list[float]] = [[] for _ in order]
-    was_training = model.training
-    model.eval()
+    collate = OfflineCollator(pad_id)
+    lengths = [len(row["input_ids"]) for row in rows]
+    order = sorted(range(len(rows)), key=lambda i: lengths[i])
+    values: list[list[float]] = [[] for _ in rows]
     with torch.no_grad(), autocast:
         for start in range(0, len(order), batch_size):
             indices = order[start : start + batch_size]
-            features = [dataset[i] for i in indices]
-            batch = {k: v.to(device) for k, v in collate(features).items()}
+            features = [rows[i] for i in indices]
+            batch = {k: v.to(device or "cpu") for k, v in collate(features).items()}
             logprobs = token_logprobs(model, batch).float().cpu()
             for row, (i, f) in enumerate(zip(indices, features, strict=True)):
                 values[i] = logprobs[row, f["prompt_length"] - 1 : lengths[i] - 1].tolist()
-    model.train(was_training)
-    trainer.train_dataset = dataset.add_column("ref_logprobs", values)
-    return time.perf_counter() - started
+    del model
+    gc.collect()
+    if device is not None:
+        torch.cuda.empty_cache()
+    return values
 
 
 @dataclass
@@ -386,13 +426,29 @@ def train_offline(
             f"{config.max_length()} tokens (training.offline.max_length)"
         )
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
-    args = config.training_arguments(output_dir)
     numerics = numerics_for(
         config.precision,
         model_path,
         gpu=torch.cuda.is_available(),
         mixed=config.defaults().mixed_precision,
     )
+    ref_seconds = None
+    if settings.objective == "clipped_ratio" or settings.diagnostics:
+        started = time.perf_counter()
+        references = reference_logprobs(
+            model_path,
+            numerics,
+            prepared.rows,
+            settings.batch_size,
+            tokenizer.pad_token_id,
+            lora=config.lora is not None,
+        )
+        for row, ref in zip(prepared.rows, references, strict=True):
+            row["ref_logprobs"] = ref
+        ref_seconds = round(time.perf_counter() - started, 3)
+    # the trainer's arguments before the policy's load: under ZeRO-3 they make from_pretrained
+    # partition the weights as it loads them (every process holds only its share)
+    args = config.training_arguments(output_dir)
     model = load_policy(model_path, numerics, lora=config.lora is not None)
     if config.lora:
         from peft import get_peft_model
@@ -411,9 +467,6 @@ def train_offline(
         callbacks=list(callbacks),
         settings=settings,
     )
-    ref_seconds = None
-    if settings.objective == "clipped_ratio" or settings.diagnostics:
-        ref_seconds = round(add_reference_logprobs(trainer, settings.batch_size), 3)
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return OfflineRun(

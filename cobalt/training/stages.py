@@ -82,13 +82,13 @@ OFFLINE_TRAINING_CODE = (
 
 
 # settings of the other kind of mode, left out of a training key (changing them changes nothing);
-# report_to only says where the curves go
+# report_to only says where the curves go. The process count is in every mode's key: a step's
+# rows are the same on any count, their sums' order is not (reduction-order noise)
 _OTHER_MODES = (
     {"offline", "report_to"},
     {
         "generation",
         "vllm_server_base_url",
-        "num_processes",
         "max_prompt_length",
         "report_to",
         "reward",

@@ -107,3 +107,22 @@ def test_offline_refuses_perturbed_mixing() -> None:
     with pytest.raises(ValidationError, match="set it to 0"):
         PipelineParams(training=tiny_training("offline"), bandit=bandit)
     assert PipelineParams(training=tiny_training("offline")).training.mode == "offline"
+
+
+def test_the_process_count_is_part_of_every_modes_training_key() -> None:
+    """Offline training on 2 processes is not read back as the 1-process run (its key used to
+    leave the count out, while the step's rows doubled with it)."""
+    from types import SimpleNamespace
+
+    from cobalt.bandit.dataset import BanditRef
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.stages import TrainingParams, training_spec
+
+    def key(mode: str, processes: int) -> str:
+        params = TrainingParams(training=TrainingConfig(mode=mode, num_processes=processes))
+        ready = SimpleNamespace(model_identity="sha256:m", trajectories=None)
+        dataset = BanditRef(key="d", uri="/d", rows=1, fingerprint="f")
+        return training_spec(params, ready, dataset).key
+
+    for mode in ("offline", "cobalt"):
+        assert key(mode, 1) != key(mode, 2)

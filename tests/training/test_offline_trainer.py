@@ -127,33 +127,26 @@ def test_no_rows_left_says_why(tiny: Path, tmp_path: Path) -> None:
         train_offline(config("reinforce_loo", max_steps=1), zero, tiny, tmp_path / "out")
 
 
-def test_reference_logprobs_match_row_by_row(tiny: Path, tmp_path: Path) -> None:
-    """Computed in length-sorted batches, each row's reference log-probabilities are its own:
-    the same as the row scored alone (padding and batch order change nothing)."""
-    from datasets import Dataset
+def test_reference_logprobs_match_row_by_row(tiny: Path) -> None:
+    """Computed in length-sorted batches on a copy of the starting policy, each row's reference
+    log-probabilities are its own: the same as the row scored alone (padding and batch order
+    change nothing)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from cobalt.training.offline import OfflineTrainer, add_reference_logprobs
+    from cobalt.training.offline import reference_logprobs
+    from cobalt.training.weights import numerics_for
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny))
     eos = end_of_turn_id(tokenizer, tiny)
     texts = [GOOD, BAD, "x", GOOD + "\n" + BAD]
     items = [tokenize_row({**rows()[0], "completion": t}, tokenizer, eos) for t in texts]
-    model = AutoModelForCausalLM.from_pretrained(str(tiny))
-    trainer = OfflineTrainer(
-        model=model,
-        args=config("clipped_ratio").training_arguments(tmp_path / "out"),
-        train_dataset=Dataset.from_list(items),
-        data_collator=OfflineCollator(tokenizer.pad_token_id),
-        processing_class=tokenizer,
-        settings=OfflineSettings(objective="clipped_ratio"),
-    )
-    add_reference_logprobs(trainer, batch_size=3)
-    got = trainer.train_dataset["ref_logprobs"]
+    numerics = numerics_for("fp32", tiny, gpu=False, mixed=False)
+    got = reference_logprobs(tiny, numerics, items, 3, tokenizer.pad_token_id)
+    model = AutoModelForCausalLM.from_pretrained(str(tiny)).eval()
     collate = OfflineCollator(tokenizer.pad_token_id)
     with torch.no_grad():
         for item, ref in zip(items, got, strict=True):
-            alone = token_logprobs(model.eval(), collate([item]))[0, item["prompt_length"] - 1 :]
+            alone = token_logprobs(model, collate([item]))[0, item["prompt_length"] - 1 :]
             assert len(ref) == len(item["input_ids"]) - item["prompt_length"]
             assert ref == pytest.approx(alone.tolist(), abs=1e-4)
 
@@ -219,3 +212,54 @@ def test_every_objective_trains_and_the_objective_matters(tiny: Path, tmp_path: 
         for b in OBJECTIVES:
             if a < b:
                 assert any(not torch.equal(weights[a][k], weights[b][k]) for k in start), (a, b)
+
+
+@pytest.mark.timeout(300)
+def test_a_step_is_the_token_mean_over_its_rows_whatever_its_micro_batches(
+    tiny: Path, tmp_path: Path
+) -> None:
+    """Four rows of different lengths per optimizer step, as one micro-batch of 4 or as two of
+    2 accumulated: the same update (the old mean of micro-batch means weighted the short rows'
+    tokens more in the second layout: the weights parted by ~1e-3)."""
+    from safetensors.torch import load_file
+
+    rows4 = rows() * 2
+    rows4[1] = {**rows4[1], "completion": BAD + " " + BAD + " " + BAD}
+    start = load_file(str(tiny / "model.safetensors"))
+    weights = {}
+    for name, batch, accumulation in (("one", 4, 1), ("two", 2, 2)):
+        settings = OfflineSettings(
+            objective="reinforce_loo",
+            batch_size=batch,
+            gradient_accumulation_steps=accumulation,
+            learning_rate=3e-3,
+        )
+        cfg = TrainingConfig(mode="offline", offline=settings, max_steps=1, report_to=[])
+        cfg = cfg.model_copy(update={"overrides": {"data_seed": 0}})
+        train_offline(cfg, rows4, tiny, tmp_path / name)
+        weights[name] = load_file(str(tmp_path / name / "model.safetensors"))
+    moved = max(float((weights["one"][k] - start[k]).abs().max()) for k in start)
+    parted = max(float((weights["one"][k] - weights["two"][k]).abs().max()) for k in start)
+    assert moved > 1e-3 and parted < 1e-6 * max(1.0, moved * 1e3), (moved, parted)
+
+
+def test_the_rows_of_a_step_are_the_same_on_any_number_of_processes() -> None:
+    """Rows per optimizer step do not grow with the processes: they share them (the offline
+    global batch used to double on two processes), or the config names the fix."""
+    from cobalt.training.sharding import ShardingError
+
+    def step(processes: int, **offline) -> tuple[int, int, int]:
+        cfg = TrainingConfig(
+            mode="offline", num_processes=processes, offline=OfflineSettings(**offline)
+        )
+        micro, accumulation = cfg.offline_micro_batches()
+        return micro, accumulation, micro * accumulation * processes
+
+    assert step(1, batch_size=8) == (8, 1, 8)
+    assert step(2, batch_size=8) == (4, 1, 8)
+    assert step(2, batch_size=4, gradient_accumulation_steps=4) == (4, 2, 16)
+    paper = TrainingConfig(preset="paper", mode="offline", num_processes=4)
+    micro, accumulation = paper.offline_micro_batches()
+    assert (micro, accumulation * micro * 4) == (8, 1024)
+    with pytest.raises(ShardingError, match=r"8 rows per optimizer step .* over 3 processes"):
+        step(3, batch_size=8)
