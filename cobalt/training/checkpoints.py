@@ -1,10 +1,19 @@
 """Checkpoints: the newest complete one in a trainer's output directory (what every trainer
 resumes from), and checkpoints in storage: each one uploaded as the trainer saves it (COMPLETE
 marks a finished upload), and the newest complete one downloaded by a resumed run on another
-machine."""
+machine.
+
+Uploads run off the training's critical path: the main process snapshots a saved checkpoint
+(hard links, no copy: the trainer may delete the checkpoint when a later one replaces it) and
+uploads it on a thread of its own while training goes on; the other processes never wait for it
+in their next collective (an 8B full fine-tuning checkpoint is 131 GB). The end of training waits
+for the uploads still running and raises the first one that failed."""
 
 from __future__ import annotations
 
+import os
+import shutil
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +39,62 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
     return str(max(complete, key=lambda p: int(p.name.removeprefix("checkpoint-"))))
 
 
+UPLOADS = ".uploads"  # in the output directory: snapshots of checkpoints being uploaded
+
+
 def uploader(st: Storage, local: Path, directory: str) -> Any:
-    """A TrainerCallback that uploads each saved checkpoint to `directory` in storage (from the
-    main process only, when training runs on several)."""
+    """A TrainerCallback that uploads each saved checkpoint to `directory` in storage, from the
+    main process only and in the background (the module docstring); `on_train_end` waits for
+    them."""
     from transformers import TrainerCallback
 
     class Uploader(TrainerCallback):
+        def __init__(self) -> None:
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-upload")
+            self.pending: list[Future] = []
+
         def on_save(self, args, state, control, **kwargs):
             name = f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and (local / name).is_dir():
-                st.fs.put(str(local / name), f"{directory}/{name}", recursive=True)
-                st.write_atomic(f"{directory}/{name}/COMPLETE", b"")
+                snapshot = _snapshot(local / name, local / UPLOADS / name)
+                self.pending.append(self.pool.submit(self._upload, snapshot, name))
+
+        def _upload(self, snapshot: Path, name: str) -> None:
+            st.fs.put(str(snapshot), f"{directory}/{name}", recursive=True)
+            st.write_atomic(f"{directory}/{name}/COMPLETE", b"")
+            shutil.rmtree(snapshot, ignore_errors=True)
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.wait()
+
+        def wait(self) -> None:
+            """Every upload finished; the first failure raised."""
+            pending, self.pending = self.pending, []
+            errors = [f.exception() for f in pending]
+            shutil.rmtree(local / UPLOADS, ignore_errors=True)
+            failed = next((e for e in errors if e is not None), None)
+            if failed is not None:
+                raise RuntimeError(
+                    f"a checkpoint upload to {directory} failed: {failed}"
+                ) from failed
 
     return Uploader()
+
+
+def _snapshot(source: Path, target: Path) -> Path:
+    """`source`'s files hard-linked under `target` (copied where links are refused)."""
+    shutil.rmtree(target, ignore_errors=True)
+    for path in sorted(source.rglob("*")):
+        there = target / path.relative_to(source)
+        if path.is_dir():
+            there.mkdir(parents=True, exist_ok=True)
+            continue
+        there.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, there)
+        except OSError:
+            shutil.copy2(path, there)
+    return target
 
 
 def download_last_checkpoint(st: Storage, directory: str, local: Path, logger: Logger) -> None:

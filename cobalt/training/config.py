@@ -50,6 +50,7 @@ from sandbox import SandboxConfig
 
 # GRPOConfig / TrainingArguments fields that other settings own: refused in `overrides`
 OWNED = {
+    "ddp_timeout": "training.collective_timeout_s",
     "bf16": "training.precision (mixed, fp32 or bf16)",
     "fp16": "training.precision (mixed, fp32 or bf16)",
     "report_to": "training.report_to",
@@ -233,6 +234,15 @@ class TrainingConfig(BaseModel):
         description="An accelerate config file of your own instead of the sharding's "
         "(infra/accelerate/*.yaml): several machines, offload.",
     )
+    collective_timeout_s: int = Field(
+        600,
+        ge=10,
+        description="Seconds a training process waits in a collective (a gradient reduction, "
+        "a gather of completions) for the others before the job fails with an error naming "
+        "it: a hung process ends the run in minutes, not transformers' 30. Raise it when one "
+        "process can legitimately stay busy longer than the others (very long generation "
+        "steps).",
+    )
     max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
     generation: Generation = Field(
         "auto",
@@ -243,6 +253,13 @@ class TrainingConfig(BaseModel):
         "generating stages' choice, engines.auto).",
     )
     vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
+    rollout: str | None = Field(
+        None,
+        description="'module:function' naming a TRL rollout_func (rollout(prompts, trainer) -> "
+        "dict of prompt_ids, completion_ids, logprobs) that samples instead of the trainer: "
+        "an environment of your own (benchmarks.parity replays fixed completions with one). "
+        "GRPO modes single_turn and cobalt only.",
+    )
     lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
     attn_implementation: str | None = Field(
         None,
@@ -275,6 +292,17 @@ class TrainingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _offline_combinations(self) -> TrainingConfig:
+        if self.rollout is not None and self.mode in ("offline", "multi_turn"):
+            raise ValueError(
+                f"training.rollout: mode {self.mode} has no sampling of its own to replace "
+                "(multi_turn's rollout is the repair conversation): use mode cobalt or "
+                "single_turn, or leave rollout unset"
+            )
+        if self.rollout is not None and ":" not in self.rollout:
+            raise ValueError(
+                f"training.rollout {self.rollout!r}: name it as module:function, e.g. "
+                "benchmarks.parity_rollout:replay"
+            )
         if self.mode == "offline" and (self.use_format_reward or self.reward == "dense"):
             raise ValueError(
                 "use_format_reward / reward: the offline mode's reward is the logged correctness "
@@ -367,6 +395,7 @@ class TrainingConfig(BaseModel):
             "save_total_limit": 2,
             "use_cpu": not gpu,
             "dataloader_num_workers": 0,
+            "ddp_timeout": self.collective_timeout_s,
         }
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
@@ -443,6 +472,7 @@ class TrainingConfig(BaseModel):
             "loss_type": "dapo",
             "seed": self.seed,
             "logging_steps": 1,
+            "ddp_timeout": self.collective_timeout_s,
         }
         preset = self.defaults()
         kwargs = common | preset.grpo | {"use_cpu": not gpu}

@@ -59,6 +59,17 @@ def check_generation_batch(rows: int, generation_batch_size: int, num_generation
         )
 
 
+def import_rollout(name: str) -> Any:
+    """The rollout_func `module:function` names (`TrainingConfig.rollout`)."""
+    import importlib
+
+    module, _, attribute = name.partition(":")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"training.rollout {name!r}: {exc}") from None
+
+
 def plan_vllm(
     config: TrainingConfig,
     kwargs: dict[str, Any],
@@ -123,7 +134,12 @@ def train(
     from trl import GRPOConfig
 
     from cobalt.training.kl import CobaltGRPOTrainer
-    from cobalt.training.precision import cast_trainable, trainable_dtypes
+    from cobalt.training.precision import (
+        cast_trainable,
+        reduce_probe,
+        set_reduce_dtype,
+        trainable_dtypes,
+    )
 
     tokenizer = load_tokenizer(model_path)
 
@@ -183,7 +199,7 @@ def train(
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     use_format = uses_format_reward(config, tokenizer)
-    guard = NonFiniteGuard()
+    guard, probe = NonFiniteGuard(), reduce_probe()
     opened = template_opens_thinking(tokenizer)
     if config.mode == "multi_turn" and problems is None:
         raise ValueError(
@@ -195,7 +211,7 @@ def train(
             from cobalt.training.dense_reward import dense_reward_func
 
             funcs.append(dense_reward_func(rewards, args.num_generations))
-        rollout = None
+        rollout = import_rollout(config.rollout) if config.rollout else None
         if config.mode == "multi_turn":
             from cobalt.training.multiturn import repair_rollout
 
@@ -212,12 +228,13 @@ def train(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[*callbacks, guard],
+            callbacks=[*callbacks, guard, probe],
             peft_config=config.lora.peft_config() if config.lora else None,
             kl_estimator=config.kl(),
             trim_padding=config.trims_padding(),
         )
         cast_trainable(trainer.model, numerics)
+        set_reduce_dtype(trainer.accelerator, numerics)
         logger.info(
             "%s; trainable parameters in %s; KL %s; format reward %s",
             numerics.describe(),
@@ -230,7 +247,7 @@ def train(
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return GRPORun(
         history=list(trainer.state.log_history),
-        numerics=numerics.as_dict(),
+        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen},
         plan=plan.as_dict() if plan else None,
         format_reward=use_format,
     )

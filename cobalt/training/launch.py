@@ -158,13 +158,37 @@ def launch(job: Job, logger: Logger = log) -> Result:
         code = subprocess.call(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
     result = work / "result.json"
     if code != 0 or not result.exists():
-        tail = output.read_text(errors="replace")[-4000:]
+        text = output.read_text(errors="replace")
+        first = _timed_out(text, job.config.collective_timeout_s, output) or _last_error(
+            text[-4000:]
+        )
         raise LaunchError(
             f"training on {job.config.num_processes} processes failed ({code}): "
-            f"{_last_error(tail)}\n{tail}"
+            f"{first}\n{text[-4000:]}"
         )
     found = json.loads(result.read_text())
     return found["history"], found["timing"], found["extra"]
+
+
+# a collective that outlived `ddp_timeout`: NCCL's watchdog, gloo's transport, torch's own
+_TIMEOUTS = (
+    re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\(.*?OpType=(\w+)"),
+    re.compile(r"Timed out waiting \d+ms for (\w+) operation"),
+    re.compile(r"(\w+)\S* timed out after \d+"),
+)
+
+
+def _timed_out(output: str, timeout_s: int, log_path: Path) -> str | None:
+    """A clear first line when a process gave up waiting for another in a collective."""
+    for pattern in _TIMEOUTS:
+        found = pattern.search(output)
+        if found:
+            return (
+                f"a training process waited {timeout_s} s in a collective ({found.group(1)}) for "
+                "another process that never joined it: one process hung or died (each "
+                f"process's output: {log_path}); training.collective_timeout_s sets the wait"
+            )
+    return None
 
 
 def _last_error(output: str) -> str:
@@ -209,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_launcher()
     _indexed_cpu_locations()
     _own_gpu()
+    _cpu_group(processes, job.config.collective_timeout_s)
     history, timing, extra = train_here(job, processes)
     peaks = _peaks(processes)  # every process takes part (a collective)
     if rank == 0:
@@ -246,6 +271,19 @@ def _own_gpu() -> None:
 
     if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+
+
+def _cpu_group(processes: int, timeout_s: int) -> None:
+    """CPU processes' group (gloo) with the collective timeout: transformers gives its timeout
+    (`ddp_timeout`) to GPU process groups only, and gloo's own default is 30 minutes. GPU groups
+    are made by accelerate with it."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    if processes > 1 and not torch.cuda.is_available() and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def _indexed_cpu_locations() -> None:

@@ -406,7 +406,12 @@ def train_offline(
     import torch
     from datasets import Dataset
 
-    from cobalt.training.precision import cast_trainable, trainable_dtypes
+    from cobalt.training.precision import (
+        cast_trainable,
+        reduce_probe,
+        set_reduce_dtype,
+        trainable_dtypes,
+    )
     from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
 
     settings = config.offline
@@ -458,15 +463,17 @@ def train_offline(
         model = get_peft_model(model, config.lora.peft_config())
     cast_trainable(model, numerics)
     log.info("%s; trainable parameters in %s", numerics.describe(), sorted(trainable_dtypes(model)))
+    probe = reduce_probe()
     trainer = OfflineTrainer(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(prepared.rows),
         data_collator=OfflineCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, probe],
         settings=settings,
     )
+    set_reduce_dtype(trainer.accelerator, numerics)
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return OfflineRun(
@@ -475,7 +482,7 @@ def train_offline(
         dropped_zero_advantage=prepared.dropped_zero_advantage,
         dropped_too_long=prepared.dropped_too_long,
         reference_logprobs_s=ref_seconds,
-        numerics=numerics.as_dict(),
+        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen},
     )
 
 

@@ -7,11 +7,17 @@ checkpoint (Qwen3-8B, R1-Distill-8B) loaded as it is would train in pure bf16: a
 by steps of ~1e-4) and vanish (one step moved 1.7% of the weights, tests/training/test_precision.py).
 So, whatever the checkpoint's dtype:
 
-| precision | trainable weights (optimizer's master copy) | compute | frozen base (LoRA) | saved |
-| --- | --- | --- | --- | --- |
-| `mixed` | float32 | bf16 autocast | the checkpoint's dtype | the checkpoint's dtype |
-| `fp32` | float32 | float32 | float32 | the checkpoint's dtype |
-| `bf16` | bfloat16 (pure: small updates vanish) | bfloat16 | bfloat16 | the checkpoint's dtype |
+| precision | trainable weights (optimizer's master copy) | compute | frozen base (LoRA) | gradients reduced | saved |
+| --- | --- | --- | --- | --- | --- |
+| `mixed` | float32 | bf16 autocast | the checkpoint's dtype | float32 | the checkpoint's dtype |
+| `fp32` | float32 | float32 | float32 | float32 | the checkpoint's dtype |
+| `bf16` | bfloat16 (pure: small updates vanish) | bfloat16 | bfloat16 | bfloat16 | the checkpoint's dtype |
+
+Gradients are reduced across processes in float32 under `mixed`, as verl does: DDP's gradients
+are the fp32 weights' own; FSDP2 computes with the layers gathered in bf16 and, left to
+accelerate (`--mixed_precision bf16`), would also reduce-scatter the gradients in bf16, so
+`set_reduce_dtype` gives its policy float32 for the reduction; ZeRO-3 communicates in float32
+(`communication_data_type`). `reduce_dtype_in_use` reads back what the wrapped model does.
 
 `auto` (the default) is `mixed` on a GPU with the `paper` preset and `fp32` otherwise: the `tiny`
 preset's models are small enough for float32, and bf16 autocast with the tiny preset's learning
@@ -44,6 +50,7 @@ class Numerics:
     frozen: str
     saved: str
     checkpoint: str
+    reduce: str = "float32"  # gradients summed across processes in this dtype
 
     @property
     def autocast(self) -> bool:
@@ -57,8 +64,8 @@ class Numerics:
     def describe(self) -> str:
         return (
             f"numerics: {self.precision}: trainable weights {self.trainable}, compute "
-            f"{self.compute}, frozen weights {self.frozen}, saved as {self.saved} (checkpoint "
-            f"{self.checkpoint})"
+            f"{self.compute}, frozen weights {self.frozen}, gradients reduced in {self.reduce}, "
+            f"saved as {self.saved} (checkpoint {self.checkpoint})"
         )
 
     def as_dict(self) -> dict[str, str]:
@@ -97,7 +104,9 @@ def decide(precision: Precision, checkpoint: str, *, gpu: bool, mixed: bool) -> 
         return Numerics(chosen, "float32", "bf16 autocast", frozen, checkpoint, checkpoint)
     if chosen == "fp32":
         return Numerics(chosen, "float32", "float32", "float32", checkpoint, checkpoint)
-    return Numerics(chosen, "bfloat16", "bfloat16", "bfloat16", checkpoint, checkpoint)
+    return Numerics(
+        chosen, "bfloat16", "bfloat16", "bfloat16", checkpoint, checkpoint, reduce="bfloat16"
+    )
 
 
 def load_dtype(numerics: Numerics, lora: bool) -> Any:
@@ -157,3 +166,72 @@ def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
         config["dtype"] = numerics.saved
         config.pop("torch_dtype", None)
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def set_reduce_dtype(accelerator: Any, numerics: Numerics) -> None:
+    """Before the trainer wraps the model: gradients reduced across processes in
+    `numerics.reduce` under FSDP (its mixed-precision policy: compute in bf16, reduce in float32)
+    and DeepSpeed (`communication_data_type`). DDP needs nothing: it reduces the gradients of
+    the weights, in their own (float32) dtype."""
+    import torch
+    from accelerate.utils import DistributedType
+
+    kind = accelerator.distributed_type
+    if kind == DistributedType.FSDP and numerics.autocast:
+        plugin = accelerator.state.fsdp_plugin
+        if plugin.fsdp_version == 2:
+            from torch.distributed.fsdp import MixedPrecisionPolicy
+
+            plugin.mixed_precision_policy = MixedPrecisionPolicy(
+                param_dtype=torch.bfloat16,
+                reduce_dtype=getattr(torch, numerics.reduce),
+                output_dtype=torch.bfloat16,
+            )
+        else:
+            from torch.distributed.fsdp import MixedPrecision
+
+            plugin.mixed_precision_policy = MixedPrecision(
+                param_dtype=torch.bfloat16,
+                reduce_dtype=getattr(torch, numerics.reduce),
+                buffer_dtype=torch.bfloat16,
+            )
+    elif kind == DistributedType.DEEPSPEED:
+        names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+        config = accelerator.state.deepspeed_plugin.deepspeed_config
+        config["communication_data_type"] = names[numerics.reduce]
+
+
+def reduce_dtype_in_use(model: Any) -> str:
+    """The dtype the wrapped model's gradients are reduced in across processes, read from it:
+    FSDP2's policy (its layers' own, else the gradients follow the parameters), DeepSpeed's
+    communication dtype, else (DDP, one process) the trainable parameters' dtype."""
+    import torch
+
+    for module in model.modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        if state is not None:
+            policy = state()._mp_policy
+            dtype = policy.reduce_dtype or policy.param_dtype
+            if dtype is not None:
+                return str(dtype).removeprefix("torch.")
+            break
+    engine_dtype = getattr(model, "communication_data_type", None)
+    if isinstance(engine_dtype, torch.dtype):
+        return str(engine_dtype).removeprefix("torch.")
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return str(trainable[0].dtype).removeprefix("torch.") if trainable else "none"
+
+
+def reduce_probe() -> Any:
+    """A TrainerCallback whose `.seen` is the reduce dtype of the wrapped model at the start of
+    training (None before)."""
+    from transformers import TrainerCallback
+
+    class Probe(TrainerCallback):
+        seen: str | None = None
+
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            if model is not None:
+                self.seen = reduce_dtype_in_use(model)
+
+    return Probe()

@@ -85,8 +85,9 @@ OFFLINE_TRAINING_CODE = (
 # report_to only says where the curves go. The process count is in every mode's key: a step's
 # rows are the same on any count, their sums' order is not (reduction-order noise)
 _OTHER_MODES = (
-    {"offline", "report_to"},
+    {"offline", "report_to", "collective_timeout_s"},
     {
+        "collective_timeout_s",
         "generation",
         "vllm_server_base_url",
         "max_prompt_length",

@@ -1,10 +1,16 @@
-"""S3 storage for training: each saved checkpoint is uploaded (marked COMPLETE last) and a run
-resumed on another machine downloads the newest complete one (moto's S3 server)."""
+"""S3 storage for training: each saved checkpoint is uploaded (marked COMPLETE last) in the
+background, surviving the trainer's deletion of it, and a run resumed on another machine downloads
+the newest complete one (moto's S3 server)."""
 
 from __future__ import annotations
 
 import logging
+import shutil
+import threading
+import time
 from types import SimpleNamespace
+
+import pytest
 
 from cobalt.storage import StorageConfig, open_storage
 from cobalt.training.checkpoints import download_last_checkpoint, uploader
@@ -21,9 +27,12 @@ def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):
         (ckpt / "model.safetensors").write_bytes(b"w" * step)
         main = SimpleNamespace(global_step=step, is_world_process_zero=True)
         other = SimpleNamespace(global_step=step, is_world_process_zero=False)
-        uploader(st, local, directory).on_save(None, other, None)  # only the main process uploads
+        callback = uploader(st, local, directory)
+        callback.on_save(None, other, None)  # only the main process uploads
+        callback.on_train_end(None, other, None)
         assert not st.fs.exists(f"{directory}/checkpoint-{step}")
-        uploader(st, local, directory).on_save(None, main, None)
+        callback.on_save(None, main, None)
+        callback.on_train_end(None, main, None)
     # an upload cut short (no COMPLETE marker) is never resumed from
     st.fs.pipe_file(f"{directory}/checkpoint-6/trainer_state.json", b"{}")
 
@@ -35,3 +44,47 @@ def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):
     # a machine that has its own checkpoint keeps it
     download_last_checkpoint(st, directory, local, logging.getLogger("test"))
     assert sorted(p.name for p in local.iterdir()) == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(tmp_path) -> None:
+    """on_save returns at once while a slow upload goes on; the trainer deleting the checkpoint
+    (save_total_limit) does not cut the upload short; the end of training waits for it."""
+    st = open_storage(StorageConfig(url=str(tmp_path / "store")))
+    local = tmp_path / "out"
+    ckpt = local / "checkpoint-3"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"w" * 1000)
+    release = threading.Event()
+    put = st.fs.put
+
+    def slow_put(*args, **kwargs):
+        release.wait(30)
+        return put(*args, **kwargs)
+
+    st.fs.put = slow_put
+    callback = uploader(st, local, st.path("training", "k"))
+    started = time.perf_counter()
+    callback.on_save(None, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
+    assert time.perf_counter() - started < 1.0  # training goes on
+    shutil.rmtree(ckpt)  # rotated away by the trainer
+    release.set()
+    callback.on_train_end(None, None, None)
+    uploaded = st.path("training", "k", "checkpoint-3")
+    assert st.fs.cat_file(f"{uploaded}/model.safetensors") == b"w" * 1000
+    assert st.fs.exists(f"{uploaded}/COMPLETE") and not (local / ".uploads").exists()
+
+
+def test_a_failed_upload_fails_the_end_of_training(tmp_path) -> None:
+    st = open_storage(StorageConfig(url=str(tmp_path / "store")))
+    (tmp_path / "out" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "out" / "checkpoint-1" / "trainer_state.json").write_text("{}")
+
+    def refused(*args, **kwargs):
+        raise PermissionError("AccessDenied")
+
+    st.fs.put = refused
+    callback = uploader(st, tmp_path / "out", "bucket/training/k")
+    callback.on_save(None, SimpleNamespace(global_step=1, is_world_process_zero=True), None)
+    with pytest.raises(RuntimeError, match="checkpoint upload to bucket/training/k failed: Access"):
+        callback.on_train_end(None, None, None)

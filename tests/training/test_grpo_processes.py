@@ -259,3 +259,26 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> N
     state = json.loads((Path(last_checkpoint(out)) / "trainer_state.json").read_text())
     assert state["global_step"] == steps
     AutoModelForCausalLM.from_pretrained(str(out))  # the policy: a plain model directory
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path) -> None:
+    """One process stops answering (its rollout sleeps): the other waits in the next collective
+    for training.collective_timeout_s, not transformers' 30 minutes, and the error says so."""
+    import time
+
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    hanging = "tests.training.hanging_rollout:hang_on_the_second_process"
+    the_job = job(
+        tmp_path, str(model), num_processes=2, max_steps=1, collective_timeout_s=15,
+        rollout=hanging,
+    )  # fmt: skip
+    started = time.perf_counter()
+    with pytest.raises(LaunchError) as failed:
+        run_job(the_job)
+    first = str(failed.value).splitlines()[0]
+    assert "waited 15 s in a collective" in first and "collective_timeout_s" in first, first
+    assert time.perf_counter() - started < 150

@@ -147,6 +147,8 @@ def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
         "frozen": "float32",
         "saved": "bfloat16",
         "checkpoint": "bfloat16",
+        "reduce": "float32",
+        "reduce_in_use": "float32",
     }
     assert checkpoint_dtype(tmp_path) == "bfloat16"
 
@@ -181,3 +183,70 @@ def test_trainer_precision_is_owned_by_one_setting() -> None:
         TrainingConfig(overrides={"bf16": True})
     kwargs = TrainingConfig(preset="paper").grpo_kwargs("out")
     assert kwargs["bf16"] is torch.cuda.is_available() and kwargs["fp16"] is False
+
+
+def test_gradients_are_reduced_in_float32_under_mixed_precision() -> None:
+    """accelerate's FSDP policy for --mixed_precision bf16 reduce-scatters the gradients in bf16;
+    `set_reduce_dtype` keeps the bf16 compute and reduces in float32 (pure bf16 stays bf16)."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+
+    from cobalt.training.precision import decide, set_reduce_dtype
+
+    mixed = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    assert mixed.reduce == "float32" and "gradients reduced in float32" in mixed.describe()
+    assert decide("bf16", "bfloat16", gpu=True, mixed=True).reduce == "bfloat16"
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    plugin.set_mixed_precision("bf16")  # what accelerate builds from the launch's flag
+    assert plugin.mixed_precision_policy.reduce_dtype == torch.bfloat16
+    accelerator = SimpleNamespace(
+        distributed_type=DistributedType.FSDP, state=SimpleNamespace(fsdp_plugin=plugin)
+    )
+    set_reduce_dtype(accelerator, mixed)
+    policy = plugin.mixed_precision_policy
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    config = {"bf16": {"enabled": True}}
+    deepspeed = SimpleNamespace(
+        distributed_type=DistributedType.DEEPSPEED,
+        state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(deepspeed_config=config)),
+    )
+    set_reduce_dtype(deepspeed, mixed)
+    assert config["communication_data_type"] == "fp32"
+
+
+def _fsdp_reduce_dtype(rank: int, port: int, results) -> None:
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from cobalt.training.precision import reduce_dtype_in_use
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        for reduce in (torch.bfloat16, torch.float32):
+            model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+            fully_shard(model[0], mesh=mesh, mp_policy=policy)
+            fully_shard(model, mesh=mesh, mp_policy=policy)
+            results[str(reduce)] = reduce_dtype_in_use(model)
+        results["ddp"] = reduce_dtype_in_use(torch.nn.Linear(2, 2))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(120)
+def test_the_reduce_dtype_in_use_is_read_from_the_wrapped_model() -> None:
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_fsdp_reduce_dtype, args=(port, results), nprocs=1, join=True)
+    assert dict(results) == {
+        "torch.bfloat16": "bfloat16", "torch.float32": "float32", "ddp": "float32"
+    }  # fmt: skip
