@@ -4,8 +4,8 @@ single line and exit 2, wherever in a run it is raised (flows/cli.py), and Prefe
 a task that raised one unless it is `transient`: the same input fails the same way
 (tasks/retry.py). Each module raises its own beside it (`StorageError`, `SourceError`,
 `ProblemSetError`, `ModelNameError`, `JudgeError`, `EmptyStageError` below); the engines'
-`MissingAPIKeyError`, `InsufficientMemoryError`, `GPUCountError` and `ThreadSettingError` (a layer
-below: no base of ours) count too: `USER_ERRORS`."""
+`MissingAPIKeyError`, `InsufficientMemoryError`, `GPUCountError`, `MissingClientError` and
+`ThreadSettingError` (a layer below: no base of ours) count too: `USER_ERRORS`."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from engines import (
     MissingAPIKeyError,
     ThreadSettingError,
 )
+from engines.plan import MissingClientError
 
 
 class UserError(RuntimeError):
@@ -33,6 +34,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     MissingAPIKeyError,
     InsufficientMemoryError,
     GPUCountError,
+    MissingClientError,
     ThreadSettingError,
 )
 

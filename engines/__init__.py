@@ -38,6 +38,7 @@ __all__ = [
     "split_thinking",
     "sum_usage",
     "thinking_text",
+    "visible_gpus",
     "with_open_thinking",
 ]
 

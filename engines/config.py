@@ -161,12 +161,19 @@ class EngineConfig(BaseModel):
         return self
 
     def resolved(self) -> EngineConfig:
-        """This config with `kind="auto"` replaced by the kind it means here (`resolve_kind`)."""
+        """This config with `kind="auto"` replaced by the kind it means here (`resolve_kind`);
+        where auto picks an engine without data parallelism (transformers for a tiny model), a
+        data_parallel_size asked of auto (`--gpus N`) goes back to auto: the stage runs on one
+        GPU, as its plan says (engines.plan)."""
         if self.kind != "auto":
             return self
         from . import resolve_kind
 
-        return self.model_copy(update={"kind": resolve_kind("auto", model=self.model)})
+        kind = resolve_kind("auto", model=self.model)
+        update: dict[str, Any] = {"kind": kind}
+        if kind != "vllm":
+            update["data_parallel_size"] = "auto"
+        return self.model_copy(update=update)
 
     def api_key(self) -> str | None:
         """The API key from `api_key_env`, or None when no variable is configured.

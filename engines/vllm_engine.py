@@ -44,6 +44,10 @@ def conversation_seeds(seed: int | None, conversations: Sequence[Conversation]) 
     return [keys[0] for keys in row_keys(seed, encoded, 1)]
 
 
+class VLLMEngineError(RuntimeError):
+    """vLLM's engine failed while generating (not a request it refused)."""
+
+
 MISSING = (
     "EngineConfig(kind='vllm') needs vLLM, which is not installed: install the GPU extra (pip "
     "install -e '.[gpu]') on a CUDA machine, or serve the model with `vllm serve` elsewhere and "
@@ -125,6 +129,11 @@ def vllm_launch(config: EngineConfig, engines: int):
 
 
 class VLLMEngine(Engine):
+    """vLLM in this process. A batch vLLM refuses (ValueError: a prompt longer than the context)
+    comes back as failed completions; any other error (a dead engine, CUDA out of memory) is
+    raised as `VLLMEngineError`: recording it per batch would turn every later completion into a
+    failure and the stage's Pass@1 into a collapse instead of an error."""
+
     kind = "vllm"
 
     def __init__(self, config: EngineConfig):
@@ -161,10 +170,15 @@ class VLLMEngine(Engine):
                 use_tqdm=False,
                 chat_template_kwargs=sampling.chat_template_kwargs() or None,
             )
-        except Exception as exc:  # one failed batch is recorded, not raised
+        except ValueError as exc:  # requests vLLM refused (a prompt past max_model_len): recorded
             error = f"{type(exc).__name__}: {exc}"
-            log.warning("vLLM generation failed: %s", error)
+            log.warning("vLLM refused the batch: %s", error)
             return [[Completion.failed(error) for _ in range(sampling.n)] for _ in conversations]
+        except Exception as exc:  # the engine itself failed: stop, never a silent Pass@1 of 0
+            raise VLLMEngineError(
+                f"vLLM's engine failed while generating ({type(exc).__name__}: {exc}); the stage "
+                "stops here: its finished records are kept and a rerun resumes after them"
+            ) from exc
         seconds = (time.perf_counter() - started) / (len(conversations) * sampling.n)
         results = []
         for output in outputs:

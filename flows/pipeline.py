@@ -26,13 +26,13 @@ from cobalt.data import stages as data_stage
 from cobalt.models import EMBEDDED, FITTED, resolve_model
 from cobalt.params import check_objects, deep_merge
 from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
+from cobalt.pipeline.gpu_plan import RunPlan, plan_run
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
-from cobalt.training.sharding import SHARDINGS, check_fits
+from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_training
-from cobalt.trajectories.stages import check_gpus
 from flows.cli import (
     add_report_to,
     add_storage_args,
@@ -48,27 +48,27 @@ from flows.trajectories import trajectories_flow
 from tasks.pipeline import reference_model, report
 
 
-def preflight(params: PipelineParams) -> str | None:
-    """Storage usable, every source present and the reference model resolved, before any
-    work: its local directory (a Hub model downloaded into the Hub cache once, a storage
-    directory into work_dir), or None for 'fitted' and 'tiny' (built by the flow's task)."""
+def preflight(params: PipelineParams) -> tuple[str | None, RunPlan]:
+    """Storage usable, every source present, the reference model resolved and the run's GPU plan
+    decided (`cobalt.pipeline.gpu_plan`: every stage's GPUs, the clients they need, whether
+    training fits), before any work: the model's local directory (a Hub model downloaded into
+    the Hub cache once, a storage directory into work_dir; None for 'fitted' and 'tiny', built
+    by the flow's task) and the plan."""
     open_storage(params.storage).check()
-    check_gpus(params.engine)
     check_training(params.training)
     data_stage.preflight(params.data())
-    if params.reference in EMBEDDED:
-        return None
-    model = resolve_model(params.reference, params.storage, params.work_dir)
-    check_fits(params.training, model)  # a GPU holds its share of the model
-    return model
+    model = None
+    if params.reference not in EMBEDDED:
+        model = resolve_model(params.reference, params.storage, params.work_dir)
+    return model, plan_run(params, model)
 
 
 @flow(name="pipeline", log_prints=True)
 def pipeline_flow(params: PipelineParams) -> PipelineSummary:
     """Problems -> reference trajectories -> bandit dataset -> GRPO (offline mode: offline
     dataset -> offline training) -> before/after Pass@1."""
-    resolved = preflight(params)  # the model named once, here: every stage loads its directory
-    print(settings_text(params))
+    resolved, plan = preflight(params)  # the model named once: every stage loads its directory
+    print(settings_text(params, plan.lines()))
     model = reference_model(params, resolved)
     data = data_flow.with_options(flow_run_name="data")(params.data())
     sets = check_sets(data, params)

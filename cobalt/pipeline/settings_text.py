@@ -6,8 +6,9 @@ from __future__ import annotations
 from cobalt.pipeline.params import PipelineParams
 
 
-def settings_text(params: PipelineParams) -> str:
-    """What the run will use, printed before it starts (the preset's choices and the user's)."""
+def settings_text(params: PipelineParams, plan: list[str] | None = None) -> str:
+    """What the run will use, printed before it starts (the preset's choices and the user's),
+    and its GPU plan's lines (`cobalt.pipeline.gpu_plan.RunPlan.lines`) when given."""
     import torch
 
     from cobalt.reference import planned_parameters
@@ -57,4 +58,4 @@ def settings_text(params: PipelineParams) -> str:
                 else ""
             )
         )
-    return "\n".join("  " + line for line in ["settings:", *lines]).lstrip()
+    return "\n".join("  " + line for line in ["settings:", *lines, *(plan or [])]).lstrip()

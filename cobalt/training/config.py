@@ -345,9 +345,16 @@ class TrainingConfig(BaseModel):
         """The KL estimator in use: the setting, else the preset's (paper k2, tiny k3)."""
         return self.kl_estimator or self.defaults().kl
 
-    def numerics_kwargs(self) -> dict[str, Any]:
-        """Trainer fields that follow from the precision and the curves' destination."""
-        mixed = self.resolved_precision() == "mixed"
+    def numerics_kwargs(self, gpu: bool | None = None) -> dict[str, Any]:
+        """Trainer fields that follow from the precision and the curves' destination (`gpu`:
+        the machine planned for; None: this one)."""
+        from cobalt.training.precision import resolve
+
+        if gpu is None:
+            mixed = self.resolved_precision() == "mixed"
+        else:
+            mixed = resolve(self.precision, gpu=gpu, mixed=self.defaults().mixed_precision)
+            mixed = mixed == "mixed"
         return {"bf16": mixed, "fp16": False, "report_to": self.report_to or "none"}
 
     def prompt_limit(self) -> int:
@@ -454,13 +461,15 @@ class TrainingConfig(BaseModel):
         return self.defaults().offline_max_length
 
     def grpo_kwargs(
-        self, output_dir: str | Path, model: str | Path | None = None
+        self, output_dir: str | Path, model: str | Path | None = None, gpus: int | None = None
     ) -> dict[str, Any]:
         """Keyword arguments of TRL's `GRPOConfig` for this preset; `model` (the policy's
-        directory) decides `generation="auto"`."""
-        import torch
+        directory) decides `generation="auto"`; `gpus`: the machine planned for (None: this
+        one)."""
+        from cobalt.training.sharding import visible_gpus
 
-        gpu = torch.cuda.is_available()
+        gpus = visible_gpus() if gpus is None else gpus
+        gpu = gpus > 0
         common: dict[str, Any] = {
             "output_dir": str(output_dir),
             "learning_rate": 1e-6,
@@ -490,7 +499,7 @@ class TrainingConfig(BaseModel):
         if self.save_steps is not None:
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
             kwargs.setdefault("save_total_limit", 2)
-        kwargs |= self.numerics_kwargs() | self.generation_kwargs(gpu, model) | self.overrides
+        kwargs |= self.numerics_kwargs(gpu) | self.generation_kwargs(gpu, model) | self.overrides
         batch = self.overrides.get("generation_batch_size")
         own_step = {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(
             self.overrides
@@ -508,7 +517,7 @@ class TrainingConfig(BaseModel):
         if kwargs.get("vllm_mode") == "colocate" and "vllm_enable_sleep_mode" not in self.overrides:
             # sharded full fine-tuning: vLLM's weights and KV cache leave the GPU while the
             # optimizer steps (TRL's sleep mode), the memory the training phase needs
-            kwargs["vllm_enable_sleep_mode"] = self.resolved_sharding() in SHARDED
+            kwargs["vllm_enable_sleep_mode"] = self.resolved_sharding(gpus) in SHARDED
         bias = (kwargs.get("generation_kwargs") or {}).get("logit_bias")
         if bias:  # vLLM's SamplingParams wants token ids; JSON (--set, a job file) has strings
             kwargs["generation_kwargs"] = {

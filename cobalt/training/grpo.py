@@ -19,8 +19,8 @@ from cobalt.bandit.rows import prepare_rows
 from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
+from cobalt.training.plan import TrainingPlan, plan_training, same_on_every_process
 from cobalt.training.sandbox_reward import CobaltRewards
-from cobalt.training.sharding import SHARDED
 from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
 from engines.thinking import template_opens_thinking
 
@@ -70,49 +70,48 @@ def import_rollout(name: str) -> Any:
         raise ValueError(f"training.rollout {name!r}: {exc}") from None
 
 
-def plan_vllm(
+def micro_batch(
     config: TrainingConfig,
     kwargs: dict[str, Any],
-    model: Any,
+    model_path: str | Path,
     numerics: Any,
-    shards: int,
-    logger: Any = log,
-) -> dict[str, Any]:
-    """A sleeping colocated vLLM's share of the GPU (`cobalt.training.memory.vllm_share`), unless
-    set: its weights and the KV cache of this process's share of a generation batch at full
-    length, beside the training state that stays on the GPU while it generates."""
-    if "vllm_gpu_memory_utilization" in config.overrides:
-        return kwargs
-    import torch
+    rows: Sequence[dict[str, Any]],
+    prompt_tokens: Any,
+    plan: TrainingPlan,
+) -> Any:
+    """The paper preset's micro-batch (`cobalt.training.memory.fit_micro_batch`) from the model's
+    config, the longest prompt of the rows (every process reads all of them) and the plan's GPU
+    memory: the same inputs, so the same plan, in every process. A multi-turn conversation's
+    completion holds every turn and its feedback."""
+    from transformers import AutoConfig
 
-    from cobalt.training.memory import state_bytes, vllm_share
+    from cobalt.training.memory import (
+        fit_micro_batch,
+        multi_turn_completion_tokens,
+        parameter_count,
+    )
 
-    parameters = sum(p.numel() for p in model.parameters())
-    resident = state_bytes(
-        parameters,
-        trainable=0 if config.lora else parameters,
-        trainable_dtype=numerics.trainable,
-        frozen_dtype=numerics.frozen,
-        reference_model=not config.lora and bool(kwargs.get("beta")),
-        shards=shards,
+    model_config = AutoConfig.from_pretrained(str(model_path))
+    longest = max(prompt_tokens(r["prompt"]) for r in rows)
+    completion = None
+    if config.mode == "multi_turn":
+        completion = multi_turn_completion_tokens(
+            int(kwargs["max_completion_length"]),
+            config.turns,
+            longest,
+            kwargs.get("vllm_max_model_length"),
+        )
+    return fit_micro_batch(
+        config,
+        kwargs,
+        model_config,
+        plan.parameters or parameter_count(model_config),
+        numerics,
+        longest,
+        shards=plan.shards,
+        gpu_bytes=plan.gpu_bytes,
+        completion_tokens=completion,
     )
-    batch = kwargs.get("generation_batch_size") or int(kwargs["per_device_train_batch_size"]) * (
-        config.num_processes * int(kwargs["gradient_accumulation_steps"])
-    )
-    share = vllm_share(
-        model.config,
-        sequences=max(1, int(batch) // config.num_processes),
-        context_tokens=int(kwargs.get("vllm_max_model_length") or kwargs["max_completion_length"]),
-        total_bytes=torch.cuda.mem_get_info()[1],
-        resident_bytes=resident,
-        tensor_parallel=int(kwargs.get("vllm_tensor_parallel_size", 1)),
-    )
-    logger.info(
-        "vLLM colocated in sleep mode: %.3f of the GPU (weights, KV cache of %d sequences)",
-        share,
-        max(1, int(batch) // config.num_processes),
-    )
-    return kwargs | {"vllm_gpu_memory_utilization": share}
 
 
 def train(
@@ -123,12 +122,15 @@ def train(
     callbacks: Sequence[Any] = (),
     logger: Any = log,
     problems: Sequence[Any] | None = None,
+    plan: TrainingPlan | None = None,
 ) -> GRPORun:
     """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
     `output_dir` if there is one; save the final model (in the checkpoint's dtype) and tokenizer
-    to `output_dir`. Loading, numerics and saving from `cobalt.training.weights`, the paper
-    preset's micro-batch from `cobalt.training.memory`, the KL estimator from
-    `cobalt.training.kl`."""
+    to `output_dir`. `plan`: the run's GPU plan (`cobalt.training.plan`; None: planned here,
+    for this process alone), whose GPU memory every process plans its micro-batch against and
+    whose vLLM share it gives a colocated vLLM. Loading, numerics and saving from
+    `cobalt.training.weights`, the paper preset's micro-batch from `cobalt.training.memory`, the
+    KL estimator from `cobalt.training.kl`."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig
@@ -156,6 +158,7 @@ def train(
             f"(max_prompt_length {config.prompt_limit()}) filters"
         )
     gpu = torch.cuda.is_available()
+    plan = plan or plan_training(config, model_path)
     numerics = numerics_for(
         config.precision, model_path, gpu=gpu, mixed=config.defaults().mixed_precision
     )
@@ -169,30 +172,34 @@ def train(
     attention = (
         {"attn_implementation": config.attn_implementation} if config.attn_implementation else {}
     )
-    model = load_policy(model_path, numerics, lora=config.lora is not None, **attention)
-    plan = None
-    shards = config.num_processes if config.resolved_sharding() in SHARDED else 1
-    if shards > 1 and "model_init_kwargs" in kwargs:
+    if plan.shards > 1 and "model_init_kwargs" in kwargs:
         # TRL loads the reference model with device_map "auto" unless told otherwise outside
         # ddp / DeepSpeed: under fsdp it was spread over every GPU (accelerate's dispatch
         # hooks: "found at least two devices, cuda:1 and cuda:2"); fsdp shards it instead
         kwargs["model_init_kwargs"] = {**kwargs["model_init_kwargs"], "device_map": None}
-    if gpu and kwargs.get("vllm_enable_sleep_mode"):
-        kwargs = plan_vllm(config, kwargs, model, numerics, shards, logger)
+    if gpu and plan.vllm_share is not None:
+        kwargs["vllm_gpu_memory_utilization"] = plan.vllm_share
+        logger.info(
+            "vLLM colocated in sleep mode: %.3f of each GPU (the run's plan)", plan.vllm_share
+        )
+    micro = None
     planned = config.defaults().plan_micro_batch
     if planned and gpu and "per_device_train_batch_size" not in config.overrides:
-        from cobalt.training.memory import fit_micro_batch
-
-        longest = max(prompt_tokens(r["prompt"]) for r in rows)
-        plan = fit_micro_batch(config, kwargs, model, numerics, longest, shards)
+        micro = micro_batch(config, kwargs, model_path, numerics, rows, prompt_tokens, plan)
         kwargs |= {
-            "per_device_train_batch_size": plan.micro_batch,
-            "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+            "per_device_train_batch_size": micro.micro_batch,
+            "gradient_accumulation_steps": micro.gradient_accumulation_steps,
         }
-        logger.info(plan.describe())
+        logger.info(micro.describe())
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
+    # the trainer's arguments before the policy's load: they start the process group, and under
+    # ZeRO-3 they make from_pretrained partition the weights as it loads them
     args = GRPOConfig(**kwargs)
+    same_on_every_process(
+        "micro-batch", (args.per_device_train_batch_size, args.gradient_accumulation_steps)
+    )
     check_generation_batch(len(rows), args.generation_batch_size, args.num_generations)
+    model = load_policy(model_path, numerics, lora=config.lora is not None, **attention)
     dataset = Dataset.from_list(rows)
 
     def count_tokens(text: str) -> int:
@@ -248,6 +255,6 @@ def train(
     return GRPORun(
         history=list(trainer.state.log_history),
         numerics=numerics.as_dict() | {"reduce_in_use": probe.seen},
-        plan=plan.as_dict() if plan else None,
+        plan=micro.as_dict() if micro else None,
         format_reward=use_format,
     )

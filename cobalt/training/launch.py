@@ -1,8 +1,8 @@
 """Running a training job in this process or on several, through `accelerate launch`.
 
 `run_job(job)` trains (GRPO, or the offline objective in offline mode) in this process when
-`job.config.num_processes` is 1. Otherwise it writes
-the job to a JSON file and starts
+`job.config.num_processes` is 1 on a CPU. Otherwise it writes the job, with the run's GPU plan
+(`cobalt.training.plan`), to a JSON file and starts what the plan says:
 
     accelerate launch --config_file infra/accelerate/SHARDING.yaml --num_processes N \
         --mixed_precision bf16|no -m cobalt.training.launch JOB
@@ -35,6 +35,7 @@ from cobalt.bandit.dataset import BanditRef, read_bandit_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import Logger, StorageConfig, open_storage
 from cobalt.training.config import TrainingConfig
+from cobalt.training.plan import TrainingPlan, plan_training
 from cobalt.trajectories.problemsets import ProblemSource, load_problems
 from engines.cpu_threads import cap_cpu_threads
 
@@ -55,6 +56,7 @@ class Job(BaseModel):
     output_dir: str
     upload_dir: str | None = None  # checkpoints uploaded here as they are saved (S3 runs)
     problems: ProblemSource | None = None  # multi_turn: whose public tests give the feedback
+    plan: TrainingPlan | None = None  # None: planned for this machine when the job runs
 
 
 class LaunchError(RuntimeError):
@@ -73,6 +75,8 @@ def run_job(job: Job, logger: Logger = log) -> Result:
     after it (the evaluation's vLLM engine) find the memory free (issue 24: in the same process
     they did not). With several GPUs one process is launched too: the Trainer would otherwise
     wrap the model in nn.DataParallel, which GRPO does not support."""
+    if job.plan is None:
+        job = job.model_copy(update={"plan": plan_training(job.config, job.model)})
     if job.config.num_processes == 1 and not _on_gpu():
         return train_here(job)
     return launch(job, logger)
@@ -115,30 +119,32 @@ def train_here(job: Job, processes: int = 1) -> Result:
             }
         else:
             problems = load_problems(job.problems, job.storage) if job.problems else None
-            run = train(config, rows, job.model, output, callbacks=callbacks, problems=problems)
+            run = train(
+                config,
+                rows,
+                job.model,
+                output,
+                callbacks=callbacks,
+                problems=problems,
+                plan=job.plan,
+            )
             history = run.history
             extra = {"numerics": run.numerics, "memory_plan": run.plan}
             extra["format_reward"] = run.format_reward
     return history, timer.summary(), extra
 
 
-def launch_command(job_file: Path, config: TrainingConfig, gpus: int | None = None) -> list[str]:
-    """`accelerate launch` of the job: the sharding's config file from infra/accelerate (or the
-    user's accelerate_config), the process count and the mixed precision the numerics decided
-    given over the file's values; one process stays on the first GPU it was given."""
-    from cobalt.training.sharding import config_file, visible_gpus
-
-    gpus = visible_gpus() if gpus is None else gpus
+def launch_command(job_file: Path, plan: TrainingPlan) -> list[str]:
+    """`accelerate launch` of the job as its plan says: the accelerate config (the sharding's
+    from infra/accelerate, or the user's), the process count and the mixed precision given over
+    the file's values; one process stays on the first GPU it was given."""
     command = [sys.executable, "-m", "accelerate.commands.launch"]
-    if config.accelerate_config:
-        command += ["--config_file", config.accelerate_config]
-    elif config.num_processes > 1:
-        command += ["--config_file", str(config_file(config.resolved_sharding(gpus)))]
+    if plan.accelerate_config:
+        command += ["--config_file", plan.accelerate_config]
     else:
         command += ["--gpu_ids", _first_gpu(), "--num_machines", "1", "--dynamo_backend", "no"]
-    mixed = gpus > 0 and config.resolved_precision() == "mixed"
-    command += ["--mixed_precision", "bf16" if mixed else "no"]  # the numerics decide
-    command += ["--num_processes", str(config.num_processes)]
+    command += ["--mixed_precision", plan.mixed_precision]
+    command += ["--num_processes", str(plan.processes)]
     command += ["--main_process_port", str(_free_port())]
     return [*command, "-m", "cobalt.training.launch", str(job_file)]
 
@@ -150,7 +156,8 @@ def launch(job: Job, logger: Logger = log) -> Result:
     work.mkdir(parents=True)
     job_file = work / "job.json"
     job_file.write_text(job.model_dump_json(indent=1))
-    command = launch_command(job_file, job.config)
+    assert job.plan is not None
+    command = launch_command(job_file, job.plan)
     logger.info("training on %d processes: %s", job.config.num_processes, " ".join(command))
     output = work / "launch.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), _pythonpath()]))}

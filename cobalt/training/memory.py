@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from cobalt.errors import UserError
 from engines.memory import (
     activation_bytes_per_token,
     dtype_bytes,
@@ -38,8 +39,9 @@ from engines.memory import (
 GIB = 1 << 30
 
 
-class TrainingMemoryError(RuntimeError):
-    """Even a micro-batch of one sequence does not fit the GPU."""
+class TrainingMemoryError(UserError):
+    """The model, a micro-batch of one sequence or the processes' copies do not fit; the message
+    names the setting to change."""
 
 
 @dataclass(frozen=True)
@@ -204,43 +206,65 @@ def plan_micro_batch(
 def fit_micro_batch(
     config: Any,
     kwargs: dict[str, Any],
-    model: Any,
+    model_config: Any,
+    parameters: int,
     numerics: Any,
     longest_prompt: int,
-    shards: int = 1,
+    *,
+    shards: int,
+    gpu_bytes: int,
+    completion_tokens: int | None = None,
 ) -> MicroBatchPlan:
-    """The paper preset's micro-batch on this GPU: `kwargs` are the GRPOConfig fields (their
-    per-device batch x accumulation is the step's size per process), `model` the loaded policy
-    (still on the CPU), `numerics` a `cobalt.training.precision.Numerics`, `shards` the processes
-    fsdp / zero3 spread the model over (1: ddp or one process)."""
-    import torch
-
-    free, total = torch.cuda.mem_get_info()
-    parameters = sum(p.numel() for p in model.parameters())
+    """The paper preset's micro-batch for a process: `kwargs` are the GRPOConfig fields (their
+    per-device batch x accumulation is the step's size per process), `numerics` a
+    `cobalt.training.precision.Numerics`, `shards` the processes fsdp / zero3 spread the model
+    over (1: ddp or one process), `gpu_bytes` the GPU memory the run's plan gives every process
+    (never this process's own free memory: every process must reach the same plan), and
+    `completion_tokens` a sequence's longest completion (default max_completion_length; a
+    multi-turn conversation holds several turns: `multi_turn_completion_tokens`)."""
+    completion = int(completion_tokens or kwargs["max_completion_length"])
     fixed = fixed_bytes(
         parameters,
         trainable=0 if config.lora else parameters,  # LoRA's adapters: ~0.5% of 8B, not counted
         trainable_dtype=numerics.trainable,
         frozen_dtype=numerics.frozen,
         reference_model=not config.lora and bool(kwargs.get("beta")),
-        vllm_bytes=_vllm_awake_bytes(kwargs, total),
-        completion_tokens=int(kwargs["max_completion_length"]),
-        vocab_size=int(text_config(model.config).vocab_size),
-        total_bytes=total,
+        vllm_bytes=_vllm_awake_bytes(kwargs, gpu_bytes),
+        completion_tokens=completion,
+        vocab_size=int(text_config(model_config).vocab_size),
+        total_bytes=gpu_bytes,
         shards=shards,
     )
     compute = "bfloat16" if numerics.compute != "float32" else "float32"
     return plan_micro_batch(
-        model.config,
+        model_config,
         sequences_per_step=int(kwargs["per_device_train_batch_size"])
         * int(kwargs["gradient_accumulation_steps"]),
         prompt_tokens=longest_prompt,
-        completion_tokens=int(kwargs["max_completion_length"]),
-        free_bytes=free,
+        completion_tokens=completion,
+        free_bytes=gpu_bytes,
         fixed=fixed,
         compute_dtype=compute,
         residual_dtype="bfloat16" if numerics.trainable == "bfloat16" else "float32",
     )
+
+
+# the most tokens one feedback turn adds between two assistant turns: SPEC §1.2's report (input,
+# output, expected: each cut to 400 characters) and the user turn's instructions, in the chat
+# template's framing (~2,000 characters)
+FEEDBACK_TOKENS = 1024
+
+
+def multi_turn_completion_tokens(
+    max_completion: int, turns: int, prompt: int, max_context: int | None = None
+) -> int:
+    """The longest completion of a multi-turn conversation (`cobalt.training.multiturn`): `turns`
+    + 1 assistant turns of up to `max_completion` tokens and `turns` feedback turns between
+    them; a conversation stops growing past `max_context` tokens, then samples one more turn."""
+    whole = (turns + 1) * max_completion + turns * FEEDBACK_TOKENS
+    if max_context is not None:
+        whole = min(whole, max(0, max_context - prompt) + max_completion)
+    return whole
 
 
 def _vllm_awake_bytes(kwargs: dict[str, Any], total: int) -> int:

@@ -48,7 +48,7 @@ from cobalt.training.offline_data import (
     nothing_to_learn_reason,
     offline_data_spec,
 )
-from cobalt.training.sharding import check_fits, check_launch
+from cobalt.training.plan import TrainingPlan, check_resume, plan_training
 from cobalt.trajectories.problemsets import ProblemSetError, ProblemSource
 from cobalt.trajectories.runs import Trajectories, find_trajectories
 from sandbox import SandboxConfig
@@ -148,6 +148,7 @@ class Ready(BaseModel):
     perturbed: Trajectories | None = None
     model: str
     model_identity: str
+    plan: TrainingPlan | None = None
 
 
 def preflight(params: TrainingParams) -> Ready:
@@ -168,7 +169,7 @@ def preflight(params: TrainingParams) -> Ready:
             f"the trajectories name no model to train: pass --model NAME ({NAMES})"
         )
     model = resolve_model(model, params.storage, params.work_dir)
-    check_fits(params.training, model)
+    plan = plan_training(params.training, model)
     perturbed = None
     if params.bandit.perturbed_ratio > 0:
         if not params.perturbed:
@@ -185,18 +186,19 @@ def preflight(params: TrainingParams) -> Ready:
         perturbed=perturbed,
         model=str(model),
         model_identity=model_identity(model),
+        plan=plan,
     )
 
 
 def check_training(config: TrainingConfig) -> None:
-    """The training settings, before any work: the trainer's own config, the GPUs and sharding
-    asked for on this machine (whether a GPU holds its share of the policy: `check_fits`, once
-    the model is resolved)."""
-    check_launch(config)
+    """The training settings, before any work: the trainer's own config and the run's GPU plan
+    on this machine without the model (`cobalt.training.plan`; with it, once it is resolved:
+    whether a GPU holds its share, vLLM's share, host memory)."""
     try:
         config.check()
     except ValueError as exc:
         raise ProblemSetError(f"{exc} (set the GRPOConfig field with --set KEY=VALUE)") from None
+    plan_training(config)
 
 
 def model_identity(path: str | Path) -> str:
@@ -295,7 +297,10 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         shutil.rmtree(local)
     if not runtime.storage.is_local:
         download_last_checkpoint(st, directory, local, logger)
+    plan = plan_training(spec.config, runtime.model)  # the machine this stage runs on
+    logger.info("training plan: %s", plan.describe())
     if (resumed := last_checkpoint(local)) is not None:
+        check_resume(resumed, plan.processes)
         logger.info("training: resuming from %s", resumed)
     job = Job(
         config=spec.config,
@@ -306,6 +311,7 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         output_dir=str(local),
         upload_dir=None if runtime.storage.is_local else directory,
         problems=spec.problems,
+        plan=plan,
     )
     with CostMeter() as cost:
         history, timing, extra = run_job(job, logger)
@@ -344,6 +350,7 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         "timing": timing,
         "cost": spent,
         "processes": config.num_processes,
+        "plan": plan.model_dump(),
         "resumed_from": resumed,
     }
     ref = PolicyRef(

@@ -11,7 +11,6 @@ runs a step without Prefect.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import logging
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,6 @@ from cobalt.trajectories.batching import BatchConfig, Gate, per_call
 from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
 from cobalt.trajectories.evaluation import evaluate
 from cobalt.trajectories.problemsets import (
-    ProblemSetError,
     ProblemSource,
     resolve_problems,
 )
@@ -45,7 +43,8 @@ from cobalt.trajectories.specs import (
     StageSpec,
     TrajectoryRef,
 )
-from engines import Engine, EngineConfig, make_engine, resolve_data_parallel
+from engines import Engine, EngineConfig, make_engine, visible_gpus
+from engines.plan import check_clients, plan_engine
 
 log = logging.getLogger(__name__)
 
@@ -128,25 +127,16 @@ def local_engine(
     """A local engine that can run here, its model resolved to a local directory
     (`cobalt.models.resolve_model`: fitted, tiny, a directory, a model directory in storage, a
     Hub id; ModelNameError names `flag` and the fix) and kind auto decided for that model
-    (`engines.auto`: by its size); vLLM installed for kind vllm and the GPUs its
-    data_parallel_size asks for visible (GPUCountError)."""
-    check_gpus(engine)
-    if engine.kind == "vllm" and importlib.util.find_spec("vllm") is None:
-        raise ProblemSetError(
-            "engine vllm: vLLM is not installed here: install the GPU extra (pip install -e "
-            "'.[gpu]') on a CUDA machine, use the transformers engine (or auto), or serve the "
-            "model elsewhere (vllm serve) and use the litellm engine with its api_base"
-        )
+    (`engines.auto`: by its size); its GPU plan (`engines.plan`) checked before and after: the
+    GPUs its data_parallel_size asks for visible (GPUCountError), the clients it needs (vLLM;
+    LiteLLM for vLLM on several GPUs) installed (MissingClientError)."""
+    gpus = visible_gpus()
+    if engine.kind != "auto":
+        check_clients(plan_engine(engine, gpus=gpus), "engine")
     path = resolve_model(engine.model, storage, work_dir, flag=flag, logger=logger)
     engine = engine.model_copy(update={"model": path}).resolved()
-    check_gpus(engine)  # again, now that auto has decided for the model
+    check_clients(plan_engine(engine, gpus=gpus), "engine")  # now that auto has decided
     return engine
-
-
-def check_gpus(engine: EngineConfig) -> None:
-    """vLLM's data_parallel_size (`--gpus`) fits the visible GPUs, else GPUCountError."""
-    if engine.resolved().kind == "vllm":
-        resolve_data_parallel(engine)
 
 
 # --- stages -----------------------------------------------------------------------------------

@@ -256,8 +256,8 @@ def test_the_pipeline_takes_a_hub_id(hub: Path, tmp_path: Path):
     params = pipeline.parse_params(["--model", REPO, "--storage", str(tmp_path / "runs")])
     assert params.preset == "paper" and params.reference == REPO
     snapshot = hub / f"models--{REPO.replace('/', '--')}" / "snapshots" / MAIN
-    assert pipeline.preflight(params) == str(snapshot)  # resolved once, before any work
-    assert pipeline.preflight(pipeline.parse_params(["--storage", str(tmp_path)])) is None
+    assert pipeline.preflight(params)[0] == str(snapshot)  # resolved once, before any work
+    assert pipeline.preflight(pipeline.parse_params(["--storage", str(tmp_path)]))[0] is None
 
 
 def _evaluation(out: str) -> str:

@@ -15,7 +15,7 @@ from cobalt.bandit.dataset import BanditRef, commit_rows
 from cobalt.bandit.rows import prepare_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import StorageConfig, open_storage
-from cobalt.training.config import LoraSettings, TrainingConfig
+from cobalt.training.config import TrainingConfig
 from cobalt.training.launch import Job, LaunchError, launch_command, run_job
 from cobalt.training.sharding import config_file
 
@@ -47,34 +47,6 @@ def job(tmp_path, model: str, **config) -> Job:
     )
 
 
-def test_the_launch_command_takes_the_shardings_config(tmp_path) -> None:
-    """Each strategy launches with the accelerate config the project ships; the process count and
-    the mixed precision the numerics decided are given over the file's values."""
-    job_file = tmp_path / "job.json"
-
-    def command(gpus: int = 4, **config) -> list[str]:
-        return launch_command(job_file, TrainingConfig(**config), gpus=gpus)
-
-    def flag(cmd: list[str], name: str) -> str:
-        return cmd[cmd.index(name) + 1]
-
-    for sharding in ("ddp", "fsdp", "zero3"):
-        cmd = command(num_processes=4, sharding=sharding, precision="mixed")
-        assert cmd[1:3] == ["-m", "accelerate.commands.launch"]
-        assert flag(cmd, "--config_file") == str(config_file(sharding))
-        assert (flag(cmd, "--num_processes"), flag(cmd, "--mixed_precision")) == ("4", "bf16")
-        assert cmd[-3:] == ["-m", "cobalt.training.launch", str(job_file)]
-    # auto: full fine-tuning is sharded, LoRA and CPU processes are not
-    assert flag(command(num_processes=4), "--config_file") == str(config_file("fsdp"))
-    lora = command(num_processes=4, lora=LoraSettings())
-    assert flag(lora, "--config_file") == str(config_file("ddp"))
-    cpu = command(gpus=0, num_processes=2)
-    assert flag(cpu, "--config_file") == str(config_file("ddp"))
-    assert flag(cpu, "--mixed_precision") == "no"  # fp32 on a CPU
-    own = command(num_processes=8, accelerate_config="zero2.yaml")
-    assert flag(own, "--config_file") == "zero2.yaml" and flag(own, "--num_processes") == "8"
-
-
 @pytest.mark.parametrize(
     ("sharding", "kind"), [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"), ("zero3", "DEEPSPEED")]
 )
@@ -94,14 +66,18 @@ def test_the_shipped_accelerate_configs_load(sharding: str, kind: str) -> None:
 def test_a_one_process_launch_stays_on_the_card_its_caller_was_given(tmp_path, monkeypatch) -> None:
     """accelerate sets CUDA_VISIBLE_DEVICES to --gpu_ids: a job pinned to card 1 (two jobs on a
     two-GPU worker) must not be moved to card 0."""
+    from cobalt.training.plan import plan_training
+    from engines.machine import Machine
+
+    one_gpu = plan_training(TrainingConfig(), None, Machine(1, 80 << 30, "H100", 1 << 40, 16))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    one = launch_command(tmp_path / "job.json", TrainingConfig())
+    one = launch_command(tmp_path / "job.json", one_gpu)
     assert one[one.index("--gpu_ids") + 1] == "0" and "--multi_gpu" not in one
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
-    pinned = launch_command(tmp_path / "job.json", TrainingConfig())
+    pinned = launch_command(tmp_path / "job.json", one_gpu)
     assert pinned[pinned.index("--gpu_ids") + 1] == "1"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5e1f,GPU-77aa")
-    uuid = launch_command(tmp_path / "job.json", TrainingConfig())
+    uuid = launch_command(tmp_path / "job.json", one_gpu)
     assert uuid[uuid.index("--gpu_ids") + 1] == "GPU-5e1f"
 
 

@@ -1,6 +1,8 @@
-"""Several GPUs as a user asks for them (issue 38): the checks that run before any work, each
-failing with one line that names the setting and the fix, and the memory arithmetic that decides
-whether a strategy holds an 8B model and how much of each GPU a colocated vLLM gets."""
+"""Several GPUs as a user asks for them (issues 38, 45): the training's GPU plan, decided before
+any work on a given machine, each refusal one line that names the setting and the fix; a user's
+own accelerate file honoured; one micro-batch for every process; the host memory of the model's
+loads; the memory arithmetic that decides whether a strategy holds an 8B model and how much of
+each GPU a colocated vLLM gets."""
 
 from __future__ import annotations
 
@@ -18,10 +20,20 @@ from cobalt.training.memory import (
     state_bytes,
     vllm_share,
 )
-from cobalt.training.sharding import ShardingError, check_batch, check_launch, resolve_sharding
+from cobalt.training.plan import check_resume, plan_training
+from cobalt.training.sharding import ShardingError, check_batch, resolve_sharding
+from engines.machine import Machine
 
 H100 = 80 * GIB
 H200 = 141 * GIB
+
+
+def machine(gpus: int, gpu: int = H100, host: int = 1000 * GIB) -> Machine:
+    return Machine(gpus, gpu if gpus else 0, "H100" if gpus else "", host, 64)
+
+
+def check_launch(config: TrainingConfig, gpus: int) -> None:
+    plan_training(config, None, machine(gpus))
 
 
 @pytest.mark.parametrize(
@@ -31,9 +43,9 @@ H200 = 141 * GIB
          r"pass --gpus 2 or fewer"),
         ({"num_processes": 1, "sharding": "fsdp"}, 4, r"sharding fsdp on 1 process shards "
          r"nothing: pass --gpus N \(N > 1\), or --sharding ddp"),
-        ({"num_processes": 2, "sharding": "zero3"}, 0, r"sharding zero3: accelerate shards a "
-         r"model across GPUs only, and this machine has none; on CPU processes \(gloo\) use "
-         r"--sharding ddp"),
+        ({"num_processes": 2, "sharding": "fsdp"}, 0, r"sharding fsdp: accelerate shards a "
+         r"model across GPUs only \(it runs an FSDP config on CPU processes as plain DDP\), and "
+         r"this machine has none; on CPU processes \(gloo\) use --sharding ddp"),
         ({"num_processes": 2, "sharding": "fsdp", "accelerate_config": "mine.yaml"}, 2,
          r"accelerate_config \(mine\.yaml\) decides the distribution, so training\.sharding fsdp "
          r"would be ignored: set one of them"),
@@ -154,3 +166,150 @@ def test_a_logit_bias_from_json_reaches_vllm_with_token_ids() -> None:
     eos_calibrate.py sets a random model's mean response length this way)."""
     config = TrainingConfig(overrides={"generation_kwargs": {"logit_bias": {"2": 3.7}, "x": 1}})
     assert config.grpo_kwargs("out")["generation_kwargs"] == {"logit_bias": {2: 3.7}, "x": 1}
+
+
+def accelerate_file(tmp_path, kind: str, **extra) -> str:
+    import yaml
+
+    path = tmp_path / f"{kind}.yaml"
+    body = {"compute_environment": "LOCAL_MACHINE", "distributed_type": kind, "num_machines": 1,
+            "num_processes": 4, "mixed_precision": "bf16", **extra}  # fmt: skip
+    path.write_text(yaml.safe_dump(body))
+    return str(path)
+
+
+def test_a_users_accelerate_file_decides_the_sharding_the_plan_and_launch_follow(tmp_path) -> None:
+    """Full fine-tuning with the user's DDP file used to be planned and checked as fsdp (auto);
+    now the file's own strategy is the plan's, and the launch passes the file."""
+    from cobalt.training.launch import launch_command
+
+    ddp = accelerate_file(tmp_path, "MULTI_GPU")
+    fsdp = accelerate_file(tmp_path, "FSDP", fsdp_config={"fsdp_version": 2})
+    zero2 = accelerate_file(tmp_path, "DEEPSPEED", deepspeed_config={"zero_stage": 2})
+    for path, sharding in ((ddp, "ddp"), (fsdp, "fsdp"), (zero2, "ddp")):
+        config = TrainingConfig(num_processes=4, accelerate_config=path)
+        assert resolve_sharding(config, gpus=4) == sharding
+        plan = plan_training(config, None, machine(4))
+        assert (plan.sharding, plan.accelerate_config) == (sharding, path)
+        command = launch_command(tmp_path / "job.json", plan)
+        assert command[command.index("--config_file") + 1] == path
+
+
+def test_the_launch_follows_the_plan(tmp_path) -> None:
+    """Each strategy launches with the accelerate config the project ships, the process count
+    and the mixed precision the plan decided, over the file's values."""
+    from cobalt.training.launch import launch_command
+    from cobalt.training.sharding import config_file
+
+    def flag(cmd: list[str], name: str) -> str:
+        return cmd[cmd.index(name) + 1]
+
+    for sharding in ("ddp", "fsdp"):
+        config = TrainingConfig(num_processes=4, sharding=sharding, precision="mixed")
+        cmd = launch_command(tmp_path / "job.json", plan_training(config, None, machine(4)))
+        assert flag(cmd, "--config_file") == str(config_file(sharding))
+        assert (flag(cmd, "--num_processes"), flag(cmd, "--mixed_precision")) == ("4", "bf16")
+        assert cmd[-3:] == ["-m", "cobalt.training.launch", str(tmp_path / "job.json")]
+    auto = plan_training(TrainingConfig(num_processes=4), None, machine(4))
+    assert auto.accelerate_config == str(config_file("fsdp"))
+    lora = plan_training(TrainingConfig(num_processes=4, lora=LoraSettings()), None, machine(4))
+    assert lora.accelerate_config == str(config_file("ddp"))
+    cpu = plan_training(TrainingConfig(num_processes=2), None, machine(0))
+    assert (cpu.accelerate_config, cpu.mixed_precision) == (str(config_file("ddp")), "no")
+
+
+def write_model(tmp_path, config) -> str:
+    config.save_pretrained(str(tmp_path / "model"))
+    return str(tmp_path / "model")
+
+
+def test_every_process_plans_the_same_micro_batch_whatever_its_gpu_holds(monkeypatch) -> None:
+    """The old plan read each process's own free GPU memory (GPU 0 also held the preflight's
+    CUDA context): two processes could choose different micro-batches and then mismatch in
+    their collectives. The plan's GPU memory is the only input now."""
+    import torch
+
+    from cobalt.training.memory import fit_micro_batch
+    from cobalt.training.precision import decide
+
+    config = TrainingConfig(preset="paper", num_processes=4)
+    kwargs = config.grpo_kwargs("out")
+    numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    model = qwen3_8b()
+    plans = []
+    for free in (70 * GIB, 77 * GIB):
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a, free=free: (free, H100))
+        plan = fit_micro_batch(
+            config, kwargs, model, parameter_count(model), numerics, 2048, shards=4, gpu_bytes=H100
+        )
+        plans.append(plan)
+    assert plans[0] == plans[1] and plans[0].micro_batch >= 1
+
+
+def test_a_multi_turn_conversation_is_planned_with_every_turn(tmp_path) -> None:
+    """Three assistant turns and two feedback turns per sequence: the memory plan sized one turn
+    (a micro-batch that then ran out of memory); it sizes the whole conversation now."""
+    from cobalt.training.memory import (
+        FEEDBACK_TOKENS,
+        fit_micro_batch,
+        multi_turn_completion_tokens,
+    )
+    from cobalt.training.precision import decide
+
+    assert multi_turn_completion_tokens(6144, 2, 1000) == 3 * 6144 + 2 * FEEDBACK_TOKENS
+    assert multi_turn_completion_tokens(6144, 2, 1000, max_context=8192) == 7192 + 6144
+    config = TrainingConfig(preset="paper", mode="multi_turn", num_processes=4)
+    kwargs = config.grpo_kwargs("out")
+    numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    model = qwen3_8b()
+    one_turn = fit_micro_batch(config, kwargs, model, parameter_count(model), numerics, 1000,
+                               shards=4, gpu_bytes=H200)  # fmt: skip
+    whole = fit_micro_batch(
+        config, kwargs, model, parameter_count(model), numerics, 1000, shards=4, gpu_bytes=H200,
+        completion_tokens=multi_turn_completion_tokens(6144, 2, 1000),
+    )  # fmt: skip
+    assert whole.sequence_tokens == 1000 + 3 * 6144 + 2 * FEEDBACK_TOKENS
+    assert whole.micro_batch < one_turn.micro_batch
+
+
+def test_the_host_memory_of_the_processes_loads_is_planned(tmp_path) -> None:
+    """Four processes loading the 8B shape in fp32 with a bf16 reference model each: ~197 GB at
+    once (FSDP loads a whole copy per process). A machine with less free memory is refused
+    before any work, naming the fixes; ZeRO-3 would partition the weights as they load."""
+    model = write_model(tmp_path, qwen3_8b())
+    config = TrainingConfig(preset="paper", num_processes=4, sharding="fsdp", precision="mixed")
+    plan = plan_training(config, model, machine(4, host=512 * GIB))
+    params = parameter_count(qwen3_8b())
+    assert plan.host_bytes_needed == 4 * params * (4 + 2)
+    assert 180 * GIB < plan.host_bytes_needed < 190 * GIB
+    assert "host memory at load ~183 of 512 GiB free" in plan.describe()
+    with pytest.raises(TrainingMemoryError, match=r"host memory: 4 training process\(es\) load "
+                       r"the policy .* ~183 GiB, but 128 GiB are free on this machine: use "
+                       r"--sharding zero3 .*--lora"):  # fmt: skip
+        plan_training(config, model, machine(4, host=128 * GIB))
+    lora = config.model_copy(update={"lora": LoraSettings(), "sharding": "ddp"})
+    assert plan_training(lora, model, machine(4, host=128 * GIB)).host_bytes_needed == (
+        4 * params * 2
+    )
+
+
+def test_a_colocated_vllms_share_is_the_plans(tmp_path, monkeypatch) -> None:
+    import cobalt.training.config as training
+
+    monkeypatch.setattr(training, "vllm_available", lambda: True)
+    model = write_model(tmp_path, qwen3_8b())
+    config = TrainingConfig(preset="paper", num_processes=4, generation="vllm_colocate")
+    plan = plan_training(config, model, machine(4))
+    assert plan.sharding == "fsdp" and 0.3 < (plan.vllm_share or 0) < 0.6
+    assert f"{plan.vllm_share} of each GPU" in plan.describe()
+
+
+def test_a_resume_needs_the_processes_that_wrote_the_checkpoint(tmp_path) -> None:
+    checkpoint = tmp_path / "checkpoint-4"
+    checkpoint.mkdir()
+    for rank in range(4):
+        (checkpoint / f"rng_state_{rank}.pth").write_bytes(b"")
+    check_resume(checkpoint, 4)
+    with pytest.raises(ShardingError, match=r"written by 4 process\(es\) and this run has 2: "
+                       r"resume with --gpus 4, or start over \(--refresh\)"):  # fmt: skip
+        check_resume(checkpoint, 2)

@@ -1,0 +1,319 @@
+"""The training stage's GPU plan (issue 45): decided once, before any work, from the machine
+(`engines.machine`) and the settings, printed with them, and followed by everything after it.
+
+It holds what every training process must agree on: how many processes and how they share the
+model (the sharding, a user's accelerate file's own when one is given), the numerics (mixed
+precision: bf16 compute, fp32 master weights, gradients reduced in fp32), the GPU memory every
+process plans its micro-batch against (the smallest visible GPU's: a process never measures its
+own GPU, whose free memory differs with the contexts other processes opened on it), a colocated
+vLLM's share of each GPU, the host memory the processes need while they load the model, and how
+long a process waits for the others in a collective. `plan_training` raises a one-line error
+naming the setting and the fix when any of it cannot work here. The launch takes its processes,
+accelerate config and mixed precision from the plan (`cobalt.training.launch`); each process its
+memory budget and vLLM share (`cobalt.training.grpo`), and checks at start that every process
+planned the same micro-batch (`same_on_every_process`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from cobalt.training.config import TrainingConfig
+from cobalt.training.memory import (
+    GIB,
+    TrainingMemoryError,
+    check_holds,
+    parameter_count,
+    state_bytes,
+    vllm_share,
+)
+from cobalt.training.precision import checkpoint_dtype, decide
+from cobalt.training.sharding import (
+    SHARDED,
+    SHARDINGS,
+    ShardingError,
+    check_batch,
+    config_file,
+    resolve_sharding,
+)
+from engines.machine import Machine, detect
+
+HOST_HEADROOM = 0.9  # of the host memory free at the plan: what loading may take
+
+
+class TrainingPlan(BaseModel):
+    """Where and how a training run computes; the same for every one of its processes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    processes: int
+    sharding: str  # ddp, fsdp or zero3
+    accelerate_config: str | None  # the file the launch passes (None: one process)
+    mixed_precision: str  # bf16 or no: the launch's --mixed_precision
+    precision: str  # mixed, fp32 or bf16
+    reduce_dtype: str  # gradients summed across processes in this dtype
+    gpus: int  # visible on the machine planned for
+    gpu_bytes: int  # each process plans its micro-batch against this (the smallest GPU's)
+    generation: str  # how GRPO samples (offline: none)
+    parameters: int | None = None  # the policy's, when its config was there to count
+    vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
+    host_bytes_needed: int | None = None  # every process loading its copies at once
+    host_bytes_free: int = 0
+    collective_timeout_s: int = 600
+
+    @property
+    def shards(self) -> int:
+        """Processes the model's state is spread over (1: every process holds all of it)."""
+        return self.processes if self.sharding in SHARDED else 1
+
+    def describe(self) -> str:
+        where = f"{self.processes} process{'es' if self.processes > 1 else ''}"
+        where += f" on {'GPUs' if self.gpus else 'the CPU (gloo)'}"
+        if self.processes > 1:
+            where += f", {self.sharding}"
+        parts = [
+            where,
+            f"precision {self.precision} (gradients reduced in {self.reduce_dtype})",
+            f"micro-batch planned for {self.gpu_bytes / GIB:.0f} GiB a GPU on every process"
+            if self.gpus
+            else "",
+            f"generation {self.generation}" if self.generation != "none" else "",
+            f"vLLM colocated, asleep while the optimizer steps: {self.vllm_share} of each GPU"
+            if self.vllm_share
+            else "",
+            f"host memory at load ~{self.host_bytes_needed / GIB:.0f} of "
+            f"{self.host_bytes_free / GIB:.0f} GiB free"
+            if self.host_bytes_needed
+            else "",
+            f"a process waits {self.collective_timeout_s} s for the others"
+            if self.processes > 1
+            else "",
+        ]
+        return "; ".join(p for p in parts if p)
+
+
+def plan_training(
+    config: TrainingConfig, model: str | Path | None = None, machine: Machine | None = None
+) -> TrainingPlan:
+    """The plan of `config` for the policy in directory `model` (None, or a directory without
+    config.json yet: a model the flow builds later, planned without its size) on `machine`
+    (None: this one). ShardingError / TrainingMemoryError / ValueError name what to change."""
+    machine = machine or detect()
+    gpus = machine.gpus
+    check_processes(config, gpus)
+    sharding = resolve_sharding(config, gpus)
+    has_config = model is not None and Path(model, "config.json").is_file()
+    checkpoint = checkpoint_dtype(model) if has_config else "float32"
+    numerics = decide(
+        config.precision, checkpoint, gpu=gpus > 0, mixed=config.defaults().mixed_precision
+    )
+    processes = config.num_processes
+    generation, kwargs = "none", None
+    if config.mode == "offline":
+        config.offline_micro_batches()  # the step's rows split over the processes
+    else:
+        kwargs = config.grpo_kwargs("plan", model if has_config else None, gpus)
+        check_batch(kwargs, processes)
+        generation, _ = config.generation_choice(gpus > 0, model if has_config else None)
+    launch = config.accelerate_config
+    if launch is None and processes > 1:
+        launch = str(config_file(sharding))
+    plan = TrainingPlan(
+        processes=processes,
+        sharding=sharding,
+        accelerate_config=launch,
+        mixed_precision="bf16" if gpus and numerics.precision == "mixed" else "no",
+        precision=numerics.precision,
+        reduce_dtype=numerics.reduce,
+        gpus=gpus,
+        gpu_bytes=machine.gpu_bytes,
+        generation=generation,
+        host_bytes_free=machine.host_bytes,
+        collective_timeout_s=config.collective_timeout_s,
+    )
+    if not has_config:
+        return plan
+    from transformers import AutoConfig
+
+    model_config = AutoConfig.from_pretrained(str(model))
+    parameters = parameter_count(model_config)
+    reference = (
+        config.mode != "offline" and config.lora is None and bool((kwargs or {}).get("beta"))
+    )
+    colocated = generation == "vllm_colocate"
+    if gpus:
+        check_holds(
+            model_config,
+            lora=config.lora is not None,
+            reference_model=reference,
+            trainable_dtype=numerics.trainable,
+            frozen_dtype=numerics.frozen,
+            shards=plan.shards,
+            sharding=sharding,
+            gpu_bytes=machine.gpu_bytes,
+            processes=processes,
+            colocated_vllm=colocated,
+        )
+    share = None
+    if gpus and colocated and kwargs and kwargs.get("vllm_enable_sleep_mode"):
+        share = colocated_share(config, kwargs, model_config, numerics, plan, parameters)
+    needed = host_bytes(config, parameters, numerics, plan.shards, sharding, reference)
+    check_host_memory(needed, machine, processes, sharding)
+    return plan.model_copy(
+        update={"parameters": parameters, "vllm_share": share, "host_bytes_needed": needed}
+    )
+
+
+def check_processes(config: TrainingConfig, gpus: int) -> None:
+    """The process count and sharding can run on a machine with `gpus` GPUs."""
+    n, asked = config.num_processes, config.sharding
+    if config.accelerate_config and asked != "auto":
+        raise ShardingError(
+            f"training.accelerate_config ({config.accelerate_config}) decides the distribution, "
+            f"so training.sharding {asked} would be ignored: set one of them (--sharding or "
+            "--accelerate-config)"
+        )
+    if config.accelerate_config and not Path(config.accelerate_config).is_file():
+        raise ShardingError(
+            f"training.accelerate_config {config.accelerate_config}: no such file; pass an "
+            f"accelerate config file, or --sharding {'|'.join(SHARDINGS[1:])}"
+        )
+    if gpus and n > gpus:
+        shown = os.environ.get("CUDA_VISIBLE_DEVICES")
+        where = f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
+        raise ShardingError(
+            f"training.num_processes {n} (--gpus): this machine has {gpus} GPU(s){where}; pass "
+            f"--gpus {gpus} or fewer"
+        )
+    sharding = resolve_sharding(config, gpus)
+    if sharding in SHARDED and n == 1:
+        raise ShardingError(
+            f"training.sharding {sharding} on 1 process shards nothing: pass --gpus N (N > 1), "
+            "or --sharding ddp"
+        )
+    if sharding in SHARDED and not gpus:
+        raise ShardingError(
+            f"training.sharding {sharding}: accelerate shards a model across GPUs only (it "
+            "runs an FSDP config on CPU processes as plain DDP), and this machine has none; on "
+            "CPU processes (gloo) use --sharding ddp"
+        )
+    if sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        raise ShardingError(
+            "training.sharding zero3 needs DeepSpeed, which is not installed: pip install "
+            "deepspeed, or use --sharding fsdp (the same memory per GPU, no extra package)"
+        )
+
+
+def colocated_share(
+    config: TrainingConfig,
+    kwargs: dict[str, Any],
+    model_config: Any,
+    numerics: Any,
+    plan: TrainingPlan,
+    parameters: int,
+) -> float:
+    """A sleeping colocated vLLM's share of each GPU (`vllm_share`), unless the user set one:
+    its weights and the KV cache of a process's share of a generation batch at full length,
+    beside the training state that stays on the GPU while it generates."""
+    if "vllm_gpu_memory_utilization" in config.overrides:
+        return float(config.overrides["vllm_gpu_memory_utilization"])
+    resident = state_bytes(
+        parameters,
+        trainable=0 if config.lora else parameters,
+        trainable_dtype=numerics.trainable,
+        frozen_dtype=numerics.frozen,
+        reference_model=not config.lora and bool(kwargs.get("beta")),
+        shards=plan.shards,
+    )
+    batch = kwargs.get("generation_batch_size") or int(kwargs["per_device_train_batch_size"]) * (
+        config.num_processes * int(kwargs["gradient_accumulation_steps"])
+    )
+    return vllm_share(
+        model_config,
+        sequences=max(1, int(batch) // config.num_processes),
+        context_tokens=int(kwargs.get("vllm_max_model_length") or kwargs["max_completion_length"]),
+        total_bytes=plan.gpu_bytes,
+        resident_bytes=resident,
+        tensor_parallel=int(kwargs.get("vllm_tensor_parallel_size", 1)),
+    )
+
+
+def host_bytes(
+    config: TrainingConfig,
+    parameters: int,
+    numerics: Any,
+    shards: int,
+    sharding: str,
+    reference: bool,
+) -> int:
+    """Host memory the processes hold at once while loading: each loads the policy in the
+    dtype it trains (LoRA: the frozen base's) and, with a KL term, TRL's reference model in the
+    frozen dtype; under ZeRO-3 the weights are partitioned as they load (each process keeps its
+    share), otherwise every process holds a whole copy until the trainer places it (FSDP loads
+    in every process: `fsdp_cpu_ram_efficient_loading` is off, see infra/accelerate/fsdp.yaml)."""
+    from engines.memory import dtype_bytes
+
+    policy = parameters * dtype_bytes(numerics.frozen if config.lora else numerics.trainable)
+    ref = parameters * dtype_bytes(numerics.frozen) if reference else 0
+    each = policy + ref
+    if sharding == "zero3":
+        each //= shards
+    return each * config.num_processes
+
+
+def check_host_memory(needed: int, machine: Machine, processes: int, sharding: str) -> None:
+    """The processes' copies fit the host memory free now, else TrainingMemoryError."""
+    room = int(machine.host_bytes * HOST_HEADROOM)
+    if needed <= room:
+        return
+    fixes = ["train LoRA adapters (--lora)", "fewer processes (--gpus)"]
+    if sharding != "zero3":
+        fixes.insert(0, "--sharding zero3 (weights partitioned as they load)")
+    raise TrainingMemoryError(
+        f"host memory: {processes} training process(es) load the policy (and its reference "
+        f"model) at once, ~{needed / GIB:.0f} GiB, but {machine.host_bytes / GIB:.0f} GiB are "
+        f"free on this machine: use {', '.join(fixes)}, or a machine with more memory"
+    )
+
+
+def same_on_every_process(name: str, value: Any) -> None:
+    """Every process of the job computed the same `value` (its micro-batch plan, ...), else a
+    RuntimeError naming each process's: processes that disagree would wait in mismatched
+    collectives. A no-op in a process that runs alone."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, value)
+    if any(v != everyone[0] for v in everyone):
+        raise RuntimeError(
+            f"the training processes planned different {name}s ({everyone}): every process must "
+            "follow one plan (cobalt.training.plan)"
+        )
+
+
+def checkpoint_processes(checkpoint: str | Path) -> int | None:
+    """How many processes wrote a checkpoint (its per-process RNG states), None if unknown."""
+    states = list(Path(checkpoint).glob("rng_state_*.pth"))
+    if states:
+        return len(states)
+    return 1 if Path(checkpoint, "rng_state.pth").is_file() else None
+
+
+def check_resume(checkpoint: str | Path | None, processes: int) -> None:
+    """A run resumes on as many processes as wrote its checkpoint (each process restores its
+    own random state and, under FSDP, its shard of the optimizer), else ShardingError."""
+    if checkpoint is None:
+        return
+    wrote = checkpoint_processes(checkpoint)
+    if wrote is not None and wrote != processes:
+        raise ShardingError(
+            f"training: {checkpoint} was written by {wrote} process(es) and this run has "
+            f"{processes}: resume with --gpus {wrote}, or start over (--refresh)"
+        )

@@ -1,0 +1,60 @@
+"""The machine a run plans for: its visible GPUs (the smallest one's memory: what every process
+plans against), host memory and cores. Read once, at a flow's preflight and where a stage runs.
+Reading it opens no CUDA context (device properties only)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from typing import Any
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Machine:
+    gpus: int  # visible to this process (CUDA_VISIBLE_DEVICES applies)
+    gpu_bytes: int  # the smallest visible GPU's memory (0 without GPUs)
+    gpu_name: str
+    host_bytes: int  # host memory available now (MemAvailable)
+    cpus: int
+
+    def describe(self) -> str:
+        gpus = (
+            f"{self.gpus} GPU{'s' if self.gpus != 1 else ''} ({self.gpu_name}, "
+            f"{self.gpu_bytes / GIB:.0f} GiB{' each' if self.gpus > 1 else ''})"
+            if self.gpus
+            else "no GPU"
+        )
+        return f"{gpus}, {self.host_bytes / GIB:.0f} GiB of host memory free, {self.cpus} cores"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def detect() -> Machine:
+    """This machine as the current process sees it."""
+    gpus, smallest, name = 0, 0, ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            gpus = torch.cuda.device_count()
+            props = [torch.cuda.get_device_properties(i) for i in range(gpus)]
+            smallest = min(p.total_memory for p in props)
+            name = props[0].name
+    except ImportError:
+        pass
+    return Machine(gpus, smallest, name, host_available_bytes(), os.cpu_count() or 1)
+
+
+def host_available_bytes() -> int:
+    """MemAvailable of /proc/meminfo (Linux), else the physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

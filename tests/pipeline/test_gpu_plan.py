@@ -1,0 +1,77 @@
+"""The pipeline's GPU plan (issue 45) as a user meets it on a 4-GPU machine (the machine is
+described, not probed): `--gpus 4` works for the embedded default (its tiny model generates on
+one GPU through the transformers engine: the run's trajectory stage used to fail on vLLM's
+data_parallel_size), an 8B model's generating stages are served on every GPU and need LiteLLM,
+which is checked before anything starts; the plan is printed with the settings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cobalt.pipeline import settings_text
+from cobalt.pipeline.gpu_plan import plan_run
+from cobalt.trajectories.stages import TrajectoryParams
+from engines.machine import Machine
+from engines.plan import MissingClientError
+from flows.pipeline import parse_params
+
+GIB = 1 << 30
+FOUR_H100 = Machine(4, 80 * GIB, "NVIDIA H100 80GB HBM3", 500 * GIB, 64)
+
+
+@pytest.fixture
+def vllm_here(monkeypatch):
+    """vLLM importable, as on a GPU worker with the gpu extra."""
+    import cobalt.training.config as training
+    import engines.auto as auto
+    import engines.plan as engine_plan
+
+    monkeypatch.setattr(auto, "_vllm_installed", lambda: True)
+    monkeypatch.setattr(training, "vllm_available", lambda: True)
+    monkeypatch.setattr(engine_plan, "installed", lambda module: True)
+
+
+def model_8b(tmp_path: Path) -> str:
+    from transformers import Qwen2Config
+
+    Qwen2Config(
+        vocab_size=151_936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+        num_attention_heads=32, num_key_value_heads=8, dtype="bfloat16",
+    ).save_pretrained(str(tmp_path / "model-8b"))  # fmt: skip
+    return str(tmp_path / "model-8b")
+
+
+def test_the_embedded_default_on_four_gpus(vllm_here, tiny_model) -> None:
+    params = parse_params(["--gpus", "4", "--sharding", "fsdp"])
+    plan = plan_run(params, None, FOUR_H100)
+    assert (plan.generation.kind, plan.generation.gpus) == ("transformers", 1)
+    assert (plan.training.processes, plan.training.sharding) == (4, "fsdp")
+    # each generating stage's parameters validate (they did not: data_parallel_size 4 on the
+    # transformers engine auto picks for the tiny model)
+    stage = params.trajectories("sets", params.train_table, str(tiny_model), "train")
+    again = TrajectoryParams.model_validate(stage.model_dump())
+    resolved = again.engine.resolved()
+    assert (resolved.kind, resolved.data_parallel_size) == ("transformers", "auto")
+    text = settings_text(params, plan.lines())
+    assert "GPU plan on 4 GPUs (NVIDIA H100 80GB HBM3, 80 GiB each)" in text
+    assert "trajectories and evaluations: transformers (" in text and "on 1 GPU" in text
+    assert "training: 4 processes on GPUs, fsdp; precision fp32" in text
+
+
+def test_an_8b_model_is_served_on_every_gpu_and_needs_litellm(vllm_here, tmp_path, monkeypatch):
+    import engines.plan as engine_plan
+
+    model = model_8b(tmp_path)
+    params = parse_params(["--model", model, "--gpus", "4", "--sharding", "fsdp"])
+    plan = plan_run(params, model, FOUR_H100)
+    assert (plan.generation.kind, plan.generation.engines) == ("vllm", 4)
+    assert plan.generation.clients == ("vllm", "litellm")
+    assert plan.training.precision == "mixed" and plan.training.reduce_dtype == "float32"
+    assert plan.training.vllm_share and plan.training.host_bytes_needed
+    monkeypatch.setattr(engine_plan, "installed", lambda module: module != "litellm")
+    with pytest.raises(MissingClientError, match=r"engine vllm: litellm is not installed \(vLLM "
+                       r"on 4 GPUs is served \(vllm serve --data-parallel-size 4\) and reached "
+                       r"through LiteLLM\): pip install litellm .*--gpus 1"):  # fmt: skip
+        plan_run(params, model, FOUR_H100)
