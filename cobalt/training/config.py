@@ -24,9 +24,13 @@ Mapping notes (TRL 1.16):
   on a GPU for a model of 50M+ parameters); LoRA via `lora` (peft).
   Validation (temperature 0.6 / top-p 0.95) is the evaluation stage's, not a step of training
   (docs/TRAINING.md, the recipe table).
+- A step's completions never depend on the number of processes (issue 45): the paper preset's
+  1024, a short run's `generation_batch_size`, or per_device x accumulation as given for one
+  process (the tiny preset, `--set`) are shared by N processes (`_shared_step`).
 - Micro-batch: the paper preset plans `per_device_train_batch_size` from the model's config and
-  free GPU memory at the start of training (`cobalt.training.memory`), keeping 1024 completions
-  per optimizer step; vLLM's context is the prompt limit plus the completion limit.
+  the GPU memory of the run's plan (`cobalt.training.memory`, `cobalt.training.plan`), keeping
+  1024 completions per optimizer step; vLLM's context is the prompt limit plus the completion
+  limit.
 """
 
 from __future__ import annotations
@@ -514,6 +518,8 @@ class TrainingConfig(BaseModel):
                     f"{self.num_processes} processes: use a multiple of {self.num_processes}"
                 )
             kwargs |= {"per_device_train_batch_size": share, "gradient_accumulation_steps": 1}
+        if (own_step or not preset.prompts_per_step) and self.num_processes > 1:
+            kwargs |= self._shared_step(kwargs)
         if kwargs.get("vllm_mode") == "colocate" and "vllm_enable_sleep_mode" not in self.overrides:
             # sharded full fine-tuning: vLLM's weights and KV cache leave the GPU while the
             # optimizer steps (TRL's sleep mode), the memory the training phase needs
@@ -532,6 +538,30 @@ class TrainingConfig(BaseModel):
                 "vllm_max_model_length", self.prompt_limit() + int(kwargs["max_completion_length"])
             )
         return kwargs
+
+    def _shared_step(self, kwargs: dict[str, Any]) -> dict[str, int]:
+        """Without a preset step (tiny), or where the settings give their own (`--set
+        per_device_train_batch_size`, `gradient_accumulation_steps`), per_device x accumulation
+        is one process's optimizer step; N processes share those completions (each a 1/N share,
+        in micro-batches of at most the per-device size), so a step trains on as many
+        completions on any number of processes (a global step that grew with them trained
+        another recipe)."""
+        import math
+
+        n = self.num_processes
+        per_device = int(kwargs["per_device_train_batch_size"])
+        step = per_device * int(kwargs.get("gradient_accumulation_steps", 1))
+        if step % n:
+            raise ShardingError(
+                f"training: a step of {step} completions (per_device_train_batch_size "
+                f"{per_device} x gradient_accumulation_steps, one process's) does not split "
+                f"over {n} processes: use --gpus {_divisors(step)}, or a step that divides"
+            )
+        micro = math.gcd(per_device, step // n)
+        return {
+            "per_device_train_batch_size": micro,
+            "gradient_accumulation_steps": step // n // micro,
+        }
 
     def generation_choice(
         self, gpu: bool, model: str | Path | None = None, parameters: int | None = None

@@ -16,7 +16,8 @@ Its micro-batches (`cobalt.training.padding.optimizer_windows`): each optimizer 
 generation batch trains on the same completions whatever the number of processes (global row g in
 step g mod W, in place of TRL's per-process shuffle); with `trim_padding`, rows of similar length
 share a micro-batch within an optimizer step, and each forward is cut to its chunk's own longest
-sequence.
+sequence. Checkpoints fall between generation batches (`cobalt.training.sharding.
+check_save_steps`), where a resumed run trains as the uninterrupted one did.
 
 It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
 prompts to a `rollout_func`): the multi-turn rollout finds each conversation's problem by them,

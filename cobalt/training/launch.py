@@ -201,7 +201,9 @@ def _timed_out(output: str, timeout_s: int, log_path: Path) -> str | None:
 def _last_error(output: str) -> str:
     """The last `SomeError: message` line of a traceback in the output (first in the message, so
     a clear error such as the memory plan's is the line a user reads), or a pointer to the log."""
-    found = re.findall(r"^(?:[\w.]+\.)?(\w*(?:Error|Exception): .+)$", output, re.MULTILINE)
+    found = re.findall(
+        r"^(?:\[rank\d+\]: )?(?:[\w.]+\.)?(\w*(?:Error|Exception): .+)$", output, re.MULTILINE
+    )
     return found[-1] if found else "see the output below"
 
 

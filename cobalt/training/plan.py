@@ -38,6 +38,7 @@ from cobalt.training.sharding import (
     SHARDINGS,
     ShardingError,
     check_batch,
+    check_save_steps,
     config_file,
     resolve_sharding,
 )
@@ -119,6 +120,7 @@ def plan_training(
     else:
         kwargs = config.grpo_kwargs("plan", model if has_config else None, gpus)
         check_batch(kwargs, processes)
+        check_save_steps(kwargs, processes)
         generation, _ = config.generation_choice(gpus > 0, model if has_config else None)
     launch = config.accelerate_config
     if launch is None and processes > 1:

@@ -99,3 +99,21 @@ def check_batch(kwargs: dict[str, Any], processes: int) -> None:
             f"num_generations {generations}: set --set generation_batch_size="
             f"{max(generations, batch // generations * generations)}"
         )
+
+
+def check_save_steps(kwargs: dict[str, Any], processes: int) -> None:
+    """Checkpoints fall between generation batches: a run resumed in the middle of one would
+    sample its rest anew and score it against the resumed weights (TRL keeps no generation in
+    a checkpoint), not train as the uninterrupted run did."""
+    if kwargs.get("save_strategy") != "steps" or not kwargs.get("save_steps"):
+        return
+    step = int(kwargs["per_device_train_batch_size"]) * processes
+    step *= int(kwargs.get("gradient_accumulation_steps", 1))
+    batch = int(kwargs.get("generation_batch_size") or step)
+    windows = max(1, batch // step) * int(kwargs.get("num_iterations", 1))
+    if int(kwargs["save_steps"]) % windows:
+        raise ShardingError(
+            f"training: save_steps {kwargs['save_steps']} puts checkpoints inside generation "
+            f"batches ({windows} optimizer steps each): a resumed run would not train as the "
+            f"uninterrupted one; use a multiple of {windows} (--set save_steps=N)"
+        )

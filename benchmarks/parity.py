@@ -1,0 +1,342 @@
+"""Do N training processes compute what one process computes? (issue 45)
+
+    python -m benchmarks.parity                                   # CPU: GRPO, 1 vs 2 (gloo)
+    python -m benchmarks.parity --mode offline
+    python -m benchmarks.parity --kill-resume 2:ddp               # + a killed, resumed run
+    python -m benchmarks.parity --model DIR --preset paper --precision mixed \\
+        --layouts 1 4:ddp 4:fsdp 4:zero3 --repeat --json out.json  # on the GPUs of a machine
+
+Every layout (`PROCESSES[:SHARDING]`) trains the same rows from the same seed through the
+training stage's own launcher (`cobalt.training.launch.run_job`: the run's GPU plan, `accelerate
+launch`, the shipped accelerate configs, the real trainers and the real sandbox rewards). GRPO
+trains on fixed completions (benchmarks/parity_rollout.py: sampling is the one part taken out, so
+that every layout sees the same completions; everything after it is in), by default two optimizer
+steps per generation batch as the paper preset has; offline mode on logged rows. Each layout is
+compared with the first: the per-step loss and gradient norm, and the final weights as
+||w - w_first|| / ||w_first - w_start|| (the difference relative to the update training made:
+0 for identical training, 1 for as different as the update itself) and the largest single weight
+difference. `--repeat` trains the first layout twice: the configuration's own noise floor (0 on a
+CPU in fp32; bf16 kernels on a GPU are not deterministic). `--kill-resume LAYOUT` kills that
+layout once its first checkpoint is complete (SIGKILL of the launcher), resumes it, and compares
+the resumed run's weights with the uninterrupted run of the same layout.
+
+Prints a table and a verdict (every comparison within --tolerance); exit 1 when one is not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from benchmarks.parity_rollout import ENV
+from cobalt.bandit.dataset import BanditRef, commit_rows
+from cobalt.bandit.rows import prepare_rows
+from cobalt.judging import SandboxRuntime
+from cobalt.storage import StorageConfig, open_storage
+from cobalt.tables import markdown_table
+from cobalt.training.checkpoints import last_checkpoint
+from cobalt.training.config import OfflineSettings, TrainingConfig
+from cobalt.training.launch import Job, run_job
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = (
+    "import sys; from cobalt.training.launch import Job, run_job; "
+    "run_job(Job.model_validate_json(open(sys.argv[1]).read()))"
+)
+NO_CODE = "I am not sure how to solve this one."
+
+
+class ParitySpec(BaseModel):
+    """What the harness's datasets are (their manifests record it)."""
+
+    family: str = "cobalt.data.synthetic.KINDS"
+    prompts: int
+
+
+def problems(count: int) -> list[Any]:
+    from cobalt.data import synthetic
+
+    return synthetic.make_problems(synthetic.KINDS, count, seed=0)
+
+
+def completions(found: list[Any]) -> dict[str, list[str]]:
+    """Four answers of different lengths and rewards per problem: its reference solution, a
+    wrong constant, the next problem's solution, no code."""
+    table = {}
+    for i, p in enumerate(found):
+        other = found[(i + 1) % len(found)]
+        table[p.id] = [
+            f"Here is my solution.\n```python\n{p.solutions[0]}```",
+            "```python\nprint(0)\n```",
+            f"```python\n{other.solutions[0]}```\nThis reads the input and prints the result.",
+            NO_CODE,
+        ]
+    return table
+
+
+def grpo_dataset(storage: StorageConfig, found: list[Any]) -> BanditRef:
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": p.instruction}],
+            "test_cases": p.tests.model_dump(),
+            "prev_best_pass_rate": 0.0,
+            "difficulty": p.difficulty,
+            "example_id": p.id,
+        }
+        for p in found
+    ]
+    st = open_storage(storage)
+    return commit_rows(
+        st, st.path("bandit", "parity"), "parity", prepare_rows(rows, "cobalt"), {},
+        ParitySpec(prompts=len(found)),
+    )  # fmt: skip
+
+
+def offline_dataset(storage: StorageConfig, found: list[Any], table: dict[str, list[str]]) -> Any:
+    """Logged rows: each problem's four answers with rewards 1, -0.1, -0.1, -1 and their
+    leave-one-out advantages."""
+    rewards = [1.0, -0.1, -0.1, -1.0]
+    rows = []
+    for p in found:
+        for j, (text, reward) in enumerate(zip(table[p.id], rewards, strict=True)):
+            others = [r for k, r in enumerate(rewards) if k != j]
+            rows.append(
+                {"prompt": [{"role": "user", "content": p.instruction}], "completion": text,
+                 "reward": reward, "advantage": reward - sum(others) / len(others),
+                 "stopped": True, "turn": 0, "example_id": p.id, "sample": j}
+            )  # fmt: skip
+    st = open_storage(storage)
+    return commit_rows(
+        st, st.path("offline", "parity"), "parity", rows, {}, ParitySpec(prompts=len(found))
+    )
+
+
+def base_config(args: argparse.Namespace) -> TrainingConfig:
+    """The recipe every layout trains: one process's step (shared by N processes)."""
+    if args.mode == "offline":
+        return TrainingConfig(
+            preset=args.preset,
+            mode="offline",
+            precision=args.precision,
+            max_steps=args.steps,
+            report_to=[],
+            offline=OfflineSettings(
+                objective="reinforce_loo",
+                batch_size=args.micro_batch,
+                gradient_accumulation_steps=args.step // args.micro_batch,
+                learning_rate=args.lr,
+            ),
+        )
+    return TrainingConfig(
+        preset=args.preset,
+        mode="single_turn",
+        precision=args.precision,
+        max_steps=args.steps,
+        report_to=[],
+        rollout="benchmarks.parity_rollout:replay",
+        generation="transformers",
+        overrides={
+            "num_generations": 4,
+            "per_device_train_batch_size": args.micro_batch,
+            "gradient_accumulation_steps": args.step // args.micro_batch,
+            "generation_batch_size": args.step * args.windows,
+            "max_completion_length": 256,
+            "learning_rate": args.lr,
+        },
+    )
+
+
+def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingConfig:
+    processes, _, sharding = layout.partition(":")
+    return base.model_copy(
+        update={"num_processes": int(processes), "sharding": sharding or "auto", **more}
+    )
+
+
+def history_of(history: list[dict[str, Any]]) -> dict[str, list[float]]:
+    steps = [h for h in history if "loss" in h and "step" in h]
+    return {k: [float(h.get(k, float("nan"))) for h in steps] for k in ("loss", "grad_norm")}
+
+
+def weights(directory: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    found: dict[str, Any] = {}
+    for path in sorted(directory.glob("*.safetensors")):
+        found |= {k: v.float() for k, v in load_file(str(path)).items()}
+    return found
+
+
+def compare(a: Path, b: Path, start: dict[str, Any]) -> dict[str, float]:
+    """b's final weights against a's, relative to a's update."""
+    import torch
+
+    wa, wb = weights(a), weights(b)
+    diff = sum(float(((wa[k] - wb[k]) ** 2).sum()) for k in wa) ** 0.5
+    update = sum(float(((wa[k] - start[k]) ** 2).sum()) for k in wa) ** 0.5
+    return {
+        "weights_rel": diff / update if update else float("inf"),
+        "weights_max_abs": max(float((wa[k] - wb[k]).abs().max()) for k in wa),
+        "update_max_abs": max(float((wa[k] - start[k]).abs().max()) for k in wa),
+        "finite": all(bool(torch.isfinite(v).all()) for v in wb.values()),
+    }
+
+
+def steps_diff(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str, float]:
+    out = {"steps": len(b["loss"])}
+    for key in ("loss", "grad_norm"):
+        pairs = list(zip(a[key], b[key], strict=False))
+        out[f"{key}_max_rel"] = max(
+            (abs(x - y) / max(abs(x), 1e-12) for x, y in pairs), default=float("nan")
+        )
+    return out
+
+
+def kill_after_first_checkpoint(job: Job, work: Path) -> dict[str, Any]:
+    """Run `job` in a process group of its own and SIGKILL it once a checkpoint is complete."""
+    job_file = work / "killed-job.json"
+    job_file.write_text(job.model_dump_json())
+    out = Path(job.output_dir)
+    started = time.monotonic()
+    with (work / "killed.log").open("wb") as log:
+        run = subprocess.Popen(
+            [sys.executable, "-c", RUN, str(job_file)], start_new_session=True, stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"},
+        )  # fmt: skip
+        while last_checkpoint(out) is None and run.poll() is None:
+            time.sleep(0.05)
+        killed = run.poll() is None
+        if killed:
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+    time.sleep(2)  # the training processes die with their launcher
+    survived = last_checkpoint(out)
+    return {
+        "killed": killed,
+        "after_s": round(time.monotonic() - started, 1),
+        "checkpoint": survived and Path(survived).name,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.parity",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
+    arg = parser.add_argument
+    arg("--model", type=Path, help="a model directory (default: the tiny random model, built)")
+    arg("--mode", choices=["grpo", "offline"], default="grpo")
+    arg("--preset", choices=["tiny", "paper"], default="tiny")
+    arg("--precision", choices=["auto", "mixed", "fp32", "bf16"], default="auto")
+    arg("--layouts", nargs="+", default=["1", "2:ddp"], help="PROCESSES[:SHARDING], first = base")
+    arg("--steps", type=int, default=4, help="optimizer steps")
+    arg("--step", type=int, default=16, help="completions (rows) per optimizer step")
+    arg("--micro-batch", type=int, default=4, help="one process's micro-batch")
+    arg("--windows", type=int, default=2, help="GRPO: optimizer steps per generation batch")
+    arg("--prompts", type=int, default=32)
+    arg("--lr", type=float, default=1e-4)
+    arg("--repeat", action="store_true", help="the first layout twice: the noise floor")
+    arg("--kill-resume", metavar="LAYOUT", help="kill that layout after a checkpoint, resume")
+    arg("--tolerance", type=float, default=1e-3, help="largest weights_rel and step diffs")
+    arg("--backend", default="namespace", help="the sandbox backend of the rewards")
+    arg("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.step % args.micro_batch:
+        parser.error("--step must be a multiple of --micro-batch")
+
+    with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
+        work = Path(tmp)
+        model = args.model
+        if model is None:
+            from engines.tiny import build_tiny_model
+
+            model = build_tiny_model(work / "tiny", seed=0)
+        found = problems(args.prompts)
+        table = completions(found)
+        (work / "completions.json").write_text(json.dumps(table))
+        os.environ[ENV] = str(work / "completions.json")
+        storage = StorageConfig(url=str(work / "runs"))
+        dataset = (
+            offline_dataset(storage, found, table)
+            if args.mode == "offline"
+            else grpo_dataset(storage, found)
+        )
+        sandbox = SandboxRuntime(backend=args.backend, concurrency=8)
+        base = base_config(args)
+        start = weights(Path(model))
+
+        def run(name: str, config: TrainingConfig) -> dict[str, Any]:
+            job = Job(config=config, dataset=dataset, storage=storage, sandbox=sandbox,
+                      model=str(model), output_dir=str(work / name))  # fmt: skip
+            began = time.monotonic()
+            history, timing, extra = run_job(job)
+            return {
+                "name": name, "dir": work / name, "wall_s": round(time.monotonic() - began, 1),
+                "history": history_of(history), "plan": (extra.get("numerics") or {}),
+            }  # fmt: skip
+
+        runs = [run(layout, layout_config(base, layout)) for layout in args.layouts]
+        if args.repeat:
+            runs.append(run(f"{args.layouts[0]} again", layout_config(base, args.layouts[0])))
+        first = runs[0]
+        rows = []
+        for other in runs:
+            row = {"layout": other["name"], "wall_s": other["wall_s"],
+                   "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
+            row |= steps_diff(first["history"], other["history"])
+            row |= compare(first["dir"], other["dir"], start)
+            rows.append(row)
+        if args.kill_resume:
+            layout = args.kill_resume
+            # a checkpoint between generation batches (the plan refuses any other)
+            windows = args.windows if args.mode == "grpo" else 1
+            config = layout_config(base, layout, save_steps=windows)
+            job = Job(config=config, dataset=dataset, storage=storage, sandbox=sandbox,
+                      model=str(model), output_dir=str(work / "resumed"))  # fmt: skip
+            killed = kill_after_first_checkpoint(job, work)
+            history, _, _ = run_job(job)
+            plain = next(r for r in runs if r["name"] == layout)
+            row = {"layout": f"{layout} killed after {killed['checkpoint']}, resumed",
+                   "wall_s": None, "reduce": None}  # fmt: skip
+            row |= steps_diff(plain["history"], history_of(history))
+            row |= compare(plain["dir"], work / "resumed", start)
+            row["killed"] = killed["killed"]
+            rows.append(row)
+        for row in rows:
+            for key, value in row.items():
+                if isinstance(value, float):
+                    row[key] = float(f"{value:.3g}")
+    checked = rows[1:]
+    ok = all(
+        r["finite"] and r["weights_rel"] <= args.tolerance and r["loss_max_rel"] <= args.tolerance
+        and r.get("killed", True)
+        for r in checked
+    )  # fmt: skip
+    result = {
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "first": {"loss": first["history"]["loss"], "grad_norm": first["history"]["grad_norm"]},
+        "rows": rows,
+        "ok": ok,
+    }
+    print(markdown_table(rows))
+    print(f"\nverdict: {'every' if ok else 'NOT every'} layout within {args.tolerance}")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
