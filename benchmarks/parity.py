@@ -285,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
             history, timing, extra = run_job(job)
             return {
                 "name": name, "dir": work / name, "wall_s": round(time.monotonic() - began, 1),
-                "history": history_of(history), "plan": (extra.get("numerics") or {}),
+                "train_s": timing.get("total_s"), "history": history_of(history),
+                "plan": (extra.get("numerics") or {}),
             }  # fmt: skip
 
         runs = [run(layout, layout_config(base, layout)) for layout in args.layouts]
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         first = runs[0]
         rows = []
         for other in runs:
-            row = {"layout": other["name"], "wall_s": other["wall_s"],
+            row = {"layout": other["name"], "wall_s": other["wall_s"], "train_s": other["train_s"],
                    "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
             row |= steps_diff(first["history"], other["history"])
             row |= compare(first["dir"], other["dir"], start)
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
             history, _, _ = run_job(job)
             plain = next(r for r in runs if r["name"] == layout)
             row = {"layout": f"{layout} killed after {killed['checkpoint']}, resumed",
-                   "wall_s": None, "reduce": None}  # fmt: skip
+                   "wall_s": None, "train_s": None, "reduce": None}  # fmt: skip
             row |= steps_diff(plain["history"], history_of(history))
             row |= compare(plain["dir"], work / "resumed", start)
             row["killed"] = killed["killed"]
