@@ -48,7 +48,9 @@ from tasks.training import Stages, report
 def training_flow(params: TrainingParams) -> TrainingSummary:
     """Trajectories -> bandit dataset -> GRPO training (offline mode: offline dataset -> offline
     training) -> trained policy, curves, stats, cost."""
-    ready = preflight(params)  # storage, trajectories, policy model: before any work
+    ready = preflight(params)  # storage, trajectories, policy model, GPU plan: before any work
+    if ready.plan is not None:
+        print(f"training plan: {ready.plan.describe()}")
     stages = Stages(params, ready)
     dataset = stages.dataset()
     policy = stages.training(dataset)

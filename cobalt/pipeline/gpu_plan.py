@@ -52,7 +52,7 @@ def plan_run(params: PipelineParams, model: str | None, machine: Machine | None 
     engine = params.engine.model_copy(update={"model": model or params.reference})
     generation = plan_engine(engine, gpus=machine.gpus, parameters=size)
     check_clients(generation, "engine")
-    training = plan_training(params.training, model, machine)
+    training = plan_training(params.training, model, machine, size)
     judge = None
     if params.reward_hacking and params.judge is not None:
         judge = plan_engine(params.judge.engine, gpus=machine.gpus)

@@ -242,6 +242,7 @@ def train(
         )
         cast_trainable(trainer.model, numerics)
         set_reduce_dtype(trainer.accelerator, numerics)
+        probe.trainer = trainer
         logger.info(
             "%s; trainable parameters in %s; KL %s; format reward %s",
             numerics.describe(),

@@ -474,6 +474,7 @@ def train_offline(
         settings=settings,
     )
     set_reduce_dtype(trainer.accelerator, numerics)
+    probe.trainer = trainer
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return OfflineRun(

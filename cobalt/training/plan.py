@@ -60,6 +60,7 @@ class TrainingPlan(BaseModel):
     reduce_dtype: str  # gradients summed across processes in this dtype
     gpus: int  # visible on the machine planned for
     gpu_bytes: int  # each process plans its micro-batch against this (the smallest GPU's)
+    plans_micro_batch: bool = False  # the preset plans it from memory (paper)
     generation: str  # how GRPO samples (offline: none)
     parameters: int | None = None  # the policy's, when its config was there to count
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
@@ -81,7 +82,7 @@ class TrainingPlan(BaseModel):
             where,
             f"precision {self.precision} (gradients reduced in {self.reduce_dtype})",
             f"micro-batch planned for {self.gpu_bytes / GIB:.0f} GiB a GPU on every process"
-            if self.gpus
+            if self.gpus and self.plans_micro_batch
             else "",
             f"generation {self.generation}" if self.generation != "none" else "",
             f"vLLM colocated, asleep while the optimizer steps: {self.vllm_share} of each GPU"
@@ -99,11 +100,15 @@ class TrainingPlan(BaseModel):
 
 
 def plan_training(
-    config: TrainingConfig, model: str | Path | None = None, machine: Machine | None = None
+    config: TrainingConfig,
+    model: str | Path | None = None,
+    machine: Machine | None = None,
+    parameters: int | None = None,
 ) -> TrainingPlan:
     """The plan of `config` for the policy in directory `model` (None, or a directory without
-    config.json yet: a model the flow builds later, planned without its size) on `machine`
-    (None: this one). ShardingError / TrainingMemoryError / ValueError name what to change."""
+    config.json yet: a model the flow builds later, planned without its memory; `parameters`
+    stands for its size in auto's choice of generation) on `machine` (None: this one).
+    ShardingError / TrainingMemoryError / ValueError name what to change."""
     machine = machine or detect()
     gpus = machine.gpus
     check_processes(config, gpus)
@@ -121,7 +126,9 @@ def plan_training(
         kwargs = config.grpo_kwargs("plan", model if has_config else None, gpus)
         check_batch(kwargs, processes)
         check_save_steps(kwargs, processes)
-        generation, _ = config.generation_choice(gpus > 0, model if has_config else None)
+        generation, _ = config.generation_choice(
+            gpus > 0, model if has_config else None, parameters
+        )
     launch = config.accelerate_config
     if launch is None and processes > 1:
         launch = str(config_file(sharding))
@@ -134,6 +141,7 @@ def plan_training(
         reduce_dtype=numerics.reduce,
         gpus=gpus,
         gpu_bytes=machine.gpu_bytes,
+        plans_micro_batch=config.defaults().plan_micro_batch,
         generation=generation,
         host_bytes_free=machine.host_bytes,
         collective_timeout_s=config.collective_timeout_s,

@@ -224,13 +224,18 @@ def reduce_dtype_in_use(model: Any) -> str:
 
 def reduce_probe() -> Any:
     """A TrainerCallback whose `.seen` is the reduce dtype of the wrapped model at the start of
-    training (None before)."""
+    training (None before); set its `.trainer` to read DeepSpeed's engine, which the callbacks'
+    `model` (the module inside it) does not show."""
     from transformers import TrainerCallback
 
     class Probe(TrainerCallback):
         seen: str | None = None
+        trainer: Any = None
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
+            engine = getattr(self.trainer, "model_wrapped", None)
+            if hasattr(engine, "communication_data_type"):
+                model = engine
             if model is not None:
                 self.seen = reduce_dtype_in_use(model)
 

@@ -8,7 +8,9 @@
 #   OUT_DIR/site-GROUP.tar.xz  each group of requirements.txt (`# group: NAME`) installed for
 #                              python 3.12 (pip --target) and packed with xz -9e: train 3 MB (TRL,
 #                              datasets, pydantic), vllm+prefect as `core` 37 MB, remote 24 MB
-#                              (LiteLLM, s3fs); install.sh unpacks whatever arrived
+#                              (LiteLLM, s3fs), deepspeed (its wheel built here from the source
+#                              release: DS_BUILD_OPS=0, with the BUILD_PYTHON that has torch,
+#                              default .venv/bin/python); install.sh unpacks whatever arrived
 #   OUT_DIR/vllm.part-NN       vLLM, unpacked, trimmed, as .tar.xz cut into parts; PARTS lists them
 #
 # vLLM's wheel (304 MB) is trimmed of what the Hopper (H100/H200) bf16 path of a dense model never
@@ -41,6 +43,12 @@ rm -rf "$out" && mkdir -p "$out"
 for reqs in "$work"/reqs-*.txt; do
   group="$(basename "$reqs" .txt)"; group="${group#reqs-}"
   mkdir -p "$work/wheels-$group" "$work/site-$group"
+  if [ "$group" = deepspeed ]; then  # no wheel published: built from its source release
+    grep '^deepspeed==' "$reqs" | xargs -I{} env DS_BUILD_OPS=0 PIP_CONSTRAINT='' \
+      "${BUILD_PYTHON:-.venv/bin/python}" -m pip wheel -q --no-deps --no-build-isolation {} \
+      -w "$work/wheels-$group"
+    sed -i '/^deepspeed==/d' "$reqs"
+  fi
   PIP_CONSTRAINT='' python3 -m pip download -q --no-deps "${target[@]}" -d "$work/wheels-$group" -r "$reqs"
   if [ "$group" = core ]; then
     unzip -q "$work"/wheels-core/vllm-*.whl -d "$work/vllm-site"

@@ -1,6 +1,8 @@
 """Per-stage wall time and peak GPU memory of the pipeline's flow runs, read from the Prefect API
 (the server of PREFECT_API_URL, or the ephemeral one of PREFECT_HOME) and an nvidia-smi trace
-(`timestamp, memory.used MiB` every 0.5 s, scripts/gpu/worker.sh). Used by the GPU runs of issue 24.
+(`timestamp, memory.used MiB` every 0.5 s, scripts/gpu/worker.sh; or every GPU's, `index,
+timestamp, memory.used, utilization.gpu`, scripts/gpu/node.sh: then each stage also lists the
+GPUs it computed on). Used by the GPU runs of issues 24 and 45.
 
     python scripts/gpu/flow_times.py --mem trace.csv --json stages.json
     python scripts/gpu/flow_times.py --wait-api 120      # wait for PREFECT_API_URL to answer
@@ -34,18 +36,28 @@ def wait_api(seconds: float) -> int:
     return 1
 
 
-def memory_trace(path: Path | None) -> list[tuple[float, float]]:
-    """(epoch seconds, GiB used) from nvidia-smi's csv (timestamp like 2026/11/25 10:00:00.123)."""
+def memory_trace(path: Path | None) -> list[tuple[float, str, float, int]]:
+    """(epoch seconds, GPU index, GiB used, utilisation %) from nvidia-smi's csv (timestamp like
+    2026/11/25 10:00:00.123); a trace of one GPU without an index column reads as GPU "0"."""
     if path is None or not path.exists():
         return []
     points = []
     for line in path.read_text().splitlines():
+        fields = [x.strip() for x in line.split(",")]
+        if len(fields) == 2:
+            fields = ["0", *fields, "0"]
         try:
-            stamp, used = (x.strip() for x in line.split(","))
+            gpu, stamp, used, util = fields[:4]
             when = dt.datetime.strptime(stamp, "%Y/%m/%d %H:%M:%S.%f")
+            point = (
+                when.replace(tzinfo=dt.UTC).timestamp(),
+                gpu,
+                float(used) / 1024,
+                int(util or 0),
+            )
         except ValueError:
             continue
-        points.append((when.replace(tzinfo=dt.UTC).timestamp(), float(used) / 1024))
+        points.append(point)
     return points
 
 
@@ -84,13 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     trace = memory_trace(args.mem)
     rows = asyncio.run(flow_runs())
     for row in rows:
-        inside = [gib for t, gib in trace if row["start"] <= t <= row["end"]]
-        row["peak_gpu_gib"] = round(max(inside), 1) if inside else None
-    print(f"{'flow run':36} {'state':10} {'wall s':>8} {'peak GPU GiB':>13}")
+        inside = [p for p in trace if row["start"] <= p[0] <= row["end"]]
+        row["peak_gpu_gib"] = round(max(p[2] for p in inside), 1) if inside else None
+        peaks: dict[str, float] = {}
+        for _, gpu, gib, util in inside:
+            if util > 0:  # computed on it at least once during the stage
+                peaks[gpu] = round(max(peaks.get(gpu, 0.0), gib), 1)
+        row["gpus_computing"] = dict(sorted(peaks.items()))
+    print(f"{'flow run':36} {'state':10} {'wall s':>8} {'peak GPU GiB':>13}  GPUs computing (GiB)")
     for row in rows:
         print(
             f"{row['flow'] + '/' + row['run']:36.36} {row['state']:10} {row['wall_s']:8} "
-            f"{row['peak_gpu_gib']!s:>13}"
+            f"{row['peak_gpu_gib']!s:>13}  {row['gpus_computing']}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

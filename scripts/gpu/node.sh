@@ -23,6 +23,20 @@
 #   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
 #                                       # 6,144-token responses, 16 samples) via flows.training
 #
+# Issue 45 (one GPU plan, parity proven), four calls on one warm 4-GPU machine:
+#   bash scripts/gpu/node.sh parity     # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#                                       #   .gpu/site-deepspeed.tar.xz
+#       benchmarks/parity.py at a 0.7B shape (fp32 checkpoint, mixed precision, the paper preset):
+#       1 process vs 4 (ddp, fsdp, zero3), the first twice (the noise floor), fsdp killed after a
+#       checkpoint and resumed; beside it, `a`'s preparation (the 8B shape built and calibrated on
+#       GPU 0, verl's shape's data on the CPU)
+#   bash scripts/gpu/node.sh default4   # carry .gpu/vllm.part-00 .gpu/vllm.part-01
+#       the embedded default as a user starts it with --gpus 4 --sharding fsdp, every GPU traced
+#   bash scripts/gpu/node.sh pipeline8b # carry .gpu/vllm.part-02 .gpu/PARTS .gpu/site-remote.tar.xz
+#       python -m flows.pipeline --model <8B shape> --gpus 4 --sharding fsdp --mode single_turn
+#       with small limits, every GPU traced, each stage's GPUs from the trace
+#   bash scripts/gpu/node.sh b          # verl's shape again, after the changes
+#
 # Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
 # rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
 # steps). `rollouts` took 546 s, `rollouts4` 290 s (a fresh machine: the bundle's three calls first).
@@ -95,27 +109,94 @@ host_run() {  # GPU TAG [ARGS]: the embedded default on one GPU (issue 40), its 
 wait_for() {  # FILE SECONDS: until FILE exists or the call's time (since start) passes SECONDS
   while [ ! -f "$1" ] && [ "$(elapsed)" -lt "$2" ]; do sleep 5; done
 }
-case "${1:-}" in
-  a)
-    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
-    echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
-    (  # the 8B shape on GPU 0, then its mean response length set (~200 tokens, cap 1,024)
-      CUDA_VISIBLE_DEVICES=0 python3 -c 'from engines.tiny import build_tiny_model as b
+build_8b() {  # the 8B shape on GPU 0, then its mean response length set (~200 tokens, cap 1,024)
+  CUDA_VISIBLE_DEVICES=0 python3 -c 'from engines.tiny import build_tiny_model as b
 b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
   intermediate_size=12288, max_position_embeddings=32768, pad_vocab_to=151936, device="cuda",
   dtype="bfloat16")' && CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" \
-        --mean 200 --cap 1024
-      echo $? >"$NODE/model.rc"
-    ) >"$NODE/model.log" 2>&1 &
-    (  # the runs' problems: 4 of ~9,600-token statements; 340 of ~100 tokens, no system prompt
-      python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
-      python3 scripts/gpu/long_problems.py --tokens 9600 --count 4 --out /root/long.jsonl
-      python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
-      prep paper /root/long.jsonl
-      prep verl /root/short.jsonl --system-prompt ''
-      for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g"; done  # the scaling runs'
-      touch "$NODE/prep.done"
-    ) >"$NODE/prep.log" 2>&1 &
+    --mean 200 --cap 1024
+  echo $? >"$NODE/model.rc"
+}
+prep_runs() {  # the runs' problems: 4 of ~9,600-token statements; 340 of ~100 tokens, no system prompt
+  python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+  python3 scripts/gpu/long_problems.py --tokens 9600 --count 4 --out /root/long.jsonl
+  python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
+  prep paper /root/long.jsonl
+  prep verl /root/short.jsonl --system-prompt ''
+  for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g"; done  # the scaling runs'
+  touch "$NODE/prep.done"
+}
+gpu_trace() {  # NAME: every GPU's memory and utilisation every 0.5 s into $OUT/NAME.gpus.csv
+  setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
+    --format=csv,noheader,nounits -lms 500 >"$OUT/$1.gpus.csv" 2>/dev/null </dev/null & echo $!
+}
+gpus_used() {  # NAME: per GPU, the most memory it held and the samples it computed in
+  python3 - "$OUT/$1.gpus.csv" <<'PY'
+import collections, sys
+peak, busy, seen = collections.Counter(), collections.Counter(), collections.Counter()
+for line in open(sys.argv[1]):
+    parts = [p.strip() for p in line.split(",")]
+    if len(parts) < 4 or not parts[2].isdigit():
+        continue
+    gpu, mem, util = parts[0], int(parts[2]), int(parts[3] or 0)
+    peak[gpu] = max(peak[gpu], mem); seen[gpu] += 1; busy[gpu] += util > 0
+for gpu in sorted(seen):
+    print(f"GPU {gpu}: peak {peak[gpu]} MiB, busy in {busy[gpu]} of {seen[gpu]} samples")
+PY
+}
+case "${1:-}" in
+  parity)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
+    python3 -c 'import deepspeed; print("deepspeed", deepspeed.__version__)' 2>&1 | tail -1
+    (build_8b) >"$NODE/model.log" 2>&1 &
+    (prep_runs) >"$NODE/prep.log" 2>&1 &
+    CUDA_VISIBLE_DEVICES=1 python3 -c 'from engines.tiny import build_tiny_model as b
+b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=4,
+  intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="float32")' \
+      >"$NODE/model-07b.log" 2>&1
+    echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
+    timeout 480 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision mixed --layouts 1 4:ddp 4:fsdp 4:zero3 --repeat --kill-resume 4:fsdp \
+      --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.05 \
+      --json "$OUT/parity_4gpu.json" >"$NODE/parity.log" 2>&1
+    echo "parity exit $? at $(elapsed) s"; grep -A12 "^| layout" "$NODE/parity.log"
+    grep -a "verdict" "$NODE/parity.log"; tail -c 3000 "$NODE/parity.log" >"$OUT/parity_tail.log"
+    wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
+    echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
+    tail -3 "$NODE/prep.log" ;;
+  default4)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    pid=$(gpu_trace default4)
+    PREFECT_HOME="$NODE/prefect-default4" timeout 560 python3 -m flows.pipeline --gpus 4 \
+      --sharding fsdp --storage /root/runs-default4 --backend namespace >"$NODE/default4.log" 2>&1
+    echo "[default4] exit $? at $(elapsed) s"; kill "$pid"
+    cp "$NODE/default4.log" "$OUT/"; grep -a -A8 "^settings:" "$NODE/default4.log" | head -14
+    tr '\r' '\n' <"$NODE/default4.log" | grep -a -E "Pass@1|policy|error|Error" | tail -8
+    gpus_used default4
+    PREFECT_HOME="$NODE/prefect-default4" python3 scripts/gpu/flow_times.py \
+      --mem "$OUT/default4.gpus.csv" --json "$OUT/default4.stages.json" 2>&1 | tail -12 ;;
+  pipeline8b)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
+    pid=$(gpu_trace pipeline8b)
+    PREFECT_HOME="$NODE/prefect-8b" timeout 570 python3 -m flows.pipeline --model "$MODEL" \
+      --gpus 4 --sharding fsdp --mode single_turn --storage /root/runs-8b --backend namespace \
+      --train-limit 16 --eval-limit 16 --n 4 --eval-samples 4 --turns 1 --eval-turns 1 \
+      --max-new-tokens 256 --max-steps 2 --set num_generations=4 \
+      --set generation_batch_size=16 --set max_completion_length=256 --report-to none \
+      >"$NODE/pipeline8b.log" 2>&1
+    echo "[pipeline8b] exit $? at $(elapsed) s"; kill "$pid"
+    cp "$NODE/pipeline8b.log" "$OUT/"; grep -a -A8 "^settings:" "$NODE/pipeline8b.log" | head -14
+    tr '\r' '\n' <"$NODE/pipeline8b.log" | grep -a -E "Pass@1|policy|error|Error|Finished in state" | tail -12
+    gpus_used pipeline8b
+    PREFECT_HOME="$NODE/prefect-8b" python3 scripts/gpu/flow_times.py \
+      --mem "$OUT/pipeline8b.gpus.csv" --json "$OUT/pipeline8b.stages.json" 2>&1 | tail -12 ;;
+  a)
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
+    (build_8b) >"$NODE/model.log" 2>&1 &
+    (prep_runs) >"$NODE/prep.log" 2>&1 &
     timeout 360 python3 scripts/gpu/sharded_check.py --processes 4 --sharding fsdp --steps 8 \
       --json "$OUT/sharded_fsdp.json" >"$NODE/sharded_fsdp.log" 2>&1
     echo "sharded check (fsdp, 4 GPUs, killed and resumed) exit $? at $(elapsed) s"
@@ -187,6 +268,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|default4|pipeline8b"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"

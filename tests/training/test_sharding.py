@@ -36,6 +36,9 @@ def check_launch(config: TrainingConfig, gpus: int) -> None:
     plan_training(config, None, machine(gpus))
 
 
+STEP = {"per_device_train_batch_size": 8}  # a step 4 processes can share (the tiny preset's is 2)
+
+
 @pytest.mark.parametrize(
     ("config", "gpus", "message"),
     [
@@ -66,7 +69,7 @@ def test_zero3_without_deepspeed_says_what_to_install() -> None:
 
 
 def test_what_can_run_passes() -> None:
-    check_launch(TrainingConfig(num_processes=4, sharding="fsdp"), gpus=4)
+    check_launch(TrainingConfig(num_processes=4, sharding="fsdp", overrides=STEP), gpus=4)
     check_launch(TrainingConfig(num_processes=2), gpus=0)  # CPU processes over gloo
     check_launch(TrainingConfig(num_processes=2, sharding="ddp"), gpus=2)
 
@@ -187,7 +190,7 @@ def test_a_users_accelerate_file_decides_the_sharding_the_plan_and_launch_follow
     fsdp = accelerate_file(tmp_path, "FSDP", fsdp_config={"fsdp_version": 2})
     zero2 = accelerate_file(tmp_path, "DEEPSPEED", deepspeed_config={"zero_stage": 2})
     for path, sharding in ((ddp, "ddp"), (fsdp, "fsdp"), (zero2, "ddp")):
-        config = TrainingConfig(num_processes=4, accelerate_config=path)
+        config = TrainingConfig(num_processes=4, accelerate_config=path, overrides=STEP)
         assert resolve_sharding(config, gpus=4) == sharding
         plan = plan_training(config, None, machine(4))
         assert (plan.sharding, plan.accelerate_config) == (sharding, path)
@@ -205,14 +208,17 @@ def test_the_launch_follows_the_plan(tmp_path) -> None:
         return cmd[cmd.index(name) + 1]
 
     for sharding in ("ddp", "fsdp"):
-        config = TrainingConfig(num_processes=4, sharding=sharding, precision="mixed")
+        config = TrainingConfig(
+            num_processes=4, sharding=sharding, precision="mixed", overrides=STEP
+        )
         cmd = launch_command(tmp_path / "job.json", plan_training(config, None, machine(4)))
         assert flag(cmd, "--config_file") == str(config_file(sharding))
         assert (flag(cmd, "--num_processes"), flag(cmd, "--mixed_precision")) == ("4", "bf16")
         assert cmd[-3:] == ["-m", "cobalt.training.launch", str(tmp_path / "job.json")]
-    auto = plan_training(TrainingConfig(num_processes=4), None, machine(4))
+    auto = plan_training(TrainingConfig(num_processes=4, overrides=STEP), None, machine(4))
     assert auto.accelerate_config == str(config_file("fsdp"))
-    lora = plan_training(TrainingConfig(num_processes=4, lora=LoraSettings()), None, machine(4))
+    lora = TrainingConfig(num_processes=4, lora=LoraSettings(), overrides=STEP)
+    lora = plan_training(lora, None, machine(4))
     assert lora.accelerate_config == str(config_file("ddp"))
     cpu = plan_training(TrainingConfig(num_processes=2), None, machine(0))
     assert (cpu.accelerate_config, cpu.mixed_precision) == (str(config_file("ddp")), "no")
@@ -313,3 +319,20 @@ def test_a_resume_needs_the_processes_that_wrote_the_checkpoint(tmp_path) -> Non
     with pytest.raises(ShardingError, match=r"written by 4 process\(es\) and this run has 2: "
                        r"resume with --gpus 4, or start over \(--refresh\)"):  # fmt: skip
         check_resume(checkpoint, 2)
+
+
+def test_a_step_trains_as_many_completions_on_any_number_of_processes() -> None:
+    """The tiny preset's step (and one given with --set) is one process's: N processes share it
+    (it used to grow with them, another recipe on every GPU count), or the config says why not."""
+
+    def step(processes: int, **overrides) -> tuple[int, int, int]:
+        kw = TrainingConfig(num_processes=processes, overrides=overrides).grpo_kwargs("o", gpus=4)
+        micro, accumulation = kw["per_device_train_batch_size"], kw["gradient_accumulation_steps"]
+        return micro, accumulation, micro * accumulation * processes
+
+    assert step(1, per_device_train_batch_size=32) == (32, 1, 32)
+    assert step(4, per_device_train_batch_size=32) == (8, 1, 32)  # the embedded default's
+    assert step(2, per_device_train_batch_size=4, gradient_accumulation_steps=4) == (4, 2, 16)
+    with pytest.raises(ShardingError, match=r"a step of 2 completions .* over 4 processes: use "
+                       r"--gpus 1 or 2"):  # fmt: skip
+        step(4)
