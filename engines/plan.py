@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from .config import EngineConfig
 
 INSTALL = {
-    "vllm": "install the GPU extra (pip install -e '.[gpu]') on a CUDA machine",
+    "vllm": "install the GPU extra (pip install -e '.[gpu]') on a CUDA machine, use the "
+    "transformers engine (or auto), or serve the model elsewhere (vllm serve) and use the "
+    "litellm engine with its api_base",
     "litellm": "pip install litellm (the GPU extra has it)",
 }
+NAMES = {"vllm": "vLLM", "litellm": "LiteLLM"}
 
 
 class MissingClientError(RuntimeError):
@@ -78,16 +81,15 @@ def installed(module: str) -> bool:
 def check_clients(plan: EnginePlan, setting: str = "engine") -> None:
     """Every client of `plan` importable here, else MissingClientError naming what to do."""
     for client in plan.clients:
-        if not installed(client):
-            served = client == "litellm" and plan.kind == "vllm"
-            why = (
-                f"vLLM on {plan.gpus} GPUs is served (vllm serve --data-parallel-size "
-                f"{plan.engines}) and reached through LiteLLM"
-                if served
-                else f"the {plan.kind} engine needs it"
-            )
-            fewer = ", or generate on one GPU (--gpus 1)" if served else ""
+        if installed(client):
+            continue
+        name = NAMES.get(client, client)
+        if client == "litellm" and plan.kind == "vllm":
             raise MissingClientError(
-                f"{setting} {plan.kind}: {client} is not installed ({why}): {INSTALL[client]}"
-                f"{fewer}"
+                f"{setting} vllm on {plan.gpus} GPUs is served (vllm serve --data-parallel-size "
+                f"{plan.engines}) and reached through LiteLLM, which is not installed here: "
+                f"{INSTALL[client]}, or generate on one GPU (--gpus 1)"
             )
+        raise MissingClientError(
+            f"{setting} {plan.kind}: {name} is not installed here: {INSTALL[client]}"
+        )

@@ -26,13 +26,14 @@ from cobalt.data import stages as data_stage
 from cobalt.models import EMBEDDED, FITTED, resolve_model
 from cobalt.params import check_objects, deep_merge
 from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
-from cobalt.pipeline.gpu_plan import RunPlan, plan_run
+from cobalt.pipeline.gpu_plan import RunPlan, plan_generation, plan_run
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_training
+from engines.machine import detect
 from flows.cli import (
     add_report_to,
     add_storage_args,
@@ -55,6 +56,7 @@ def preflight(params: PipelineParams) -> tuple[str | None, RunPlan]:
     the Hub cache once, a storage directory into work_dir; None for 'fitted' and 'tiny', built
     by the flow's task) and the plan."""
     open_storage(params.storage).check()
+    plan_generation(params, None, detect())  # GPUs and clients first: the likeliest mistakes
     check_training(params.training)
     data_stage.preflight(params.data())
     model = None

@@ -41,17 +41,27 @@ class RunPlan:
         return out
 
 
-def plan_run(params: PipelineParams, model: str | None, machine: Machine | None = None) -> RunPlan:
-    """The plan of `params` with the reference model at `model` (None: the embedded model the
-    flow fits or builds, planned by its size). Raises the engines' and training's one-line
-    errors (a GPU count, a missing client, memory)."""
+def plan_generation(
+    params: PipelineParams, model: str | None, machine: Machine
+) -> tuple[EnginePlan, int | None]:
+    """The generating stages' plan (and the embedded model's planned size) for the reference at
+    `model` (None: not resolved yet: the embedded model by its size, else by its name). Raises
+    GPUCountError or MissingClientError."""
     from cobalt.reference import planned_parameters
 
-    machine = machine or detect()
     size = planned_parameters(params.reference) if model is None else None
     engine = params.engine.model_copy(update={"model": model or params.reference})
     generation = plan_engine(engine, gpus=machine.gpus, parameters=size)
     check_clients(generation, "engine")
+    return generation, size
+
+
+def plan_run(params: PipelineParams, model: str | None, machine: Machine | None = None) -> RunPlan:
+    """The plan of `params` with the reference model at `model` (None: the embedded model the
+    flow fits or builds, planned by its size). Raises the engines' and training's one-line
+    errors (a GPU count, a missing client, memory)."""
+    machine = machine or detect()
+    generation, size = plan_generation(params, model, machine)
     training = plan_training(params.training, model, machine, size)
     judge = None
     if params.reward_hacking and params.judge is not None:

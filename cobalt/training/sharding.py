@@ -80,24 +80,27 @@ def visible_gpus() -> int:
 
 def check_batch(kwargs: dict[str, Any], processes: int) -> None:
     """TRL's generation batch splits into whole per-process micro-batches and whole prompt groups
-    (it checks this inside the launched processes only, where a mistake costs the model's load)."""
+    (it checks this inside the launched processes only, where a mistake costs the model's load);
+    the fix offered is the nearest batch that does both."""
+    import math
+
     per_device = int(kwargs["per_device_train_batch_size"])
     generations = int(kwargs["num_generations"])
     step = per_device * processes
     batch = kwargs.get("generation_batch_size")
     batch = int(batch) if batch is not None else step * int(kwargs["gradient_accumulation_steps"])
+    both = math.lcm(step, generations)
+    fix = f"--set generation_batch_size={max(both, batch // both * both)}"
     if batch % step:
         raise ShardingError(
             f"training: generation_batch_size {batch} does not split over {processes} processes "
             f"of per_device_train_batch_size {per_device} ({step} completions a round): set "
-            f"--set generation_batch_size={max(step, batch // step * step)} (a multiple of "
-            f"{step}), or change --gpus"
+            f"{fix} (a multiple of {step} and of num_generations {generations}), or change --gpus"
         )
     if batch % generations:
         raise ShardingError(
             f"training: generation_batch_size {batch} is not a whole number of prompt groups of "
-            f"num_generations {generations}: set --set generation_batch_size="
-            f"{max(generations, batch // generations * generations)}"
+            f"num_generations {generations}: set {fix}"
         )
 
 

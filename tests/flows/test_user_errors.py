@@ -182,8 +182,9 @@ ROWS: list[tuple[str, Row]] = [
     (
         "pipeline-fsdp-without-gpus",
         Row("pipeline", ["--gpus", "2", "--sharding", "fsdp"], 2,
-            r"training\.sharding fsdp: accelerate shards a model across GPUs only, and this "
-            r"machine has none; on CPU processes \(gloo\) use --sharding ddp"),
+            r"training\.sharding fsdp: accelerate shards a model across GPUs only \(it runs an "
+            r"FSDP config on CPU processes as plain DDP\), and this machine has none; on CPU "
+            r"processes \(gloo\) use --sharding ddp"),
     ),
     (
         "training-fsdp-on-one-process",
@@ -192,9 +193,10 @@ ROWS: list[tuple[str, Row]] = [
     ),
     (
         "training-batch-does-not-split-over-the-gpus",
-        Row("training", ["--gpus", "2", "--set", "generation_batch_size=6"], 2,
-            r"generation_batch_size 6 does not split over 2 processes of "
-            r"per_device_train_batch_size 2 .*--set generation_batch_size=4"),
+        Row("training", ["--gpus", "2", "--set", "num_generations=3", "--set",
+                         "generation_batch_size=9"], 2,
+            r"generation_batch_size 9 does not split over 2 processes of "
+            r"per_device_train_batch_size 1 .*--set generation_batch_size=6"),
     ),
     (
         "pipeline-paper-preset-on-3-gpus",

@@ -72,7 +72,7 @@ def test_an_8b_model_is_served_on_every_gpu_and_needs_litellm(vllm_here, tmp_pat
     assert plan.training.precision == "mixed" and plan.training.reduce_dtype == "float32"
     assert plan.training.vllm_share and plan.training.host_bytes_needed
     monkeypatch.setattr(engine_plan, "installed", lambda module: module != "litellm")
-    with pytest.raises(MissingClientError, match=r"engine vllm: litellm is not installed \(vLLM "
-                       r"on 4 GPUs is served \(vllm serve --data-parallel-size 4\) and reached "
-                       r"through LiteLLM\): pip install litellm .*--gpus 1"):  # fmt: skip
+    with pytest.raises(MissingClientError, match=r"engine vllm on 4 GPUs is served \(vllm serve "
+                       r"--data-parallel-size 4\) and reached through LiteLLM, which is not "
+                       r"installed here: pip install litellm .*--gpus 1"):  # fmt: skip
         plan_run(params, model, FOUR_H100)
