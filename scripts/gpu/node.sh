@@ -23,19 +23,20 @@
 #   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
 #                                       # 6,144-token responses, 16 samples) via flows.training
 #
-# Issue 45 (one GPU plan, parity proven), four calls on one warm 4-GPU machine:
+# Issue 45 (one GPU plan, parity proven), three calls on one warm 4-GPU machine (the bundle
+# built with 27 MiB vLLM parts: bash infra/gpu-bundle/build.sh .gpu 27):
 #   bash scripts/gpu/node.sh parity     # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
-#                                       #   .gpu/site-deepspeed.tar.xz
+#                                       #   .gpu/site-deepspeed.tar.xz .gpu/vllm.part-02
 #       benchmarks/parity.py at a 0.7B shape (fp32 checkpoint, mixed precision, the paper preset):
 #       1 process vs 4 (ddp, fsdp, zero3), the first twice (the noise floor), fsdp killed after a
-#       checkpoint and resumed; beside it, `a`'s preparation (the 8B shape built and calibrated on
+#       checkpoint and resumed; beside it the embedded default as a user starts it with --gpus 4
+#       --sharding fsdp (`default4`) and `a`'s preparation (the 8B shape built and calibrated on
 #       GPU 0, verl's shape's data on the CPU)
-#   bash scripts/gpu/node.sh default4   # carry .gpu/vllm.part-00 .gpu/vllm.part-01
-#       the embedded default as a user starts it with --gpus 4 --sharding fsdp, every GPU traced
-#   bash scripts/gpu/node.sh pipeline8b # carry .gpu/vllm.part-02 .gpu/PARTS .gpu/site-remote.tar.xz
+#   bash scripts/gpu/node.sh b          # carry .gpu/vllm.part-00 .gpu/vllm.part-01 .gpu/PARTS
+#       verl's shape again, after the changes
+#   bash scripts/gpu/node.sh pipeline8b # carry .gpu/site-remote.tar.xz
 #       python -m flows.pipeline --model <8B shape> --gpus 4 --sharding fsdp --mode single_turn
 #       with small limits, every GPU traced, each stage's GPUs from the trace
-#   bash scripts/gpu/node.sh b          # verl's shape again, after the changes
 #
 # Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
 # rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
@@ -152,6 +153,7 @@ case "${1:-}" in
     python3 -c 'import deepspeed; print("deepspeed", deepspeed.__version__)' 2>&1 | tail -1
     (build_8b) >"$NODE/model.log" 2>&1 &
     (prep_runs) >"$NODE/prep.log" 2>&1 &
+    (bash scripts/gpu/node.sh default4; touch "$NODE/default4.done") >"$NODE/default4.out" 2>&1 &
     CUDA_VISIBLE_DEVICES=1 python3 -c 'from engines.tiny import build_tiny_model as b
 b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=4,
   intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="float32")' \
@@ -165,9 +167,8 @@ b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_
     grep -a "verdict" "$NODE/parity.log"; tail -c 3000 "$NODE/parity.log" >"$OUT/parity_tail.log"
     wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
-    tail -3 "$NODE/prep.log" ;;
-  default4)
-    bash infra/gpu-bundle/install.sh >/dev/null
+    tail -3 "$NODE/prep.log"; wait_for "$NODE/default4.done" 585; cat "$NODE/default4.out" ;;
+  default4)  # (inside `parity`) the per-process memory of training is in its stage's stats
     pid=$(gpu_trace default4)
     PREFECT_HOME="$NODE/prefect-default4" timeout 560 python3 -m flows.pipeline --gpus 4 \
       --sharding fsdp --storage /root/runs-default4 --backend namespace >"$NODE/default4.log" 2>&1
@@ -176,7 +177,13 @@ b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_
     tr '\r' '\n' <"$NODE/default4.log" | grep -a -E "Pass@1|policy|error|Error" | tail -8
     gpus_used default4
     PREFECT_HOME="$NODE/prefect-default4" python3 scripts/gpu/flow_times.py \
-      --mem "$OUT/default4.gpus.csv" --json "$OUT/default4.stages.json" 2>&1 | tail -12 ;;
+      --mem "$OUT/default4.gpus.csv" --json "$OUT/default4.stages.json" 2>&1 | tail -12
+    manifest=$(ls -t /root/runs-default4/training/*/MANIFEST.json 2>/dev/null | head -1)
+    [ -n "$manifest" ] && python3 -c 'import json, sys
+s = json.load(open(sys.argv[1]))["stats"]
+print("training processes:", s.get("processes"), "peaks by process (GiB):",
+      s.get("gpu_peaks_by_process_gib"), "plan:", (s.get("plan") or {}).get("sharding"))' "$manifest"
+    cp "$manifest" "$OUT/default4.training_manifest.json" 2>/dev/null ;;
   pipeline8b)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
     pid=$(gpu_trace pipeline8b)
