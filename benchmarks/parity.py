@@ -282,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
             job = Job(config=config, dataset=dataset, storage=storage, sandbox=sandbox,
                       model=str(model), output_dir=str(work / name))  # fmt: skip
             began = time.monotonic()
-            history, timing, extra = run_job(job)
+            try:
+                history, timing, extra = run_job(job)
+            except Exception as exc:  # one layout failing is a result too: the others still run
+                return {"name": name, "error": str(exc).splitlines()[0][:400]}
             return {
                 "name": name, "dir": work / name, "wall_s": round(time.monotonic() - began, 1),
                 "train_s": timing.get("total_s"), "history": history_of(history),
@@ -293,14 +296,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.repeat:
             runs.append(run(f"{args.layouts[0]} again", layout_config(base, args.layouts[0])))
         first = runs[0]
+        if "error" in first:
+            raise SystemExit(f"the first layout failed: {first['error']}")
         rows = []
         for other in runs:
+            if "error" in other:
+                rows.append({"layout": other["name"], "error": other["error"], "finite": False,
+                             "weights_rel": float("inf"), "loss_max_rel": float("inf")})  # fmt: skip
+                continue
             row = {"layout": other["name"], "wall_s": other["wall_s"], "train_s": other["train_s"],
                    "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
             row |= steps_diff(first["history"], other["history"])
             row |= compare(first["dir"], other["dir"], start)
             rows.append(row)
-        if args.kill_resume:
+        if args.kill_resume and not any(
+            r["name"] == args.kill_resume and "error" not in r for r in runs
+        ):
+            rows.append({"layout": f"{args.kill_resume} killed and resumed", "finite": False,
+                         "error": "not run: the uninterrupted layout failed or was not asked for",
+                         "weights_rel": float("inf"), "loss_max_rel": float("inf")})  # fmt: skip
+        elif args.kill_resume:
             layout = args.kill_resume
             # a checkpoint between generation batches (the plan refuses any other)
             windows = args.windows if args.mode == "grpo" else 1
@@ -309,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
                       model=str(model), output_dir=str(work / "resumed"))  # fmt: skip
             killed = kill_after_first_checkpoint(job, work)
             history, _, _ = run_job(job)
-            plain = next(r for r in runs if r["name"] == layout)
+            plain = next(r for r in runs if r["name"] == layout and "error" not in r)
             row = {"layout": f"{layout} killed after {killed['checkpoint']}, resumed",
                    "wall_s": None, "train_s": None, "reduce": None}  # fmt: skip
             row |= steps_diff(plain["history"], history_of(history))
@@ -332,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
         "ok": ok,
     }
-    print(markdown_table(rows))
+    columns = {k: None for row in rows for k in row}
+    print(markdown_table([{k: row.get(k) for k in columns} for row in rows]))
     print(f"\nverdict: {'every' if ok else 'NOT every'} layout within {args.tolerance}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
