@@ -6,7 +6,9 @@
     python -m benchmarks.parity --model DIR --preset paper --precision mixed \\
         --layouts 1 4:ddp 4:fsdp 4:zero3 --repeat --json out.json  # on the GPUs of a machine
 
-Every layout (`PROCESSES[:SHARDING]`) trains the same rows from the same seed through the
+Every layout (`PROCESSES[:SHARDING]`, or `NODESxPROCESSES[:SHARDING]`: that many launchers on
+this host, each a node with its own node rank, meeting at one rendezvous, as separate machines
+do) trains the same rows from the same seed through the
 training stage's own launcher (`cobalt.training.launch.run_job`: the run's GPU plan, `accelerate
 launch`, the shipped accelerate configs, the real trainers and the real sandbox rewards). GRPO
 trains on fixed completions (benchmarks/parity_rollout.py: sampling is the one part taken out, so
@@ -157,10 +159,42 @@ def base_config(args: argparse.Namespace) -> TrainingConfig:
 
 
 def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingConfig:
-    processes, _, sharding = layout.partition(":")
-    return base.model_copy(
-        update={"num_processes": int(processes), "sharding": sharding or "auto", **more}
-    )
+    shape, _, sharding = layout.partition(":")
+    nodes, _, processes = shape.rpartition("x")
+    update = {"num_processes": int(processes), "sharding": sharding or "auto", **more}
+    if nodes and int(nodes) > 1:
+        update |= {"nodes": int(nodes), "rdzv_endpoint": f"127.0.0.1:{free_port()}"}
+    return base.model_copy(update=update)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_nodes(job: Job, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
+    """`job` on each of its nodes: nodes 1.. as launchers of their own in the background (each in
+    an output directory of its own, as on another machine), node 0 here; node 0's result."""
+    others = []
+    for rank in range(1, job.config.nodes):
+        config = job.config.model_copy(update={"node_rank": rank})
+        node = job.model_copy(
+            update={"config": config, "output_dir": f"{job.output_dir}-node{rank}", "plan": None}
+        )
+        job_file = work / f"{Path(job.output_dir).name}-node{rank}.json"
+        job_file.write_text(node.model_dump_json())
+        log = (work / f"{job_file.stem}.log").open("wb")
+        env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+        command = [sys.executable, "-c", RUN, str(job_file)]
+        others.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
+    try:
+        return run_job(job)
+    finally:
+        for other in others:
+            other.wait(timeout=600)
 
 
 def history_of(history: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -253,12 +287,13 @@ def main(argv: list[str] | None = None) -> int:
     arg("--tolerance", type=float, default=1e-3, help="largest weights_rel and step diffs")
     arg("--backend", default="namespace", help="the sandbox backend of the rewards")
     arg("--json", type=Path)
+    arg("--work", type=Path, help="keep the runs' directories and logs here (default: removed)")
     args = parser.parse_args(argv)
     if args.step % args.micro_batch:
         parser.error("--step must be a multiple of --micro-batch")
 
     with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
-        work = Path(tmp)
+        work = args.work or Path(tmp)
         model = args.model
         if model is None:
             from engines.tiny import build_tiny_model
@@ -283,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                       model=str(model), output_dir=str(work / name))  # fmt: skip
             began = time.monotonic()
             try:
-                history, timing, extra = run_job(job)
+                history, timing, extra = run_nodes(job, work) if config.nodes > 1 else run_job(job)
             except Exception as exc:  # one layout failing is a result too: the others still run
                 return {"name": name, "error": str(exc).splitlines()[0][:400]}
             return {

@@ -8,6 +8,8 @@ rewards -> an offline objective (transformers' Trainer), no generation and no sa
     python -m flows.training --mode offline --objective awr --offline awr_beta=0.5
     python -m flows.training --trajectories runs/trajectories/evaluation/<key> \\
         --model /models/Qwen3-8B --preset paper --gpus 4 --sharding fsdp
+    python -m flows.training --storage s3://bucket/runs --preset paper --gpus 4 --nodes 2 \\
+        --node-rank R --rdzv-endpoint 10.0.0.1:29500 ...    # the same command on each node
 
 Stages, each a cached task with a content-addressed result in storage (MANIFEST.json last):
 `bandit` (<storage>/bandit/<key>/data.parquet) -> `training` (<storage>/training/<key>/: the
@@ -118,6 +120,9 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         "on several GPUs, else ddp)",
     )
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
+    arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")
+    arg("--node-rank", type=int, help="this machine's rank among --nodes (0 hosts the rendezvous)")
+    arg("--rdzv-endpoint", metavar="HOST:PORT", help="where the nodes meet: node 0's address")
     arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
     arg("--format-reward", action="store_true", help="add the thinking-model format reward")
     arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
@@ -147,6 +152,9 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         ("num_processes", "num_processes"),
         ("sharding", "sharding"),
         ("accelerate_config", "accelerate_config"),
+        ("nodes", "nodes"),
+        ("node_rank", "node_rank"),
+        ("rdzv_endpoint", "rdzv_endpoint"),
         ("reward", "reward"),
         ("turns", "turns"),
         ("precision", "precision"),

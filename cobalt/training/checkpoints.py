@@ -7,7 +7,13 @@ Uploads run off the training's critical path: the main process snapshots a saved
 (hard links, no copy: the trainer may delete the checkpoint when a later one replaces it) and
 uploads it on a thread of its own while training goes on; the other processes never wait for it
 in their next collective (an 8B full fine-tuning checkpoint is 131 GB). The end of training waits
-for the uploads still running and raises the first one that failed."""
+for the uploads still running and raises the first one that failed.
+
+On several nodes each node writes its own processes' part of a checkpoint (their shards, their
+random states; node 0 also the trainer's state), so each node's first process uploads its part
+into the same directory and marks it `COMPLETE-node<R>`; a checkpoint is complete when every
+node's part is, and a resumed run (on the same nodes, or after one was replaced) downloads all
+of it on every node."""
 
 from __future__ import annotations
 
@@ -42,10 +48,16 @@ def last_checkpoint(output_dir: str | Path) -> str | None:
 UPLOADS = ".uploads"  # in the output directory: snapshots of checkpoints being uploaded
 
 
-def uploader(st: Storage, local: Path, directory: str) -> Any:
-    """A TrainerCallback that uploads each saved checkpoint to `directory` in storage, from the
-    main process only and in the background (the module docstring); `on_train_end` waits for
-    them."""
+def complete_markers(nodes: int) -> list[str]:
+    """The files that mark a checkpoint's upload complete: one per node (one node: COMPLETE)."""
+    return ["COMPLETE"] if nodes == 1 else [f"COMPLETE-node{r}" for r in range(nodes)]
+
+
+def uploader(st: Storage, local: Path, directory: str, node_rank: int = 0, nodes: int = 1) -> Any:
+    """A TrainerCallback that uploads each saved checkpoint to `directory` in storage, from each
+    node's first process (the main process on one node), in the background (the module
+    docstring); `on_train_end` waits for them."""
+    marker = complete_markers(nodes)[node_rank]
     from transformers import TrainerCallback
 
     class Uploader(TrainerCallback):
@@ -55,13 +67,13 @@ def uploader(st: Storage, local: Path, directory: str) -> Any:
 
         def on_save(self, args, state, control, **kwargs):
             name = f"checkpoint-{state.global_step}"
-            if state.is_world_process_zero and (local / name).is_dir():
+            if state.is_local_process_zero and (local / name).is_dir():
                 snapshot = _snapshot(local / name, local / UPLOADS / name)
                 self.pending.append(self.pool.submit(self._upload, snapshot, name))
 
         def _upload(self, snapshot: Path, name: str) -> None:
             st.fs.put(str(snapshot), f"{directory}/{name}", recursive=True)
-            st.write_atomic(f"{directory}/{name}/COMPLETE", b"")
+            st.write_atomic(f"{directory}/{name}/{marker}", b"")
             shutil.rmtree(snapshot, ignore_errors=True)
 
         def on_train_end(self, args, state, control, **kwargs):
@@ -97,15 +109,19 @@ def _snapshot(source: Path, target: Path) -> Path:
     return target
 
 
-def download_last_checkpoint(st: Storage, directory: str, local: Path, logger: Logger) -> None:
-    """The newest complete checkpoint of `directory` into `local`, unless `local` has one."""
+def download_last_checkpoint(
+    st: Storage, directory: str, local: Path, logger: Logger, nodes: int = 1
+) -> None:
+    """The newest complete checkpoint of `directory` (every node's part uploaded) into `local`,
+    unless `local` has one."""
     if last_checkpoint(local) is not None or not st.fs.exists(directory):
         return
+    markers = complete_markers(nodes)
     names = [
         p.rstrip("/").rsplit("/", 1)[-1]
         for p in st.fs.ls(directory, detail=False)
         if p.rstrip("/").rsplit("/", 1)[-1].startswith("checkpoint-")
-        and st.fs.exists(f"{p.rstrip('/')}/COMPLETE")
+        and all(st.fs.exists(f"{p.rstrip('/')}/{m}") for m in markers)
     ]
     if not names:
         return

@@ -222,10 +222,31 @@ class TrainingConfig(BaseModel):
     num_processes: int = Field(
         1,
         ge=1,
-        description="Training processes, one per GPU (--gpus): above 1 the training runs under "
-        "`accelerate launch`, each process with its own sandbox pool and, with vLLM colocated, "
-        "its own vLLM engine. The paper preset keeps its global batch (64 prompts per step) by "
-        "dividing the gradient accumulation.",
+        description="Training processes on each node, one per GPU (--gpus): above 1 the "
+        "training runs under `accelerate launch`, each process with its own sandbox pool and, "
+        "with vLLM colocated, its own vLLM engine. A step's completions are the same on any "
+        "number of processes: they share them.",
+    )
+    nodes: int = Field(
+        1,
+        ge=1,
+        description="Machines the training spans (--nodes), num_processes on each: every node "
+        "runs the same command with its own node_rank, they meet at rdzv_endpoint, and the "
+        "storage must be shared (S3).",
+    )
+    node_rank: int = Field(
+        0, ge=0, description="This machine's rank among the nodes (--node-rank)."
+    )
+    rdzv_endpoint: str | None = Field(
+        None,
+        description="host:port where the nodes meet (--rdzv-endpoint): node 0's address and a "
+        "free port every node can reach.",
+    )
+    rendezvous_timeout_s: int = Field(
+        600,
+        ge=5,
+        description="Seconds node 0 waits for the other nodes to join (and a node for node 0) "
+        "before the job fails naming the endpoint.",
     )
     sharding: Sharding = Field(
         "auto",
@@ -293,6 +314,27 @@ class TrainingConfig(BaseModel):
         default_factory=dict,
         description="Extra GRPOConfig kwargs (offline mode: extra TrainingArguments kwargs).",
     )
+
+    @model_validator(mode="after")
+    def _nodes(self) -> TrainingConfig:
+        if self.node_rank >= self.nodes:
+            raise ValueError(
+                f"training.node_rank {self.node_rank}: the nodes are ranked 0 to {self.nodes - 1} "
+                f"(--nodes {self.nodes})"
+            )
+        if self.nodes > 1:
+            host, _, port = (self.rdzv_endpoint or "").rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    f"training.rdzv_endpoint {self.rdzv_endpoint!r}: training on {self.nodes} "
+                    "nodes needs where they meet, host:port of node 0 (--rdzv-endpoint "
+                    "10.0.0.1:29500)"
+                )
+        return self
+
+    def world(self) -> int:
+        """Training processes in all: num_processes on each of the nodes."""
+        return self.nodes * self.num_processes
 
     @model_validator(mode="after")
     def _offline_combinations(self) -> TrainingConfig:
@@ -380,7 +422,7 @@ class TrainingConfig(BaseModel):
             GRPOConfig(**kwargs)
         except (ValueError, TypeError) as exc:
             raise ValueError(f"training config ({self.preset} preset): {exc}") from None
-        check_batch(kwargs, self.num_processes)
+        check_batch(kwargs, self.world())
 
     def offline_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
         """Keyword arguments of `transformers.TrainingArguments` for the offline mode."""
@@ -427,7 +469,7 @@ class TrainingConfig(BaseModel):
         """(rows per micro-batch, micro-batches per step) of each process: the step's rows
         shared by the processes, in micro-batches of at most batch_size. ShardingError when
         they do not split evenly."""
-        rows, processes = self.offline_rows_per_step(), self.num_processes
+        rows, processes = self.offline_rows_per_step(), self.world()
         share, rest = divmod(rows, processes)
         micro = min(self.offline.batch_size, share)
         if rest or not micro or share % micro:
@@ -491,13 +533,13 @@ class TrainingConfig(BaseModel):
         kwargs = common | preset.grpo | {"use_cpu": not gpu}
         if preset.prompts_per_step:
             step = preset.prompts_per_step
-            if step % self.num_processes:
+            if step % self.world():
                 raise ShardingError(
-                    f"training.num_processes {self.num_processes}: the {self.preset} preset's step "
+                    f"training.num_processes {self.world()}: the {self.preset} preset's step "
                     f"of {step} prompts x {kwargs['num_generations']} samples must split evenly "
-                    f"over the processes: use --gpus {_divisors(step)}"
+                    f"over the processes: use --gpus {_divisors(step)} (in all)"
                 )
-            kwargs["gradient_accumulation_steps"] = step // self.num_processes
+            kwargs["gradient_accumulation_steps"] = step // self.world()
         if self.max_steps is not None:
             kwargs["max_steps"] = self.max_steps
         if self.save_steps is not None:
@@ -511,14 +553,14 @@ class TrainingConfig(BaseModel):
         if preset.plan_micro_batch and batch is not None and not own_step:
             # a smaller generation batch (a short run, a benchmark): one optimizer step per
             # batch, each process's share split into micro-batches by the memory plan
-            share, rest = divmod(int(batch), self.num_processes)
+            share, rest = divmod(int(batch), self.world())
             if rest:
                 raise ShardingError(
                     f"training.overrides generation_batch_size {batch} does not split over "
-                    f"{self.num_processes} processes: use a multiple of {self.num_processes}"
+                    f"{self.world()} processes: use a multiple of {self.world()}"
                 )
             kwargs |= {"per_device_train_batch_size": share, "gradient_accumulation_steps": 1}
-        if (own_step or not preset.prompts_per_step) and self.num_processes > 1:
+        if (own_step or not preset.prompts_per_step) and self.world() > 1:
             kwargs |= self._shared_step(kwargs)
         if kwargs.get("vllm_mode") == "colocate" and "vllm_enable_sleep_mode" not in self.overrides:
             # sharded full fine-tuning: vLLM's weights and KV cache leave the GPU while the
@@ -548,7 +590,7 @@ class TrainingConfig(BaseModel):
         another recipe)."""
         import math
 
-        n = self.num_processes
+        n = self.world()
         per_device = int(kwargs["per_device_train_batch_size"])
         step = per_device * int(kwargs.get("gradient_accumulation_steps", 1))
         if step % n:

@@ -195,8 +195,9 @@ def train(
     # the trainer's arguments before the policy's load: they start the process group, and under
     # ZeRO-3 they make from_pretrained partition the weights as it loads them
     args = GRPOConfig(**kwargs)
+    same_on_every_process("the GPUs of a node", torch.cuda.device_count())
     same_on_every_process(
-        "micro-batch", (args.per_device_train_batch_size, args.gradient_accumulation_steps)
+        "the micro-batch", (args.per_device_train_batch_size, args.gradient_accumulation_steps)
     )
     check_generation_batch(len(rows), args.generation_batch_size, args.num_generations)
     model = load_policy(model_path, numerics, lora=config.lora is not None, **attention)

@@ -1,7 +1,7 @@
 """Running a training job in this process or on several, through `accelerate launch`.
 
 `run_job(job)` trains (GRPO, or the offline objective in offline mode) in this process when
-`job.config.num_processes` is 1 on a CPU. Otherwise it writes the job, with the run's GPU plan
+the job has one process in all, on a CPU. Otherwise it writes the job, with the run's GPU plan
 (`cobalt.training.plan`), to a JSON file and starts what the plan says:
 
     accelerate launch --config_file infra/accelerate/SHARDING.yaml --num_processes N \
@@ -77,7 +77,7 @@ def run_job(job: Job, logger: Logger = log) -> Result:
     wrap the model in nn.DataParallel, which GRPO does not support."""
     if job.plan is None:
         job = job.model_copy(update={"plan": plan_training(job.config, job.model)})
-    if job.config.num_processes == 1 and not _on_gpu():
+    if job.config.world() == 1 and not _on_gpu():
         return train_here(job)
     return launch(job, logger)
 
@@ -104,7 +104,15 @@ def train_here(job: Job, processes: int = 1) -> Result:
     output = Path(job.output_dir)
     callbacks: list[Any] = [StepTimer()]
     if job.upload_dir:
-        callbacks.append(uploader(open_storage(job.storage), output, job.upload_dir))
+        callbacks.append(
+            uploader(
+                open_storage(job.storage),
+                output,
+                job.upload_dir,
+                job.config.node_rank,
+                job.config.nodes,
+            )
+        )
     extra: dict[str, Any] = {}
     with callbacks[0] as timer:
         if config.mode == "offline":
@@ -145,7 +153,13 @@ def launch_command(job_file: Path, plan: TrainingPlan) -> list[str]:
         command += ["--gpu_ids", _first_gpu(), "--num_machines", "1", "--dynamo_backend", "no"]
     command += ["--mixed_precision", plan.mixed_precision]
     command += ["--num_processes", str(plan.processes)]
-    command += ["--main_process_port", str(_free_port())]
+    if plan.nodes > 1:  # torch's elastic launcher, static rendezvous at node 0's endpoint
+        host, _, port = (plan.rdzv_endpoint or "").rpartition(":")
+        command += ["--num_machines", str(plan.nodes), "--machine_rank", str(plan.node_rank)]
+        command += ["--main_process_ip", host, "--main_process_port", port]
+        command += ["--rdzv_conf", f"timeout={plan.rendezvous_timeout_s}"]
+    else:
+        command += ["--main_process_port", str(_free_port())]
     return [*command, "-m", "cobalt.training.launch", str(job_file)]
 
 
@@ -166,8 +180,10 @@ def launch(job: Job, logger: Logger = log) -> Result:
     result = work / "result.json"
     if code != 0 or not result.exists():
         text = output.read_text(errors="replace")
-        first = _timed_out(text, job.config.collective_timeout_s, output) or _last_error(
-            text[-4000:]
+        first = (
+            _rendezvous_failed(text, job.plan)
+            or _timed_out(text, job.config.collective_timeout_s, output)
+            or _last_error(text[-4000:])
         )
         raise LaunchError(
             f"training on {job.config.num_processes} processes failed ({code}): "
@@ -183,6 +199,28 @@ _TIMEOUTS = (
     re.compile(r"Timed out waiting \d+ms for (\w+) operation"),
     re.compile(r"(\w+)\S* timed out after \d+"),
 )
+
+
+def _rendezvous_failed(output: str, plan: TrainingPlan) -> str | None:
+    """A clear first line when the nodes never met: node 0 waited for nodes that did not join,
+    or a node could not reach node 0's endpoint."""
+    if plan.nodes == 1:
+        return None
+    waited = re.search(r"waiting for clients\. (\d+)/(\d+) clients joined", output)
+    if waited:
+        return (
+            f"only {waited.group(1)} of {waited.group(2)} nodes joined at the rendezvous "
+            f"{plan.rdzv_endpoint} within {plan.rendezvous_timeout_s} s: start the same job on "
+            f"every node (--node-rank 0 to {plan.nodes - 1}, the same --rdzv-endpoint), or raise "
+            "training.rendezvous_timeout_s"
+        )
+    if "trying to connect to" in output or "failed to connect" in output:
+        return (
+            f"node {plan.node_rank} could not reach the rendezvous {plan.rdzv_endpoint} within "
+            f"{plan.rendezvous_timeout_s} s: start node 0 (--node-rank 0) with the same "
+            "--rdzv-endpoint, and check that this machine reaches that host and port"
+        )
+    return None
 
 
 def _timed_out(output: str, timeout_s: int, log_path: Path) -> str | None:
@@ -245,14 +283,25 @@ def main(argv: list[str] | None = None) -> int:
     _cpu_group(processes, job.config.collective_timeout_s)
     history, timing, extra = train_here(job, processes)
     peaks = _peaks(processes)  # every process takes part (a collective)
-    if rank == 0:
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # each node's own result (the same history)
         if peaks:  # the parent's meter cannot see these processes' memory
             extra["gpu_peak_memory_gib"] = max(p[0] for p in peaks)
             extra["gpu_peak_reserved_gib"] = max(p[1] for p in peaks)
             extra["gpu_peaks_by_process_gib"] = peaks
         result = {"history": history, "timing": {**timing, "processes": processes}, "extra": extra}
         (job_file.parent / "result.json").write_text(json.dumps(result, indent=1))
+    _leave_group()
     return 0
+
+
+def _leave_group() -> None:
+    """Every process leaves the process group together: on several nodes, node 0 hosts the
+    rendezvous store, and a process still using it when node 0's exits would abort."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _die_with_launcher() -> None:

@@ -406,6 +406,7 @@ def train_offline(
     import torch
     from datasets import Dataset
 
+    from cobalt.training.plan import same_on_every_process
     from cobalt.training.precision import (
         cast_trainable,
         reduce_probe,
@@ -454,6 +455,7 @@ def train_offline(
     # the trainer's arguments before the policy's load: under ZeRO-3 they make from_pretrained
     # partition the weights as it loads them (every process holds only its share)
     args = config.training_arguments(output_dir)
+    same_on_every_process("the GPUs of a node", torch.cuda.device_count())
     model = load_policy(model_path, numerics, lora=config.lora is not None)
     if config.lora:
         from peft import get_peft_model

@@ -52,7 +52,11 @@ class TrainingPlan(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    processes: int
+    processes: int  # in all: per_node on each of the nodes
+    nodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None  # host:port where the nodes meet (nodes > 1)
+    rendezvous_timeout_s: int = 600
     sharding: str  # ddp, fsdp or zero3
     accelerate_config: str | None  # the file the launch passes (None: one process)
     mixed_precision: str  # bf16 or no: the launch's --mixed_precision
@@ -69,12 +73,19 @@ class TrainingPlan(BaseModel):
     collective_timeout_s: int = 600
 
     @property
+    def per_node(self) -> int:
+        return self.processes // self.nodes
+
+    @property
     def shards(self) -> int:
         """Processes the model's state is spread over (1: every process holds all of it)."""
         return self.processes if self.sharding in SHARDED else 1
 
     def describe(self) -> str:
         where = f"{self.processes} process{'es' if self.processes > 1 else ''}"
+        if self.nodes > 1:
+            where += f" ({self.per_node} on each of {self.nodes} nodes, this one node "
+            where += f"{self.node_rank}, meeting at {self.rdzv_endpoint})"
         where += f" on {'GPUs' if self.gpus else 'the CPU (gloo)'}"
         if self.processes > 1:
             where += f", {self.sharding}"
@@ -118,7 +129,7 @@ def plan_training(
     numerics = decide(
         config.precision, checkpoint, gpu=gpus > 0, mixed=config.defaults().mixed_precision
     )
-    processes = config.num_processes
+    processes = config.world()
     generation, kwargs = "none", None
     if config.mode == "offline":
         config.offline_micro_batches()  # the step's rows split over the processes
@@ -134,6 +145,10 @@ def plan_training(
         launch = str(config_file(sharding))
     plan = TrainingPlan(
         processes=processes,
+        nodes=config.nodes,
+        node_rank=config.node_rank,
+        rdzv_endpoint=config.rdzv_endpoint,
+        rendezvous_timeout_s=config.rendezvous_timeout_s,
         sharding=sharding,
         accelerate_config=launch,
         mixed_precision="bf16" if gpus and numerics.precision == "mixed" else "no",
@@ -173,7 +188,7 @@ def plan_training(
     if gpus and colocated and kwargs and kwargs.get("vllm_enable_sleep_mode"):
         share = colocated_share(config, kwargs, model_config, numerics, plan, parameters)
     needed = host_bytes(config, parameters, numerics, plan.shards, sharding, reference)
-    check_host_memory(needed, machine, processes, sharding)
+    check_host_memory(needed, machine, config.num_processes, sharding)
     return plan.model_copy(
         update={"parameters": parameters, "vllm_share": share, "host_bytes_needed": needed}
     )
@@ -201,7 +216,7 @@ def check_processes(config: TrainingConfig, gpus: int) -> None:
             f"--gpus {gpus} or fewer"
         )
     sharding = resolve_sharding(config, gpus)
-    if sharding in SHARDED and n == 1:
+    if sharding in SHARDED and config.world() == 1:
         raise ShardingError(
             f"training.sharding {sharding} on 1 process shards nothing: pass --gpus N (N > 1), "
             "or --sharding ddp"
@@ -241,11 +256,11 @@ def colocated_share(
         shards=plan.shards,
     )
     batch = kwargs.get("generation_batch_size") or int(kwargs["per_device_train_batch_size"]) * (
-        config.num_processes * int(kwargs["gradient_accumulation_steps"])
+        config.world() * int(kwargs["gradient_accumulation_steps"])
     )
     return vllm_share(
         model_config,
-        sequences=max(1, int(batch) // config.num_processes),
+        sequences=max(1, int(batch) // config.world()),
         context_tokens=int(kwargs.get("vllm_max_model_length") or kwargs["max_completion_length"]),
         total_bytes=plan.gpu_bytes,
         resident_bytes=resident,
@@ -261,7 +276,7 @@ def host_bytes(
     sharding: str,
     reference: bool,
 ) -> int:
-    """Host memory the processes hold at once while loading: each loads the policy in the
+    """Host memory the processes of one node hold at once while loading: each loads the policy in the
     dtype it trains (LoRA: the frozen base's) and, with a KL term, TRL's reference model in the
     frozen dtype; under ZeRO-3 the weights are partitioned as they load (each process keeps its
     share), otherwise every process holds a whole copy until the trainer places it (FSDP loads
@@ -292,9 +307,9 @@ def check_host_memory(needed: int, machine: Machine, processes: int, sharding: s
 
 
 def same_on_every_process(name: str, value: Any) -> None:
-    """Every process of the job computed the same `value` (its micro-batch plan, ...), else a
-    RuntimeError naming each process's: processes that disagree would wait in mismatched
-    collectives. A no-op in a process that runs alone."""
+    """Every process of the job computed the same `value` (its micro-batch plan, its node's GPU
+    count, ...), else ShardingError naming each process's: processes that disagree would wait
+    in mismatched collectives. A no-op in a process that runs alone."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
@@ -302,9 +317,10 @@ def same_on_every_process(name: str, value: Any) -> None:
     everyone: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, value)
     if any(v != everyone[0] for v in everyone):
-        raise RuntimeError(
-            f"the training processes planned different {name}s ({everyone}): every process must "
-            "follow one plan (cobalt.training.plan)"
+        raise ShardingError(
+            f"the training processes disagree on {name} ({everyone}, by process): every process "
+            "must follow one plan (cobalt.training.plan); on several nodes, give every node as "
+            "many GPUs (--gpus) as the others"
         )
 
 

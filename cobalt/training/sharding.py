@@ -42,7 +42,7 @@ def resolve_sharding(config: Any, gpus: int) -> str:
     if config.sharding != "auto":
         return config.sharding
     full = config.lora is None
-    return "fsdp" if full and config.num_processes > 1 and gpus > 0 else "ddp"
+    return "fsdp" if full and config.world() > 1 and gpus > 0 else "ddp"
 
 
 def file_sharding(path: str | Path) -> str:

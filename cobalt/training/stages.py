@@ -35,6 +35,7 @@ from cobalt.storage import (
     MANIFEST,
     Logger,
     StorageConfig,
+    StorageError,
     code_version,
     from_manifest,
     open_storage,
@@ -84,10 +85,11 @@ OFFLINE_TRAINING_CODE = (
 # settings of the other kind of mode, left out of a training key (changing them changes nothing);
 # report_to only says where the curves go. The process count is in every mode's key: a step's
 # rows are the same on any count, their sums' order is not (reduction-order noise)
+_RUNTIME = {"collective_timeout_s", "node_rank", "rdzv_endpoint", "rendezvous_timeout_s"}
 _OTHER_MODES = (
-    {"offline", "report_to", "collective_timeout_s"},
+    {"offline", "report_to", *_RUNTIME},
     {
-        "collective_timeout_s",
+        *_RUNTIME,
         "generation",
         "vllm_server_base_url",
         "max_prompt_length",
@@ -157,6 +159,12 @@ def preflight(params: TrainingParams) -> Ready:
     storage = open_storage(params.storage)
     storage.check()
     check_training(params.training)
+    if params.training.nodes > 1 and params.storage.is_local:
+        raise StorageError(
+            f"training on {params.training.nodes} nodes needs storage every node shares: pass "
+            "--storage s3://bucket/prefix (each node uploads its part of every checkpoint there, "
+            "node 0 the trained policy)"
+        )
     found = find_trajectories(params.trajectories, params.storage)
     model = params.model or found.engine.get("model")
     if found.engine.get("kind") == "litellm" and not params.model:
@@ -276,14 +284,16 @@ def training_spec(params: TrainingParams, ready: Ready, dataset: BanditRef) -> T
 def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log) -> PolicyRef:
     """Train in a local output directory (the storage itself when local; work_dir for S3, with
     each checkpoint uploaded as it is saved and downloaded again by a resumed run elsewhere),
-    then commit the model, its log history and the curves' plot to storage."""
+    then commit the model, its log history and the curves' plot to storage. On several nodes
+    every node runs this stage; node 0 commits, the others return node 0's commit."""
     from cobalt.training.cost import CostMeter
 
     st = open_storage(runtime.storage)
     directory = st.path("training", spec.key)
     manifest_path = f"{directory}/{MANIFEST}"
+    nodes, node = spec.config.nodes, spec.config.node_rank
     if runtime.refresh:
-        if st.fs.exists(directory):
+        if node == 0 and st.fs.exists(directory):
             st.fs.rm(directory, recursive=True)
     elif st.fs.exists(manifest_path):
         logger.info("training: %s is finished already", directory)
@@ -296,7 +306,7 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     if runtime.refresh and local.exists():
         shutil.rmtree(local)
     if not runtime.storage.is_local:
-        download_last_checkpoint(st, directory, local, logger)
+        download_last_checkpoint(st, directory, local, logger, nodes)
     plan = plan_training(spec.config, runtime.model)  # the machine this stage runs on
     logger.info("training plan: %s", plan.describe())
     if (resumed := last_checkpoint(local)) is not None:
@@ -315,6 +325,8 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     )
     with CostMeter() as cost:
         history, timing, extra = run_job(job, logger)
+    if node > 0:  # node 0 saves the policy and commits the stage
+        return wait_for_commit(st, manifest_path, COMMIT_WAIT_S, logger)
     config = spec.config
     if config.mode == "offline":
         from cobalt.training.offline import offline_curve_stats, plot_offline
@@ -365,6 +377,27 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     st.commit(manifest_path, ref, spec)
     logger.info("training: %d steps, %s, model at %s", steps, stats, ref.uri)
     return ref
+
+
+COMMIT_WAIT_S = 3600  # node 0 uploads the trained policy (16 GB at 8B) before it commits
+
+
+def wait_for_commit(st: Any, manifest_path: str, timeout_s: int, logger: Logger) -> PolicyRef:
+    """Node 0's commit of the stage, once it is in the shared storage (a node > 0 trained with
+    it and ends with the same policy)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not st.fs.exists(manifest_path):
+        if time.monotonic() > deadline:
+            raise EmptyStageError(
+                f"training: node 0 did not commit {manifest_path} within {timeout_s} s of the "
+                "training's end: see node 0's run"
+            )
+        time.sleep(2)
+        st.fs.invalidate_cache()
+    logger.info("training: node 0 committed %s", manifest_path)
+    return from_manifest(st.read_json(manifest_path), PolicyRef)
 
 
 def reward_stats(history: list[dict[str, Any]]) -> dict[str, Any]:

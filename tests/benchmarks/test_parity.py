@@ -27,3 +27,16 @@ def test_two_processes_train_what_one_trains_and_a_resume_what_a_run_trains(mode
     assert two["steps"] == resumed["steps"] == 4 and resumed["killed"]
     assert two["weights_rel"] <= 1e-3 and resumed["weights_rel"] <= 1e-3
     assert two["update_max_abs"] > 1e-5  # the runs trained
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_two_nodes_of_one_process_train_what_one_node_of_two_trains(tmp_path):
+    """Two launchers with node ranks 0 and 1 meeting at one rendezvous (two machines, here on
+    one host) against one node of two processes: the same losses and weights."""
+    out = tmp_path / "parity.json"
+    code = parity.main(["--layouts", "2:ddp", "2x1:ddp", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert code == 0 and result["ok"], result["rows"]
+    nodes = next(r for r in result["rows"] if r["layout"] == "2x1:ddp")
+    assert nodes["steps"] == 4 and nodes["weights_rel"] <= 1e-3 and nodes["loss_max_rel"] <= 1e-3

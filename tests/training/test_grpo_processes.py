@@ -258,3 +258,31 @@ def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path) ->
     first = str(failed.value).splitlines()[0]
     assert "waited 15 s in a collective" in first and "collective_timeout_s" in first, first
     assert time.perf_counter() - started < 150
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("rank", "message"), [
+    (0, r"only 1 of 2 nodes joined at the rendezvous 127\.0\.0\.1:\d+ within 8 s: start the same "
+        r"job on every node \(--node-rank 0 to 1, the same --rdzv-endpoint\)"),
+    (1, r"node 1 could not reach the rendezvous 127\.0\.0\.1:\d+ within 8 s: start node 0"),
+])  # fmt: skip
+def test_a_node_alone_fails_naming_the_rendezvous(tmp_path, rank, message) -> None:
+    """Training on two nodes where only one ever starts: it gives up after the rendezvous
+    timeout with one line naming the endpoint and what to do, on either side."""
+    import socket
+
+    from engines.tiny import build_tiny_model
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    the_job = job(
+        tmp_path, str(model), nodes=2, node_rank=rank, rdzv_endpoint=f"127.0.0.1:{port}",
+        rendezvous_timeout_s=8, max_steps=1,
+    )  # fmt: skip
+    with pytest.raises(LaunchError) as failed:
+        run_job(the_job)
+    first = str(failed.value).splitlines()[0]
+    assert re.search(message, first), first
