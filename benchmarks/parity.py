@@ -175,9 +175,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def node_gpus(rank: int, per_node: int) -> dict[str, str]:
+    """The GPUs node `rank` sees (CUDA_VISIBLE_DEVICES: this host's GPUs cut into nodes), or
+    nothing on a machine without GPUs."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(rank * per_node + i) for i in range(per_node))}
+
+
 def run_nodes(job: Job, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, Any]]:
     """`job` on each of its nodes: nodes 1.. as launchers of their own in the background (each in
-    an output directory of its own, as on another machine), node 0 here; node 0's result."""
+    an output directory of its own and with GPUs of its own, as on another machine), node 0
+    here; node 0's result."""
+    per_node = job.config.num_processes
     others = []
     for rank in range(1, job.config.nodes):
         config = job.config.model_copy(update={"node_rank": rank})
@@ -188,11 +200,18 @@ def run_nodes(job: Job, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any
         job_file.write_text(node.model_dump_json())
         log = (work / f"{job_file.stem}.log").open("wb")
         env = {**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"}
+        env |= node_gpus(rank, per_node)
         command = [sys.executable, "-c", RUN, str(job_file)]
         others.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env))
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ.update(node_gpus(0, per_node))  # node 0's launch sees its own GPUs
     try:
         return run_job(job)
     finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
         for other in others:
             other.wait(timeout=600)
 

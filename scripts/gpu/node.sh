@@ -53,6 +53,7 @@ started=$(date +%s)
 elapsed() { echo $(( $(date +%s) - started )); }
 MODEL=/root/model-8b NODE=/root/node
 mkdir -p "$NODE"
+G=$(nvidia-smi -L 2>/dev/null | wc -l)  # this machine's GPUs (issue 45's phases use them all)
 trace() {  # every GPU's memory every 0.5 s into $1, until the returned pid is killed
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used --format=csv,noheader,nounits \
     -lms 500 >"$1" 2>/dev/null </dev/null & echo $!
@@ -159,18 +160,24 @@ b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_
   intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="float32")' \
       >"$NODE/model-07b.log" 2>&1
     echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
-    timeout 480 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
-      --precision mixed --layouts 1 4:ddp 4:fsdp 4:zero3 --repeat --kill-resume 4:fsdp \
+    timeout 420 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision mixed --layouts 1 "$G:ddp" "$G:fsdp" "$G:zero3" --repeat --kill-resume "$G:fsdp" \
       --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.05 \
-      --json "$OUT/parity_4gpu.json" >"$NODE/parity.log" 2>&1
+      --json "$OUT/parity_${G}gpu.json" >"$NODE/parity.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A12 "^| layout" "$NODE/parity.log"
     grep -a "verdict" "$NODE/parity.log"; tail -c 3000 "$NODE/parity.log" >"$OUT/parity_tail.log"
+    # issue 47: 2 nodes of G/2 GPUs (launchers with node ranks 0 and 1, one rendezvous) vs 1 of G
+    timeout 150 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision mixed --layouts "$G:fsdp" "2x$((G / 2)):fsdp" --lr 1e-5 --step 32 \
+      --micro-batch 4 --prompts 64 --tolerance 0.05 --json "$OUT/parity_nodes_${G}gpu.json" \
+      >"$NODE/parity_nodes.log" 2>&1
+    echo "parity across nodes exit $? at $(elapsed) s"; grep -A4 "^| layout" "$NODE/parity_nodes.log"
     wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
     tail -3 "$NODE/prep.log"; wait_for "$NODE/default4.done" 585; cat "$NODE/default4.out" ;;
   default4)  # (inside `parity`) the per-process memory of training is in its stage's stats
     pid=$(gpu_trace default4)
-    PREFECT_HOME="$NODE/prefect-default4" timeout 560 python3 -m flows.pipeline --gpus 4 \
+    PREFECT_HOME="$NODE/prefect-default4" timeout 560 python3 -m flows.pipeline --gpus "$G" \
       --sharding fsdp --storage /root/runs-default4 --backend namespace >"$NODE/default4.log" 2>&1
     echo "[default4] exit $? at $(elapsed) s"; kill "$pid"
     cp "$NODE/default4.log" "$OUT/"; grep -a -A8 "^settings:" "$NODE/default4.log" | head -14
@@ -188,7 +195,7 @@ print("training processes:", s.get("processes"), "peaks by process (GiB):",
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
     pid=$(gpu_trace pipeline8b)
     PREFECT_HOME="$NODE/prefect-8b" timeout 570 python3 -m flows.pipeline --model "$MODEL" \
-      --gpus 4 --sharding fsdp --mode single_turn --storage /root/runs-8b --backend namespace \
+      --gpus "$G" --sharding fsdp --mode single_turn --storage /root/runs-8b --backend namespace \
       --train-limit 16 --eval-limit 16 --n 4 --eval-samples 4 --turns 1 --eval-turns 1 \
       --max-new-tokens 256 --max-steps 2 --set num_generations=4 \
       --set generation_batch_size=16 --set max_completion_length=256 --report-to none \
