@@ -160,14 +160,14 @@ b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_
   intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="float32")' \
       >"$NODE/model-07b.log" 2>&1
     echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
-    timeout 420 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+    timeout 380 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
       --precision mixed --layouts 1 "$G:ddp" "$G:fsdp" "$G:zero3" --repeat --kill-resume "$G:fsdp" \
       --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.05 \
       --json "$OUT/parity_${G}gpu.json" >"$NODE/parity.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A12 "^| layout" "$NODE/parity.log"
     grep -a "verdict" "$NODE/parity.log"; tail -c 3000 "$NODE/parity.log" >"$OUT/parity_tail.log"
     # issue 47: 2 nodes of G/2 GPUs (launchers with node ranks 0 and 1, one rendezvous) vs 1 of G
-    timeout 150 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+    timeout 120 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
       --precision mixed --layouts "$G:fsdp" "2x$((G / 2)):fsdp" --lr 1e-5 --step 32 \
       --micro-batch 4 --prompts 64 --tolerance 0.05 --json "$OUT/parity_nodes_${G}gpu.json" \
       >"$NODE/parity_nodes.log" 2>&1
