@@ -313,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="parity-") as tmp:
         work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         model = args.model
         if model is None:
             from engines.tiny import build_tiny_model

@@ -72,7 +72,8 @@ def uploader(st: Storage, local: Path, directory: str, node_rank: int = 0, nodes
                 self.pending.append(self.pool.submit(self._upload, snapshot, name))
 
         def _upload(self, snapshot: Path, name: str) -> None:
-            st.fs.put(str(snapshot), f"{directory}/{name}", recursive=True)
+            # the snapshot's contents into the directory, which another node may have made
+            st.fs.put(f"{snapshot}/", f"{directory}/{name}/", recursive=True)
             st.write_atomic(f"{directory}/{name}/{marker}", b"")
             shutil.rmtree(snapshot, ignore_errors=True)
 

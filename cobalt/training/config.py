@@ -1,4 +1,8 @@
-"""The training configuration (SPEC §1.6 mapped to TRL 1.16's `GRPOConfig`): presets, modes,
+"""Long module: every training setting with its description (the flows' --help) and the one
+mapping of them to TRL's `GRPOConfig` and transformers' `TrainingArguments`; split, a setting
+and its mapping would live apart.
+
+The training configuration (SPEC §1.6 mapped to TRL 1.16's `GRPOConfig`): presets, modes,
 generation backend, LoRA. `TrainingConfig.grpo_kwargs` is the one place where the paper's settings
 become TRL's; `cobalt/training/grpo.py` runs the trainer with them. The `offline` mode (SPEC §2)
 trains on the logged turns of the trajectories with a `transformers.Trainer` instead: its settings

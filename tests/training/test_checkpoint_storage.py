@@ -25,10 +25,10 @@ def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):
         ckpt.mkdir(parents=True)
         (ckpt / "trainer_state.json").write_text(f'{{"global_step": {step}}}')
         (ckpt / "model.safetensors").write_bytes(b"w" * step)
-        main = SimpleNamespace(global_step=step, is_world_process_zero=True)
-        other = SimpleNamespace(global_step=step, is_world_process_zero=False)
+        main = SimpleNamespace(global_step=step, is_local_process_zero=True)
+        other = SimpleNamespace(global_step=step, is_local_process_zero=False)
         callback = uploader(st, local, directory)
-        callback.on_save(None, other, None)  # only the main process uploads
+        callback.on_save(None, other, None)  # only a node's first process uploads
         callback.on_train_end(None, other, None)
         assert not st.fs.exists(f"{directory}/checkpoint-{step}")
         callback.on_save(None, main, None)
@@ -46,7 +46,9 @@ def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):
     assert sorted(p.name for p in local.iterdir()) == ["checkpoint-2", "checkpoint-4"]
 
 
-def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(tmp_path) -> None:
+def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(
+    tmp_path, monkeypatch
+) -> None:
     """on_save returns at once while a slow upload goes on; the trainer deleting the checkpoint
     (save_total_limit) does not cut the upload short; the end of training waits for it."""
     st = open_storage(StorageConfig(url=str(tmp_path / "store")))
@@ -62,10 +64,10 @@ def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(tm
         release.wait(30)
         return put(*args, **kwargs)
 
-    st.fs.put = slow_put
+    monkeypatch.setattr(st.fs, "put", slow_put)  # fsspec shares the instance: restored after
     callback = uploader(st, local, st.path("training", "k"))
     started = time.perf_counter()
-    callback.on_save(None, SimpleNamespace(global_step=3, is_world_process_zero=True), None)
+    callback.on_save(None, SimpleNamespace(global_step=3, is_local_process_zero=True), None)
     assert time.perf_counter() - started < 1.0  # training goes on
     shutil.rmtree(ckpt)  # rotated away by the trainer
     release.set()
@@ -75,7 +77,7 @@ def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(tm
     assert st.fs.exists(f"{uploaded}/COMPLETE") and not (local / ".uploads").exists()
 
 
-def test_a_failed_upload_fails_the_end_of_training(tmp_path) -> None:
+def test_a_failed_upload_fails_the_end_of_training(tmp_path, monkeypatch) -> None:
     st = open_storage(StorageConfig(url=str(tmp_path / "store")))
     (tmp_path / "out" / "checkpoint-1").mkdir(parents=True)
     (tmp_path / "out" / "checkpoint-1" / "trainer_state.json").write_text("{}")
@@ -83,8 +85,36 @@ def test_a_failed_upload_fails_the_end_of_training(tmp_path) -> None:
     def refused(*args, **kwargs):
         raise PermissionError("AccessDenied")
 
-    st.fs.put = refused
+    monkeypatch.setattr(st.fs, "put", refused)
     callback = uploader(st, tmp_path / "out", "bucket/training/k")
-    callback.on_save(None, SimpleNamespace(global_step=1, is_world_process_zero=True), None)
+    callback.on_save(None, SimpleNamespace(global_step=1, is_local_process_zero=True), None)
     with pytest.raises(RuntimeError, match="checkpoint upload to bucket/training/k failed: Access"):
         callback.on_train_end(None, None, None)
+
+
+def test_a_checkpoint_of_two_nodes_is_complete_when_both_parts_are(tmp_path) -> None:
+    """Each node uploads its processes' part (node 0 also the trainer's state) into one
+    checkpoint directory; a resume takes only a checkpoint whose parts are all there, and gets
+    all of them."""
+    st = open_storage(StorageConfig(url=str(tmp_path / "store")))
+    directory = st.path("training", "k")
+    for node in (0, 1):
+        local = tmp_path / f"node{node}"
+        for step in (2, 4):
+            ckpt = local / f"checkpoint-{step}"
+            ckpt.mkdir(parents=True)
+            (ckpt / f"rng_state_{node}.pth").write_bytes(b"r")
+            if node == 0:
+                (ckpt / "trainer_state.json").write_text("{}")
+        callback = uploader(st, local, directory, node_rank=node, nodes=2)
+        for step in (2, 4) if node == 0 else (2,):  # node 1's step-4 part never arrived
+            callback.on_save(None, SimpleNamespace(global_step=step, is_local_process_zero=True),
+                             None)  # fmt: skip
+        callback.on_train_end(None, None, None)
+    fresh = tmp_path / "replacement"
+    download_last_checkpoint(st, directory, fresh, logging.getLogger("test"), nodes=2)
+    assert sorted(p.name for p in (fresh / "checkpoint-2").iterdir()) == [
+        "COMPLETE-node0", "COMPLETE-node1", "rng_state_0.pth", "rng_state_1.pth",
+        "trainer_state.json",
+    ]  # fmt: skip
+    assert not (fresh / "checkpoint-4").exists()
