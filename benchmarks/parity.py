@@ -255,6 +255,17 @@ def steps_diff(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str
     return out
 
 
+def row_of(first: dict[str, Any], other: dict[str, Any], start: dict[str, Any]) -> dict[str, Any]:
+    """A layout's row: against the first layout, or the error that stopped it."""
+    if "error" in other:
+        return {"layout": other["name"], "error": other["error"], "finite": False,
+                "weights_rel": float("inf"), "loss_max_rel": float("inf")}  # fmt: skip
+    row = {"layout": other["name"], "wall_s": other["wall_s"], "train_s": other["train_s"],
+           "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
+    row |= steps_diff(first["history"], other["history"])
+    return row | compare(first["dir"], other["dir"], start)
+
+
 def kill_after_first_checkpoint(job: Job, work: Path) -> dict[str, Any]:
     """Run `job` in a process group of its own and SIGKILL it once a checkpoint is complete."""
     job_file = work / "killed-job.json"
@@ -347,23 +358,19 @@ def main(argv: list[str] | None = None) -> int:
                 "plan": (extra.get("numerics") or {}),
             }  # fmt: skip
 
-        runs = [run(layout, layout_config(base, layout)) for layout in args.layouts]
+        runs: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
+        asked = [(layout, layout) for layout in args.layouts]
         if args.repeat:
-            runs.append(run(f"{args.layouts[0]} again", layout_config(base, args.layouts[0])))
+            asked.append((f"{args.layouts[0]} again", args.layouts[0]))
+        for name, layout in asked:  # each layout's row as soon as it ran (a stopped run keeps them)
+            runs.append(run(name, layout_config(base, layout)))
+            if "error" in runs[0]:
+                raise SystemExit(f"the first layout failed: {runs[0]['error']}")
+            rows.append(row_of(runs[0], runs[-1], start))
+            if args.json:
+                args.json.write_text(json.dumps({"rows": rows, "partial": True}, default=str))
         first = runs[0]
-        if "error" in first:
-            raise SystemExit(f"the first layout failed: {first['error']}")
-        rows = []
-        for other in runs:
-            if "error" in other:
-                rows.append({"layout": other["name"], "error": other["error"], "finite": False,
-                             "weights_rel": float("inf"), "loss_max_rel": float("inf")})  # fmt: skip
-                continue
-            row = {"layout": other["name"], "wall_s": other["wall_s"], "train_s": other["train_s"],
-                   "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
-            row |= steps_diff(first["history"], other["history"])
-            row |= compare(first["dir"], other["dir"], start)
-            rows.append(row)
         if args.kill_resume and not any(
             r["name"] == args.kill_resume and "error" not in r for r in runs
         ):
