@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from benchmarks.grpo_scaling import dataset as dataset_of
 from benchmarks.parity_rollout import ENV
-from cobalt.bandit.dataset import BanditRef, commit_rows
-from cobalt.bandit.rows import prepare_rows
+from cobalt.bandit.dataset import commit_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import StorageConfig, open_storage
 from cobalt.tables import markdown_table
@@ -84,24 +84,6 @@ def completions(found: list[Any]) -> dict[str, list[str]]:
             NO_CODE,
         ]
     return table
-
-
-def grpo_dataset(storage: StorageConfig, found: list[Any]) -> BanditRef:
-    rows = [
-        {
-            "prompt": [{"role": "user", "content": p.instruction}],
-            "test_cases": p.tests.model_dump(),
-            "prev_best_pass_rate": 0.0,
-            "difficulty": p.difficulty,
-            "example_id": p.id,
-        }
-        for p in found
-    ]
-    st = open_storage(storage)
-    return commit_rows(
-        st, st.path("bandit", "parity"), "parity", prepare_rows(rows, "cobalt"), {},
-        ParitySpec(prompts=len(found)),
-    )  # fmt: skip
 
 
 def offline_dataset(storage: StorageConfig, found: list[Any], table: dict[str, list[str]]) -> Any:
@@ -285,11 +267,16 @@ def kill_after_first_checkpoint(job: Job, work: Path) -> dict[str, Any]:
             os.killpg(run.pid, signal.SIGKILL)
         run.wait()
     time.sleep(2)  # the training processes die with their launcher
+    left = subprocess.run(
+        ["pgrep", "-f", "cobalt.training.launch"], capture_output=True, text=True
+    ).stdout.split()
     survived = last_checkpoint(out)
     return {
         "killed": killed,
         "after_s": round(time.monotonic() - started, 1),
         "checkpoint": survived and Path(survived).name,
+        "processes_left_running": len(left),
+        "log_tail": "" if killed else (work / "killed.log").read_text(errors="replace")[-1500:],
     }
 
 
@@ -338,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         dataset = (
             offline_dataset(storage, found, table)
             if args.mode == "offline"
-            else grpo_dataset(storage, found)
+            else dataset_of(storage, args.prompts)  # the same problems, as turn-0 bandit rows
         )
         sandbox = SandboxRuntime(backend=args.backend, concurrency=8)
         base = base_config(args)

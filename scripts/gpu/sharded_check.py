@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,13 +25,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.grpo_scaling import dataset  # noqa: E402
+from benchmarks.parity import kill_after_first_checkpoint  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig  # noqa: E402
-from cobalt.training.checkpoints import last_checkpoint  # noqa: E402
 from cobalt.training.config import TrainingConfig  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
-
-RUN = "import sys; from cobalt.training.launch import Job, run_job; run_job(Job.model_validate_json(open(sys.argv[1]).read()))"  # noqa: E501
 
 
 def job(args: argparse.Namespace, model: Path, work: Path) -> Job:
@@ -64,42 +60,6 @@ def job(args: argparse.Namespace, model: Path, work: Path) -> Job:
         model=str(model),
         output_dir=str(work / "out"),
     )
-
-
-def kill_after_first_checkpoint(the_job: Job, work: Path) -> dict[str, Any]:
-    """Start the job in a process group of its own; SIGKILL it once a checkpoint is complete."""
-    job_file = work / "job.json"
-    job_file.write_text(the_job.model_dump_json())
-    out = Path(the_job.output_dir)
-    started = time.monotonic()
-    with (work / "killed.log").open("wb") as log:
-        first = subprocess.Popen(
-            [sys.executable, "-c", RUN, str(job_file)],
-            start_new_session=True,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": f"{ROOT}:{os.environ.get('PYTHONPATH', '')}"},
-        )
-        while last_checkpoint(out) is None and first.poll() is None:
-            time.sleep(0.05)
-        ended_by_itself = first.poll() is not None
-        if not ended_by_itself:
-            os.killpg(first.pid, signal.SIGKILL)
-        first.wait()
-    time.sleep(2)  # the training processes die with their launcher (PR_SET_PDEATHSIG)
-    left = subprocess.run(
-        ["pgrep", "-f", "cobalt.training.launch"], capture_output=True, text=True
-    ).stdout.split()
-    survived = last_checkpoint(out)
-    return {
-        "killed": not ended_by_itself,
-        "killed_after_s": round(time.monotonic() - started, 1),
-        "checkpoint": survived and Path(survived).name,
-        "processes_left_running": len(left),
-        "log_tail": (work / "killed.log").read_text(errors="replace")[-1500:]
-        if ended_by_itself
-        else "",
-    }
 
 
 def check_saved(out: Path) -> dict[str, Any]:
