@@ -107,37 +107,27 @@ def offline_dataset(storage: StorageConfig, found: list[Any], table: dict[str, l
 
 def base_config(args: argparse.Namespace) -> TrainingConfig:
     """The recipe every layout trains: one process's step (shared by N processes)."""
+    common: dict[str, Any] = {
+        "preset": args.preset, "precision": args.precision, "max_steps": args.steps,
+        "report_to": [],
+    }  # fmt: skip
+    accumulation = args.step // args.micro_batch
     if args.mode == "offline":
-        return TrainingConfig(
-            preset=args.preset,
-            mode="offline",
-            precision=args.precision,
-            max_steps=args.steps,
-            report_to=[],
-            offline=OfflineSettings(
-                objective="reinforce_loo",
-                batch_size=args.micro_batch,
-                gradient_accumulation_steps=args.step // args.micro_batch,
-                learning_rate=args.lr,
-            ),
-        )
+        offline = OfflineSettings(
+            objective="reinforce_loo", batch_size=args.micro_batch,
+            gradient_accumulation_steps=accumulation, learning_rate=args.lr,
+        )  # fmt: skip
+        return TrainingConfig(mode="offline", offline=offline, **common)
+    overrides = {
+        "num_generations": 4, "per_device_train_batch_size": args.micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "generation_batch_size": args.step * args.windows, "max_completion_length": 256,
+        "learning_rate": args.lr,
+    }  # fmt: skip
     return TrainingConfig(
-        preset=args.preset,
-        mode="single_turn",
-        precision=args.precision,
-        max_steps=args.steps,
-        report_to=[],
-        rollout="benchmarks.parity_rollout:replay",
-        generation="transformers",
-        overrides={
-            "num_generations": 4,
-            "per_device_train_batch_size": args.micro_batch,
-            "gradient_accumulation_steps": args.step // args.micro_batch,
-            "generation_batch_size": args.step * args.windows,
-            "max_completion_length": 256,
-            "learning_rate": args.lr,
-        },
-    )
+        mode="single_turn", rollout="benchmarks.parity_rollout:replay",
+        generation="transformers", overrides=overrides, **common,
+    )  # fmt: skip
 
 
 def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingConfig:
