@@ -9,6 +9,10 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check uv==0.13.9
 	UV_FIND_LINKS="$${UV_FIND_LINKS:-$$(echo $${PIP_FIND_LINKS:-} | tr -s ' ' ',')}" $(BIN)/uv pip install --quiet --python $(BIN)/python -c constraints.txt -e ".[dev]"
+	# DeepSpeed (--sharding zero3; its CPU parity test) publishes only a source release that
+	# imports torch to build: built here against this venv's torch, without compiled ops (~10 s)
+	$(BIN)/uv pip install --quiet --python $(BIN)/python setuptools
+	DS_BUILD_OPS=0 $(BIN)/uv pip install --quiet --python $(BIN)/python --no-build-isolation -c constraints.txt deepspeed
 	touch $@
 
 setup: $(VENV)/.installed          ## the virtualenv with pinned dependencies

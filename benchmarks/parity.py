@@ -22,7 +22,8 @@ CPU in fp32; bf16 kernels on a GPU are not deterministic). `--kill-resume LAYOUT
 layout once its first checkpoint is complete (SIGKILL of the launcher), resumes it, and compares
 the resumed run's weights with the uninterrupted run of the same layout.
 
-Prints a table and a verdict (every comparison within --tolerance); exit 1 when one is not.
+Prints a table and a verdict (every comparison within --tolerance; a step's loss may instead be
+within --loss-abs in absolute); exit 1 when one is not.
 """
 
 from __future__ import annotations
@@ -224,6 +225,9 @@ def steps_diff(a: dict[str, list[float]], b: dict[str, list[float]]) -> dict[str
         out[f"{key}_max_rel"] = max(
             (abs(x - y) / max(abs(x), 1e-12) for x, y in pairs), default=float("nan")
         )
+    out["loss_max_abs"] = max(
+        (abs(x - y) for x, y in zip(a["loss"], b["loss"], strict=False)), default=float("nan")
+    )
     return out
 
 
@@ -292,6 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     arg("--repeat", action="store_true", help="the first layout twice: the noise floor")
     arg("--kill-resume", metavar="LAYOUT", help="kill that layout after a checkpoint, resume")
     arg("--tolerance", type=float, default=1e-3, help="largest weights_rel and step diffs")
+    arg("--loss-abs", type=float, default=0.0,
+        help="a step's loss may also differ by this much in absolute (small losses: mixed "
+             "precision)")  # fmt: skip
     arg("--backend", default="namespace", help="the sandbox backend of the rewards")
     arg("--json", type=Path)
     arg("--work", type=Path, help="keep the runs' directories and logs here (default: removed)")
@@ -376,19 +383,21 @@ def main(argv: list[str] | None = None) -> int:
                     row[key] = float(f"{value:.3g}")
     checked = rows[1:]
     ok = all(
-        r["finite"] and r["weights_rel"] <= args.tolerance and r["loss_max_rel"] <= args.tolerance
-        and r.get("killed", True)
+        r["finite"] and r["weights_rel"] <= args.tolerance and r.get("killed", True)
+        and (r["loss_max_rel"] <= args.tolerance or r.get("loss_max_abs", 1.0) <= args.loss_abs)
         for r in checked
     )  # fmt: skip
     result = {
         "settings": {k: str(v) for k, v in vars(args).items()},
         "first": {"loss": first["history"]["loss"], "grad_norm": first["history"]["grad_norm"]},
+        "histories": {r["name"]: r.get("history") for r in runs},
         "rows": rows,
         "ok": ok,
     }
     columns = {k: None for row in rows for k in row}
     print(markdown_table([{k: row.get(k) for k in columns} for row in rows]))
-    print(f"\nverdict: {'every' if ok else 'NOT every'} layout within {args.tolerance}")
+    also = f" (a step's loss: or within {args.loss_abs} absolute)" if args.loss_abs else ""
+    print(f"\nverdict: {'every' if ok else 'NOT every'} layout within {args.tolerance}{also}")
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     return 0 if ok else 1

@@ -221,11 +221,11 @@ def check_processes(config: TrainingConfig, gpus: int) -> None:
             f"training.sharding {sharding} on 1 process shards nothing: pass --gpus N (N > 1), "
             "or --sharding ddp"
         )
-    if sharding in SHARDED and not gpus:
+    if sharding == "fsdp" and not gpus:
         raise ShardingError(
-            f"training.sharding {sharding}: accelerate shards a model across GPUs only (it "
+            "training.sharding fsdp: accelerate shards a model with FSDP across GPUs only (it "
             "runs an FSDP config on CPU processes as plain DDP), and this machine has none; on "
-            "CPU processes (gloo) use --sharding ddp"
+            "CPU processes (gloo) use --sharding ddp, or zero3 (DeepSpeed shards on CPUs too)"
         )
     if sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
         raise ShardingError(

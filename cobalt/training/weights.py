@@ -74,6 +74,8 @@ def save_policy(
         state = trainer.accelerator.get_state_dict(
             trainer.deepspeed if deepspeed else trainer.model
         )
+        if deepspeed and numerics.saved == "float32":
+            state = master_weights(trainer.deepspeed.module, state, main)
         if main:
             dtype = getattr(torch, numerics.saved)
             state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
@@ -85,3 +87,21 @@ def save_policy(
         processes = trainer.accelerator.num_processes
         log.info("the policy saved to %s by the main process of %d", output_dir, processes)
     trainer.accelerator.wait_for_everyone()
+
+
+def master_weights(module: Any, state: dict[str, Any] | None, main: bool) -> dict[str, Any] | None:
+    """ZeRO-3's float32 master copy of every trained weight in place of the 16-bit weights its
+    engine gathered into `state` (DeepSpeed's bf16 mode keeps the module in bf16: saved as they
+    are, an fp32 checkpoint's training would come back rounded to bf16). Every process takes part
+    (each weight is gathered from its shards); the main process gets the dict, the others None."""
+    from deepspeed.utils import safe_get_full_fp32_param
+
+    gathered: dict[int, Any] = {}
+    for name, param in module.named_parameters(remove_duplicate=False):
+        key = id(param)
+        if key not in gathered:
+            full = safe_get_full_fp32_param(param)
+            gathered[key] = full.detach().cpu() if full is not None and main else None
+        if main and gathered[key] is not None and name in state:
+            state[name] = gathered[key]
+    return state

@@ -155,23 +155,24 @@ case "${1:-}" in
     (build_8b) >"$NODE/model.log" 2>&1 &
     (prep_runs) >"$NODE/prep.log" 2>&1 &
     (bash scripts/gpu/node.sh default4; touch "$NODE/default4.done") >"$NODE/default4.out" 2>&1 &
-    CUDA_VISIBLE_DEVICES=1 python3 -c 'from engines.tiny import build_tiny_model as b
+    # the 0.7B shape's weights drawn in bf16 and saved as float32: every layout's float32
+    # master copy starts from the same values (DeepSpeed's bf16 mode builds its master copy from
+    # bf16 weights: an fp32 checkpoint's low bits would be lost at its start alone)
+    CUDA_VISIBLE_DEVICES=1 python3 -c 'import torch
+from engines.tiny import build_tiny_model as b
+from transformers import AutoModelForCausalLM as M
 b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=4,
-  intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="float32")' \
+  intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="bfloat16")
+M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root/model-07b")' \
       >"$NODE/model-07b.log" 2>&1
     echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
-    timeout 380 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
-      --precision mixed --layouts 1 "$G:ddp" "$G:fsdp" "$G:zero3" --repeat --kill-resume "$G:fsdp" \
-      --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.05 \
+    # the stated mixed-precision tolerance: weights_rel <= 0.1, a step's loss within 0.01
+    timeout 480 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision mixed --layouts 1 "$G:ddp" "$G:fsdp" "$G:zero3" --kill-resume "$G:fsdp" \
+      --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
       --json "$OUT/parity_${G}gpu.json" >"$NODE/parity.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A12 "^| layout" "$NODE/parity.log"
     grep -a "verdict" "$NODE/parity.log"; tail -c 3000 "$NODE/parity.log" >"$OUT/parity_tail.log"
-    # issue 47: 2 nodes of G/2 GPUs (launchers with node ranks 0 and 1, one rendezvous) vs 1 of G
-    timeout 120 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
-      --precision mixed --layouts "$G:fsdp" "2x$((G / 2)):fsdp" --lr 1e-5 --step 32 \
-      --micro-batch 4 --prompts 64 --tolerance 0.05 --json "$OUT/parity_nodes_${G}gpu.json" \
-      >"$NODE/parity_nodes.log" 2>&1
-    echo "parity across nodes exit $? at $(elapsed) s"; grep -A4 "^| layout" "$NODE/parity_nodes.log"
     wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
     tail -3 "$NODE/prep.log"; wait_for "$NODE/default4.done" 585; cat "$NODE/default4.out" ;;

@@ -182,9 +182,9 @@ ROWS: list[tuple[str, Row]] = [
     (
         "pipeline-fsdp-without-gpus",
         Row("pipeline", ["--gpus", "2", "--sharding", "fsdp"], 2,
-            r"training\.sharding fsdp: accelerate shards a model across GPUs only \(it runs an "
-            r"FSDP config on CPU processes as plain DDP\), and this machine has none; on CPU "
-            r"processes \(gloo\) use --sharding ddp"),
+            r"training\.sharding fsdp: accelerate shards a model with FSDP across GPUs only \(it "
+            r"runs an FSDP config on CPU processes as plain DDP\), and this machine has none; on "
+            r"CPU processes \(gloo\) use --sharding ddp, or zero3"),
     ),
     (
         "training-fsdp-on-one-process",

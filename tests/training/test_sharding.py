@@ -47,8 +47,9 @@ STEP = {"per_device_train_batch_size": 8}  # a step 4 processes can share (the t
         ({"num_processes": 1, "sharding": "fsdp"}, 4, r"sharding fsdp on 1 process shards "
          r"nothing: pass --gpus N \(N > 1\), or --sharding ddp"),
         ({"num_processes": 2, "sharding": "fsdp"}, 0, r"sharding fsdp: accelerate shards a "
-         r"model across GPUs only \(it runs an FSDP config on CPU processes as plain DDP\), and "
-         r"this machine has none; on CPU processes \(gloo\) use --sharding ddp"),
+         r"model with FSDP across GPUs only \(it runs an FSDP config on CPU processes as plain "
+         r"DDP\), and this machine has none; on CPU processes \(gloo\) use --sharding ddp, or "
+         r"zero3"),
         ({"num_processes": 2, "sharding": "fsdp", "accelerate_config": "mine.yaml"}, 2,
          r"accelerate_config \(mine\.yaml\) decides the distribution, so training\.sharding fsdp "
          r"would be ignored: set one of them"),
@@ -61,8 +62,14 @@ def test_what_cannot_run_here_is_refused_naming_the_fix(config, gpus, message) -
         check_launch(TrainingConfig(**config), gpus=gpus)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is not None, reason="installed")
-def test_zero3_without_deepspeed_says_what_to_install() -> None:
+def test_zero3_without_deepspeed_says_what_to_install(monkeypatch) -> None:
+    """A machine without DeepSpeed (the test environment has it: hide it)."""
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "deepspeed" else find_spec(name, *a),
+    )
     with pytest.raises(ShardingError, match=r"zero3 needs DeepSpeed.*pip install deepspeed, or "
                        r"use --sharding fsdp"):  # fmt: skip
         check_launch(TrainingConfig(num_processes=4, sharding="zero3"), gpus=4)
