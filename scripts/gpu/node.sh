@@ -36,7 +36,10 @@
 #       verl's shape again, after the changes
 #   bash scripts/gpu/node.sh pipeline8b # carry .gpu/site-remote.tar.xz
 #       python -m flows.pipeline --model <8B shape> --gpus 4 --sharding fsdp --mode single_turn
-#       with small limits, every GPU traced, each stage's GPUs from the trace
+#       with small limits, every GPU traced, each stage's GPUs from the trace; it needs ~15
+#       minutes (measured 2026-11-27: each generating stage ~3 minutes of vLLM start-up), so it
+#       runs detached and the next call collects it:
+#   bash scripts/gpu/node.sh pipeline8b-collect
 #
 # Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
 # rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
@@ -192,18 +195,27 @@ s = json.load(open(sys.argv[1]))["stats"]
 print("training processes:", s.get("processes"), "peaks by process (GiB):",
       s.get("gpu_peaks_by_process_gib"), "plan:", (s.get("plan") or {}).get("sharding"))' "$manifest"
     cp "$manifest" "$OUT/default4.training_manifest.json" 2>/dev/null ;;
-  pipeline8b)
-    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
-    pid=$(gpu_trace pipeline8b)
-    PREFECT_HOME="$NODE/prefect-8b" timeout 570 python3 -m flows.pipeline --model "$MODEL" \
-      --gpus "$G" --sharding fsdp --mode single_turn --storage /root/runs-8b --backend namespace \
-      --train-limit 16 --eval-limit 16 --n 4 --eval-samples 4 --turns 1 --eval-turns 1 \
-      --max-new-tokens 256 --max-steps 2 --set num_generations=4 \
-      --set generation_batch_size=16 --set max_completion_length=256 --report-to none \
-      >"$NODE/pipeline8b.log" 2>&1
-    echo "[pipeline8b] exit $? at $(elapsed) s"; kill "$pid"
-    cp "$NODE/pipeline8b.log" "$OUT/"; grep -a -A8 "^settings:" "$NODE/pipeline8b.log" | head -14
+  pipeline8b|pipeline8b-collect)  # ~15 minutes (each generating stage ~3 of vLLM start-up):
+    # started detached by `pipeline8b`, collected by `pipeline8b-collect` in the next call
+    if [ "$1" = pipeline8b ]; then
+      bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
+      rm -f "$NODE/pipeline8b.rc"
+      setsid nohup bash -c 'nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
+          --format=csv,noheader,nounits -lms 500 >"$0/pipeline8b.gpus.csv" 2>/dev/null & pid=$!
+        PREFECT_HOME="$0/prefect-8b" timeout 1500 python3 -m flows.pipeline --model "$1" \
+          --gpus "$2" --sharding fsdp --mode single_turn --storage /root/runs-8b --backend namespace \
+          --train-limit 16 --eval-limit 16 --n 4 --eval-samples 4 --turns 1 --eval-turns 1 \
+          --max-new-tokens 256 --max-steps 2 --set num_generations=4 \
+          --set generation_batch_size=16 --set max_completion_length=256 --report-to none \
+          >"$0/pipeline8b.log" 2>&1; echo $? >"$0/pipeline8b.rc"; kill $pid' \
+        "$NODE" "$MODEL" "$G" >/dev/null 2>&1 </dev/null &
+    fi
+    wait_for "$NODE/pipeline8b.rc" 560
+    echo "[pipeline8b] exit $(cat "$NODE/pipeline8b.rc" 2>/dev/null || echo "running: collect it with pipeline8b-collect") at $(elapsed) s"
+    cp "$NODE/pipeline8b.log" "$NODE/pipeline8b.gpus.csv" "$OUT/" 2>/dev/null
+    grep -a -A8 "^settings:" "$NODE/pipeline8b.log" | head -14
     tr '\r' '\n' <"$NODE/pipeline8b.log" | grep -a -E "Pass@1|policy|error|Error|Finished in state" | tail -12
+    find /root/runs-8b -name 'vllm-serve-*.log' -exec tail -n 60 {} + >"$OUT/pipeline8b.serve_tails.log" 2>/dev/null
     gpus_used pipeline8b
     PREFECT_HOME="$NODE/prefect-8b" python3 scripts/gpu/flow_times.py \
       --mem "$OUT/pipeline8b.gpus.csv" --json "$OUT/pipeline8b.stages.json" 2>&1 | tail -12 ;;
@@ -283,6 +295,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|default4|pipeline8b"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
