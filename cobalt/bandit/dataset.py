@@ -309,13 +309,14 @@ def commit_rows(
 
 
 def read_bandit_rows(ref: BanditRef, storage: StorageConfig) -> list[dict[str, Any]]:
-    """The rows of a bandit dataset (through `datasets`' parquet loader)."""
+    """The rows of a bandit dataset, read through the storage's own filesystem (s3fs for S3):
+    `datasets`' loader would refuse an s3:// file under HF_HUB_OFFLINE=1, as an air-gapped
+    cluster sets it ("Offline mode is enabled. Tried to reach s3://...")."""
     import datasets
+    import pyarrow.parquet as pq
 
     st = open_storage(storage)
     if not st.fs.exists(f"{ref.uri.removeprefix('s3://')}/{MANIFEST}"):
         raise StorageError(f"bandit dataset {ref.uri} has no manifest: rerun with --refresh")
-    loaded = datasets.load_dataset(
-        "parquet", data_files=ref.data_uri, split="train", storage_options=st.options or None
-    )
-    return loaded.to_list()
+    with st.fs.open(ref.data_uri.removeprefix("s3://"), "rb") as f:
+        return datasets.Dataset(pq.read_table(f)).to_list()

@@ -153,18 +153,24 @@ class Ready(BaseModel):
     plan: TrainingPlan | None = None
 
 
-def preflight(params: TrainingParams) -> Ready:
-    """Storage usable, trajectories found and finished, policy model resolved to a local
-    directory. Raises StorageError / ProblemSetError / ModelNameError naming what to pass."""
-    storage = open_storage(params.storage)
-    storage.check()
-    check_training(params.training)
+def check_shared_storage(params: TrainingParams) -> None:
+    """Training on several nodes keeps its checkpoints and policy where every node reaches them:
+    raises StorageError for local storage."""
     if params.training.nodes > 1 and params.storage.is_local:
         raise StorageError(
             f"training on {params.training.nodes} nodes needs storage every node shares: pass "
             "--storage s3://bucket/prefix (each node uploads its part of every checkpoint there, "
             "node 0 the trained policy)"
         )
+
+
+def preflight(params: TrainingParams) -> Ready:
+    """Storage usable, trajectories found and finished, policy model resolved to a local
+    directory. Raises StorageError / ProblemSetError / ModelNameError naming what to pass."""
+    storage = open_storage(params.storage)
+    storage.check()
+    check_training(params.training)
+    check_shared_storage(params)
     found = find_trajectories(params.trajectories, params.storage)
     model = params.model or found.engine.get("model")
     if found.engine.get("kind") == "litellm" and not params.model:

@@ -17,10 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import typing
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -46,11 +43,14 @@ SAMPLE_SOURCES = [
 # what the samples give with min_tests=1 and the default seed (as in tests/data/test_flow.py)
 EXPECTED_SETS = {"train": 4, "dev": 0, "test": 183, "train_perturbed": 2, "dev_perturbed": 0}
 
-# run in a child process with the test server's environment: final state + artifact keys
+# run in a child process with the test server's environment: final state, artifact keys and the
+# runs it started as subflows (run_deployment: name, work queue, state)
 POLL = """
 import json, sys, time
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from prefect.client.schemas.filters import (
+    ArtifactFilter, ArtifactFilterFlowRunId, FlowRunFilter, FlowRunFilterId,
+)
 
 flow_run_id, timeout = sys.argv[1], float(sys.argv[2])
 with get_client(sync_client=True) as client:
@@ -63,10 +63,14 @@ with get_client(sync_client=True) as client:
     artifacts = client.read_artifacts(
         artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
     )
+    tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
+    ids = {t.id for t in tasks}
+    children = [c for c in client.read_flow_runs() if c.parent_task_run_id in ids]
 print(json.dumps({
     "state": run.state.type.value if run.state else None,
     "message": run.state.message if run.state else None,
     "artifacts": {a.key: a.type for a in artifacts if a.key},
+    "subflows": sorted((c.name, c.work_queue_name, c.state.type.value) for c in children),
 }))
 """
 
@@ -145,9 +149,10 @@ def run_deployment(env: dict[str, str], name: str, params: dict) -> str:
     return match.group(1)
 
 
-def wait_for(env: dict[str, str], flow_run_id: str, logs: Path, timeout: float = RUN_TIMEOUT):
-    """The run's final state, message and artifact keys (polled in a child process)."""
-    poll = subprocess.run(
+def poll(env: dict[str, str], flow_run_id: str, timeout: float = RUN_TIMEOUT) -> dict:
+    """The run's final state, message, artifact keys and subflow runs (polled in a child
+    process)."""
+    out = subprocess.run(
         [sys.executable, "-c", POLL, flow_run_id, str(timeout)],
         cwd=REPO,
         env=env,
@@ -155,8 +160,13 @@ def wait_for(env: dict[str, str], flow_run_id: str, logs: Path, timeout: float =
         text=True,
         timeout=timeout + 60,
     )
-    assert poll.returncode == 0, poll.stderr + tail(logs / "worker.log")
-    result = json.loads(poll.stdout.strip().splitlines()[-1])
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def wait_for(env: dict[str, str], flow_run_id: str, logs: Path, timeout: float = RUN_TIMEOUT):
+    """`poll`, the run Completed."""
+    result = poll(env, flow_run_id, timeout)
     assert result["state"] == "COMPLETED", f"{result}\n" + tail(logs / "worker.log")
     return result
 
@@ -164,36 +174,6 @@ def wait_for(env: dict[str, str], flow_run_id: str, logs: Path, timeout: float =
 def tail(log: Path, n: int = 60) -> str:
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
     return f"--- {log.name} ---\n" + "\n".join(lines[-n:])
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
-    """`prefect server start` on a free port with its own PREFECT_HOME (SQLite); yields the
-    environment of its clients and the folder of the logs."""
-    port = free_port()
-    api_url = f"http://127.0.0.1:{port}/api"
-    env = prefect_env(tmp_path / "prefect-home", api_url)
-    server_env = {k: v for k, v in env.items() if k != "PREFECT_API_URL"}
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    # no UI, no scheduler (the deployment's weekly schedule would only add idle scheduled runs)
-    args = ["server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
-    proc = start(server_env, [*args, "--no-scheduler"], logs / "server.log")
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, "the server exited\n" + tail(logs / "server.log")
-            try:
-                with urllib.request.urlopen(f"{api_url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, "no /api/health\n" + tail(logs / "server.log")
-            time.sleep(0.5)
-        yield env, logs
-    finally:
-        stop(proc)
 
 
 @pytest.mark.slow
@@ -237,6 +217,8 @@ DEPLOYMENTS = (
     "trajectories/nightly-evaluation",
     "training/training",
     "training/training-multi-gpu",
+    "training/training-node",
+    "training-nodes/training-nodes",
     "trajectories/trajectories-cluster",
     "reward-hacking/reward-hacking",
     "pipeline/pipeline",

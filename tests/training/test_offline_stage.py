@@ -64,6 +64,20 @@ def test_the_offline_dataset_round_trips_through_storage(tmp_path, monkeypatch) 
     assert offline_data_stage(spec, storage) == ref
 
 
+def test_the_dataset_reads_back_from_s3_with_the_hub_offline(
+    tmp_path, monkeypatch, s3_endpoint, s3_bucket
+) -> None:
+    """A training job on S3 storage reads its rows under HF_HUB_OFFLINE=1 (an air-gapped
+    cluster's setting; `datasets`' own loader refused the s3:// file there)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(offline_data, "problem_data", lambda found, storage: hand_made())
+    storage = StorageConfig(url=f"s3://{s3_bucket}/runs", endpoint_url=s3_endpoint)
+    ref = offline_data_stage(offline_data_spec(trajectories()), storage)
+    back = read_bandit_rows(ref, storage)
+    assert ref.uri.startswith("s3://") and len(back) == ref.rows == 11
+    assert [r["completion"] for r in back] == [r["completion"] for r in offline_rows(hand_made())]
+
+
 def test_no_logged_turn_fails_the_stage_and_says_why(tmp_path, monkeypatch) -> None:
     from cobalt.trajectories.records import Turn
 

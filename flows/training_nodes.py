@@ -1,0 +1,128 @@
+"""Training on several machines from Prefect (issue 47): one flow run of the `training-node`
+deployment per node, each placed on that node's work queue of the GPU pool, meeting at the
+rendezvous; this flow waits for all of them and fails as soon as one does.
+
+    prefect deployment run training-nodes/training-nodes --params '{"params": {"storage":
+        {"url": "s3://bucket/runs"}, "training": {"preset": "paper", "num_processes": 4,
+        "nodes": 2, "rdzv_endpoint": "10.0.0.1:29500"}}}'
+
+Each host runs a worker of the GPU pool on its own queue; node 0's host is the rendezvous
+endpoint (docs/DEPLOYMENT.md, "7d. Training on several machines"):
+
+    prefect worker start --pool gpu-pool --work-queue node-0     # on 10.0.0.1
+    prefect worker start --pool gpu-pool --work-queue node-1     # on the second host
+
+Every node's run is `flows.training` with its own `training.node_rank` (the same parameters
+otherwise): node 0 commits the trained policy to the shared storage, the others wait for it
+and end with the same summary. A node's run that fails, crashes or is cancelled cancels the
+others (they would otherwise wait at the rendezvous or in a collective until their timeout).
+"""
+
+from __future__ import annotations
+
+import time
+
+from prefect import flow, get_run_logger
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.deployments import run_deployment
+from prefect.states import Cancelling
+from pydantic import BaseModel
+
+from cobalt.training.sharding import ShardingError
+from cobalt.training.stages import TrainingParams, check_shared_storage
+
+NODE_DEPLOYMENT = "training/training-node"
+BAD = (StateType.FAILED, StateType.CRASHED, StateType.CANCELLED, StateType.CANCELLING)
+
+
+class NodeRun(BaseModel):
+    """One node's flow run, as this flow last saw it."""
+
+    node_rank: int
+    flow_run_id: str
+    name: str
+    state: str
+    message: str | None = None
+
+
+def node_params(params: TrainingParams, rank: int) -> TrainingParams:
+    """The parameters of node `rank`'s run: the same, with its rank."""
+    training = params.training.model_copy(update={"node_rank": rank})
+    return params.model_copy(update={"training": training})
+
+
+def check_nodes(params: TrainingParams) -> None:
+    """Before any job is placed: several nodes, their rendezvous (checked by TrainingConfig) and
+    storage every node shares."""
+    if params.training.nodes < 2:
+        raise ShardingError(
+            f"training.nodes {params.training.nodes}: this flow places one job per node; set "
+            "training.nodes to the machines (2 or more), or run the training / "
+            "training-multi-gpu deployment on one machine"
+        )
+    check_shared_storage(params)
+
+
+@flow(name="training-nodes", log_prints=True)
+def training_nodes_flow(
+    params: TrainingParams,
+    node_deployment: str = NODE_DEPLOYMENT,
+    queue_prefix: str = "node-",
+    poll_s: float = 5.0,
+) -> list[NodeRun]:
+    """Place node i's training run on the work queue `{queue_prefix}{i}` of `node_deployment`'s
+    pool, wait until every run is final; raises RuntimeError naming the first node whose run
+    did not complete (the others are cancelled)."""
+    check_nodes(params)
+    logger = get_run_logger()
+    runs = []
+    for rank in range(params.training.nodes):
+        run = run_deployment(
+            node_deployment,
+            parameters={"params": node_params(params, rank).model_dump(mode="json")},
+            work_queue_name=f"{queue_prefix}{rank}",
+            flow_run_name=f"node-{rank}-of-{params.training.nodes}",
+            timeout=0,  # placed, not awaited: the nodes must run at the same time
+        )
+        runs.append(run.id)
+        logger.info("node %d: flow run %s on work queue %s%d", rank, run.id, queue_prefix, rank)
+    seen = wait_for_nodes(runs, poll_s)
+    failed = next((n for n in seen if n.state in {s.value for s in BAD}), None)
+    failed = failed or next((n for n in seen if n.state != StateType.COMPLETED.value), None)
+    if failed is not None:
+        raise RuntimeError(
+            f"node {failed.node_rank}'s training run {failed.name} ended {failed.state}: "
+            f"{failed.message or 'see its logs'}; the other nodes' runs were cancelled"
+        )
+    print(f"training on {len(seen)} nodes completed: " + ", ".join(n.name for n in seen))
+    return seen
+
+
+def wait_for_nodes(run_ids: list, poll_s: float, grace_s: float = 180.0) -> list[NodeRun]:
+    """Every node's run once all are final; the first that fails cancels the ones still going
+    (a running one through Cancelling: its worker stops it; a queued one at once), and after
+    `grace_s` more the states are returned as they are."""
+    from prefect.states import Cancelled
+
+    deadline = None
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = [client.read_flow_run(i) for i in run_ids]
+            final = [r.state is not None and r.state.is_final() for r in runs]
+            if all(final) or (deadline is not None and time.monotonic() > deadline):
+                return [
+                    NodeRun(node_rank=rank, flow_run_id=str(r.id), name=r.name,
+                            state=r.state.type.value if r.state else "UNKNOWN",
+                            message=r.state.message if r.state else None)
+                    for rank, r in enumerate(runs)
+                ]  # fmt: skip
+            if deadline is None and any(r.state and r.state.type in BAD for r in runs):
+                deadline = time.monotonic() + grace_s
+                for r, done in zip(runs, final, strict=True):
+                    if done:
+                        continue
+                    running = r.state is not None and r.state.type == StateType.RUNNING
+                    state = Cancelling() if running else Cancelled(message="another node failed")
+                    client.set_flow_run_state(r.id, state, force=True)
+            time.sleep(poll_s)
