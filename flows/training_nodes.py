@@ -29,6 +29,7 @@ from prefect.deployments import run_deployment
 from prefect.states import Cancelling
 from pydantic import BaseModel
 
+from cobalt.errors import UserError
 from cobalt.training.sharding import ShardingError
 from cobalt.training.stages import TrainingParams, check_shared_storage
 
@@ -64,6 +65,25 @@ def check_nodes(params: TrainingParams) -> None:
     check_shared_storage(params)
 
 
+class MissingDeploymentError(UserError):
+    """The per-node deployment is not on this Prefect server."""
+
+
+def check_node_deployment(name: str) -> None:
+    """`name` (flow/deployment) is registered on the server this flow talks to: else one line
+    saying how to deploy it."""
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(name)
+        except ObjectNotFound:
+            raise MissingDeploymentError(
+                f"node_deployment {name!r} is not deployed on {client.api_url}: run `prefect "
+                "deploy -n training-node` (prefect.yaml), or pass the name of your own"
+            ) from None
+
+
 @flow(name="training-nodes", log_prints=True)
 def training_nodes_flow(
     params: TrainingParams,
@@ -75,6 +95,7 @@ def training_nodes_flow(
     pool, wait until every run is final; raises RuntimeError naming the first node whose run
     did not complete (the others are cancelled)."""
     check_nodes(params)
+    check_node_deployment(node_deployment)
     logger = get_run_logger()
     runs = []
     for rank in range(params.training.nodes):
