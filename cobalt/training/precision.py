@@ -99,7 +99,7 @@ def decide(precision: Precision, checkpoint: str, *, gpu: bool, mixed: bool) -> 
     ValueError for bf16 compute on a machine without bf16 support."""
     chosen = resolve(precision, gpu=gpu, mixed=mixed)
     if chosen == "mixed":
-        if not gpu and not __import__("os").environ.get("ZERO3_CPU_DIAG"):
+        if not gpu:
             raise ValueError(
                 "training.precision 'mixed' computes in bf16 autocast, which needs a GPU: use "
                 "'fp32' (or 'auto') on a CPU"
