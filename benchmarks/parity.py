@@ -8,7 +8,7 @@
 
 Every layout (`PROCESSES[:SHARDING]`, or `NODESxPROCESSES[:SHARDING]`: that many launchers on
 this host, each a node with its own node rank, meeting at one rendezvous, as separate machines
-do) trains the same rows from the same seed through the
+do; `@MICRO` after either: micro-batches of MICRO rows a process, the same step) trains the same rows from the same seed through the
 training stage's own launcher (`cobalt.training.launch.run_job`: the run's GPU plan, `accelerate
 launch`, the shipped accelerate configs, the real trainers and the real sandbox rewards). GRPO
 trains on fixed completions (benchmarks/parity_rollout.py: sampling is the one part taken out, so
@@ -132,12 +132,36 @@ def base_config(args: argparse.Namespace) -> TrainingConfig:
 
 
 def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingConfig:
+    """`[NODESx]PROCESSES[:SHARDING][@MICRO]`: `@MICRO` trains the same step in micro-batches of
+    MICRO rows a process (the accumulation follows), the yardstick of a layout whose only change
+    is how a step's rows are grouped."""
+    layout, _, micro = layout.partition("@")
     shape, _, sharding = layout.partition(":")
     nodes, _, processes = shape.rpartition("x")
     update = {"num_processes": int(processes), "sharding": sharding or "auto", **more}
     if nodes and int(nodes) > 1:
         update |= {"nodes": int(nodes), "rdzv_endpoint": f"127.0.0.1:{free_port()}"}
+    if micro:
+        update |= regrouped(base, int(micro))
     return base.model_copy(update=update)
+
+
+def regrouped(base: TrainingConfig, micro: int) -> dict[str, Any]:
+    """The config fields that train `base`'s step in micro-batches of `micro` rows."""
+    if base.mode == "offline":
+        settings = base.offline
+        step = settings.batch_size * settings.gradient_accumulation_steps
+    else:
+        overrides = base.overrides
+        step = overrides["per_device_train_batch_size"] * overrides["gradient_accumulation_steps"]
+    if micro < 1 or step % micro:
+        raise SystemExit(f"layout @{micro}: a step's {step} rows do not split into micro-batches "
+                         f"of {micro}; pick a divisor of {step}")  # fmt: skip
+    if base.mode == "offline":
+        fields = {"batch_size": micro, "gradient_accumulation_steps": step // micro}
+        return {"offline": base.offline.model_copy(update=fields)}
+    fields = {"per_device_train_batch_size": micro, "gradient_accumulation_steps": step // micro}
+    return {"overrides": {**base.overrides, **fields}}
 
 
 def free_port() -> int:
@@ -286,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     arg("--mode", choices=["grpo", "offline"], default="grpo")
     arg("--preset", choices=["tiny", "paper"], default="tiny")
     arg("--precision", choices=["auto", "mixed", "fp32", "bf16"], default="auto")
-    arg("--layouts", nargs="+", default=["1", "2:ddp"], help="PROCESSES[:SHARDING], first = base")
+    arg("--layouts", nargs="+", default=["1", "2:ddp"],
+        help="[NODESx]PROCESSES[:SHARDING][@MICRO], the first is the base")
     arg("--steps", type=int, default=4, help="optimizer steps")
     arg("--step", type=int, default=16, help="completions (rows) per optimizer step")
     arg("--micro-batch", type=int, default=4, help="one process's micro-batch")

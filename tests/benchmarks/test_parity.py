@@ -6,6 +6,7 @@ with the uninterrupted run's weights."""
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
@@ -50,9 +51,30 @@ def test_zero3_trains_what_one_process_trains(tmp_path):
     process. The saved policy is ZeRO-3's float32 master copy gathered from its shards
     (`cobalt.training.weights.master_weights`)."""
     out = tmp_path / "parity.json"
-    code = parity.main(["--layouts", "1", "2:zero3", "--preset", "paper", "--precision", "fp32",
-                        "--lr", "1e-5", "--json", str(out)])  # fmt: skip
+    code = parity.main(["--layouts", "1", "2:zero3", "1@2", "--preset", "paper", "--precision",
+                        "fp32", "--lr", "1e-5", "--json", str(out)])  # fmt: skip
     result = json.loads(out.read_text())
     assert code == 0 and result["ok"], result["rows"]
-    zero3 = next(r for r in result["rows"] if r["layout"] == "2:zero3")
+    rows = {r["layout"]: r for r in result["rows"]}
+    zero3, regrouped = rows["2:zero3"], rows["1@2"]
     assert zero3["steps"] == 4 and zero3["weights_rel"] <= 1e-3 and zero3["update_max_abs"] > 1e-6
+    # one process in micro-batches of 2 instead of 4 (the GPU yardstick's layout): in fp32 the
+    # same step to rounding noise, trimmed padding regrouped included
+    assert regrouped["steps"] == 4 and regrouped["weights_rel"] <= 1e-3
+
+
+def test_a_layout_names_its_micro_batch_and_a_bad_one_is_refused():
+    args = argparse.Namespace(
+        preset="paper", precision="fp32", steps=4, mode="grpo", step=16, micro_batch=4,
+        windows=2, lr=1e-5)  # fmt: skip
+    base = parity.base_config(args)
+    config = parity.layout_config(base, "2:fsdp@8")
+    assert (config.num_processes, config.sharding) == (2, "fsdp")
+    assert config.overrides["per_device_train_batch_size"] == 8
+    assert config.overrides["gradient_accumulation_steps"] == 2
+    assert config.overrides["generation_batch_size"] == base.overrides["generation_batch_size"]
+    with pytest.raises(SystemExit, match="do not split into micro-batches of 3"):
+        parity.layout_config(base, "1@3")
+    offline = parity.base_config(argparse.Namespace(**{**vars(args), "mode": "offline"}))
+    config = parity.layout_config(offline, "1@2")
+    assert (config.offline.batch_size, config.offline.gradient_accumulation_steps) == (2, 8)
