@@ -310,8 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     arg("--mode", choices=["grpo", "offline"], default="grpo")
     arg("--preset", choices=["tiny", "paper"], default="tiny")
     arg("--precision", choices=["auto", "mixed", "fp32", "bf16"], default="auto")
-    arg("--layouts", nargs="+", default=["1", "2:ddp"],
-        help="[NODESx]PROCESSES[:SHARDING][@MICRO], the first is the base")
+    arg(
+        "--layouts",
+        nargs="+",
+        default=["1", "2:ddp"],
+        help="[NODESx]PROCESSES[:SHARDING][@MICRO], the first is the base",
+    )
     arg("--steps", type=int, default=4, help="optimizer steps")
     arg("--step", type=int, default=16, help="completions (rows) per optimizer step")
     arg("--micro-batch", type=int, default=4, help="one process's micro-batch")
