@@ -32,13 +32,15 @@
 #       a checkpoint and resumed; beside it `a`'s preparation (the 8B shape built and calibrated
 #       on GPU 0, verl's shape's data on the CPU). `default4`: the embedded default as a user
 #       starts it with --gpus 4 --sharding fsdp
+#   bash scripts/gpu/node.sh fsdp-fp32  # (after parity: its 0.7B shape) 1 process vs fsdp in
+#       fp32, killed and resumed too: bf16 rounding out, a logic difference would stay
 #   bash scripts/gpu/node.sh b          # carry .gpu/vllm.part-00 .gpu/vllm.part-01 .gpu/PARTS
 #       verl's shape again, after the changes (`vllm`: the same carry, installed, nothing run)
 #   bash scripts/gpu/node.sh pipeline8b # carry .gpu/site-remote.tar.xz
 #       python -m flows.pipeline --model <8B shape> --gpus 4 --sharding fsdp --mode single_turn
-#       with small limits, every GPU traced, each stage's GPUs from the trace; it needs ~15
-#       minutes (measured 2026-11-27: each generating stage ~3 minutes of vLLM start-up), so it
-#       runs detached and the next call collects it:
+#       with small limits, every GPU traced, each stage's GPUs from the trace; it needs ~16
+#       minutes (956 s on 4x H200, 2026-11-28: each generating stage ~3 minutes of vLLM
+#       start-up), so it runs detached and the next call collects it:
 #   bash scripts/gpu/node.sh pipeline8b-collect
 #
 # Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
@@ -180,6 +182,12 @@ M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root
     wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
     tail -3 "$NODE/prep.log" ;;
+  fsdp-fp32)  # fsdp against one process in fp32 (no bf16 rounding): what is left is logic
+    timeout 560 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision fp32 --layouts 1 "$G:fsdp" --kill-resume "$G:fsdp" --lr 1e-5 --step 32 \
+      --micro-batch 4 --prompts 64 --tolerance 1e-3 --json "$OUT/parity_fsdp_fp32.json" \
+      >"$NODE/parity-fp32.log" 2>&1
+    echo "parity fp32 exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-fp32.log" ;;
   vllm)  # the bundle's vLLM parts only (the second call on a fresh machine)
     bash infra/gpu-bundle/install.sh >/dev/null; python3 -c 'import vllm; print("vllm", vllm.__version__)' ;;
   default4)  # the embedded default with --gpus G --sharding fsdp (per-process memory in its stats)
@@ -208,7 +216,7 @@ print("training processes:", s.get("processes"), "peaks by process (GiB):",
         mkdir -p "$0/serve-logs"  # each vllm serve log, kept (the engine removes its own)
         while sleep 5; do cp /tmp/cobalt-vllm-serve-*/*.log "$0/serve-logs/" 2>/dev/null; done &
         copier=$!
-        PREFECT_HOME="$0/prefect-8b" timeout 1500 python3 -m flows.pipeline --model "$1" \
+        PREFECT_HOME="$0/prefect-8b" VLLM_LOGGING_LEVEL=INFO timeout 1500 python3 -m flows.pipeline --model "$1" \
           --gpus "$2" --sharding fsdp --mode single_turn --storage /root/runs-8b --backend namespace \
           --train-limit 16 --eval-limit 16 --n 4 --eval-samples 4 --turns 1 --eval-turns 1 \
           --max-new-tokens 256 --max-steps 2 --set num_generations=4 \
@@ -305,6 +313,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
