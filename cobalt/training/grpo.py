@@ -207,7 +207,8 @@ def train(
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     use_format = uses_format_reward(config, tokenizer)
-    guard, probe = NonFiniteGuard(), reduce_probe()
+    guard = NonFiniteGuard()
+    probe = reduce_probe(plan.sharding if config.world() > 1 else None)
     opened = template_opens_thinking(tokenizer)
     if config.mode == "multi_turn" and problems is None:
         raise ValueError(
@@ -256,7 +257,7 @@ def train(
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return GRPORun(
         history=list(trainer.state.log_history),
-        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen},
+        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen, "wrapped_as": probe.wrapped},
         plan=micro.as_dict() if micro else None,
         format_reward=use_format,
     )

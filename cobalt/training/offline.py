@@ -416,6 +416,7 @@ def train_offline(
         set_reduce_dtype,
         trainable_dtypes,
     )
+    from cobalt.training.sharding import resolve_sharding
     from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
 
     settings = config.offline
@@ -468,7 +469,8 @@ def train_offline(
         model = get_peft_model(model, config.lora.peft_config())
     cast_trainable(model, numerics)
     log.info("%s; trainable parameters in %s", numerics.describe(), sorted(trainable_dtypes(model)))
-    probe = reduce_probe()
+    several = config.world() > 1
+    probe = reduce_probe(resolve_sharding(config, torch.cuda.device_count()) if several else None)
     trainer = OfflineTrainer(
         model=model,
         args=args,
@@ -488,7 +490,7 @@ def train_offline(
         dropped_zero_advantage=prepared.dropped_zero_advantage,
         dropped_too_long=prepared.dropped_too_long,
         reference_logprobs_s=ref_seconds,
-        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen},
+        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen, "wrapped_as": probe.wrapped},
     )
 
 

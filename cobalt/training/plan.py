@@ -221,16 +221,23 @@ def check_processes(config: TrainingConfig, gpus: int) -> None:
             f"training.sharding {sharding} on 1 process shards nothing: pass --gpus N (N > 1), "
             "or --sharding ddp"
         )
+    check_fsdp_devices(sharding, gpus)
+    if sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
+        raise ShardingError(
+            "training.sharding zero3 needs DeepSpeed, which is not installed: pip install "
+            "deepspeed, or use --sharding fsdp (the same memory per GPU, no extra package)"
+        )
+
+
+def check_fsdp_devices(sharding: str, gpus: int) -> None:
+    """FSDP needs GPUs: accelerate runs an FSDP config on CPU processes as plain DDP, which
+    would train unsharded under an fsdp label. (The tests lift accelerate's gate to measure FSDP
+    on CPU processes: tests/support/fsdp_on_cpu.)"""
     if sharding == "fsdp" and not gpus:
         raise ShardingError(
             "training.sharding fsdp: accelerate shards a model with FSDP across GPUs only (it "
             "runs an FSDP config on CPU processes as plain DDP), and this machine has none; on "
             "CPU processes (gloo) use --sharding ddp, or zero3 (DeepSpeed shards on CPUs too)"
-        )
-    if sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
-        raise ShardingError(
-            "training.sharding zero3 needs DeepSpeed, which is not installed: pip install "
-            "deepspeed, or use --sharding fsdp (the same memory per GPU, no extra package)"
         )
 
 

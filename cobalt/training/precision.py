@@ -229,18 +229,45 @@ def reduce_dtype_in_use(model: Any) -> str:
     return str(trainable[0].dtype).removeprefix("torch.") if trainable else "none"
 
 
-def reduce_probe() -> Any:
+def wrapping_in_use(wrapped: Any, model: Any) -> str:
+    """How the trainer distributed the model, read from it (not from the plan): fsdp (FSDP2's
+    sharded modules), zero<stage> (DeepSpeed's engine), ddp, or none (one process). accelerate
+    runs an FSDP config on CPU processes as ddp: this says which one trained."""
+    stage = getattr(wrapped, "zero_optimization_stage", None)
+    if callable(stage):
+        return f"zero{stage()}"
+    if model is not None and any(hasattr(m, "_get_fsdp_state") for m in model.modules()):
+        return "fsdp"
+    if type(wrapped).__name__ == "DistributedDataParallel":
+        return "ddp"
+    return "none"
+
+
+def reduce_probe(sharding: str | None = None) -> Any:
     """A TrainerCallback whose `.seen` is the reduce dtype of the wrapped model at the start of
-    training (None before); set its `.trainer` to read DeepSpeed's engine, which the callbacks'
-    `model` (the module inside it) does not show."""
+    training and `.wrapped` how it is distributed (`wrapping_in_use`; None before); set its
+    `.trainer` to read DeepSpeed's engine and DDP's wrapper, which the callbacks' `model` (the
+    module inside them) does not show. With `sharding` fsdp or zero3 (the plan's, on several
+    processes), a model wrapped otherwise stops the run before its first step (ShardingError):
+    an unsharded run under a sharded label is a silent difference in memory and numerics."""
     from transformers import TrainerCallback
+
+    from cobalt.training.sharding import SHARDED, ShardingError
 
     class Probe(TrainerCallback):
         seen: str | None = None
+        wrapped: str | None = None
         trainer: Any = None
 
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             engine = getattr(self.trainer, "model_wrapped", None)
+            self.wrapped = wrapping_in_use(engine, model)
+            if sharding in SHARDED and self.wrapped != sharding:
+                raise ShardingError(
+                    f"training.sharding {sharding} was planned, but accelerate wrapped the model "
+                    f"as {self.wrapped}: check the launch's accelerate config and devices, or "
+                    "pass --sharding ddp"
+                )
             if hasattr(engine, "communication_data_type"):
                 model = engine
             if model is not None:

@@ -8,10 +8,30 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from benchmarks import parity
+from cobalt.training import plan
+
+ROOT = Path(__file__).resolve().parents[2]
+FSDP_ON_CPU = ROOT / "tests" / "support" / "fsdp_on_cpu"
+
+
+@pytest.fixture
+def fsdp_on_cpu(monkeypatch):
+    """FSDP on CPU processes (tests/support/fsdp_on_cpu): `fsdp_on_cpu(mode)` with mode "1"
+    (accelerate's gate and the plan's refusal lifted) or "plan" (the refusal only)."""
+
+    def lift(mode: str) -> None:
+        path = os.environ.get("PYTHONPATH", "")
+        monkeypatch.setenv("PYTHONPATH", f"{FSDP_ON_CPU}:{ROOT}:{path}")
+        monkeypatch.setenv("COBALT_TEST_FSDP_ON_CPU", mode)
+        monkeypatch.setattr(plan, "check_fsdp_devices", lambda sharding, gpus: None)
+
+    return lift
 
 
 @pytest.mark.slow
@@ -25,7 +45,7 @@ def test_two_processes_train_what_one_trains_and_a_resume_what_a_run_trains(mode
             for r in result["rows"]}  # fmt: skip
     assert code == 0 and result["ok"], result["rows"]
     two, resumed = rows["2:ddp"], rows["2:ddp resumed"]
-    assert two["steps"] == resumed["steps"] == 4 and resumed["killed"]
+    assert two["steps"] == resumed["steps"] == 4 and resumed["killed"] and two["wrapped"] == "ddp"
     assert two["weights_rel"] <= 1e-3 and resumed["weights_rel"] <= 1e-3
     assert two["update_max_abs"] > 1e-5  # the runs trained
 
@@ -58,9 +78,44 @@ def test_zero3_trains_what_one_process_trains(tmp_path):
     rows = {r["layout"]: r for r in result["rows"]}
     zero3, regrouped = rows["2:zero3"], rows["1@2"]
     assert zero3["steps"] == 4 and zero3["weights_rel"] <= 1e-3 and zero3["update_max_abs"] > 1e-6
+    assert zero3["wrapped"] == "zero3" and regrouped["wrapped"] == "none"
     # one process in micro-batches of 2 instead of 4 (the GPU yardstick's layout): in fp32 the
     # same step to rounding noise, trimmed padding regrouped included
     assert regrouped["steps"] == 4 and regrouped["weights_rel"] <= 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_fsdp_trains_what_one_process_trains_and_a_resume_what_a_run_trains(fsdp_on_cpu, tmp_path):
+    """FSDP2 (accelerate's FSDP path, `fully_shard` over gloo: the parameters are DTensor
+    shards) on two CPU processes, the paper preset in fp32 against one process; then the fsdp
+    run killed after its first sharded checkpoint and resumed, against the uninterrupted one."""
+    fsdp_on_cpu("1")
+    out = tmp_path / "parity.json"
+    code = parity.main(["--layouts", "1", "2:fsdp", "--kill-resume", "2:fsdp", "--preset",
+                        "paper", "--precision", "fp32", "--lr", "1e-5", "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    assert code == 0 and result["ok"], result["rows"]
+    fsdp, resumed = result["rows"][1], result["rows"][2]
+    assert fsdp["layout"] == "2:fsdp" and fsdp["wrapped"] == "fsdp"  # sharded, not ddp
+    assert fsdp["steps"] == 4 and fsdp["weights_rel"] <= 1e-3 and fsdp["update_max_abs"] > 1e-6
+    assert resumed["killed"] and resumed["steps"] == 4 and resumed["weights_rel"] <= 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_run_planned_as_fsdp_that_accelerate_wraps_as_ddp_stops(fsdp_on_cpu, tmp_path):
+    """The plan says fsdp, accelerate (on CPU processes) wraps the model in DDP: the trainer
+    stops before its first step and names both, rather than train unsharded under the label."""
+    fsdp_on_cpu("plan")
+    out = tmp_path / "parity.json"
+    code = parity.main(["--layouts", "1", "2:fsdp", "--json", str(out)])
+    row = json.loads(out.read_text())["rows"][1]
+    assert code == 1
+    assert (
+        "training.sharding fsdp was planned, but accelerate wrapped the model as ddp"
+        in (row["error"])
+    )
 
 
 def test_a_layout_names_its_micro_batch_and_a_bad_one_is_refused():

@@ -149,6 +149,7 @@ def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
         "checkpoint": "bfloat16",
         "reduce": "float32",
         "reduce_in_use": "float32",
+        "wrapped_as": "none",  # one process: no wrapper
     }
     assert checkpoint_dtype(tmp_path) == "bfloat16"
 
