@@ -32,7 +32,7 @@ from cobalt.tables import markdown_table
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
-from cobalt.training.stages import check_training
+from cobalt.training.stages import check_shared_storage, check_training, on_this_machine
 from engines.machine import detect
 from flows.cli import (
     add_report_to,
@@ -45,6 +45,7 @@ from flows.cli import (
 from flows.data import data_flow
 from flows.reward_hacking import reward_hacking_flow
 from flows.training import training_flow
+from flows.training_nodes import NODE_DEPLOYMENT, check_node_deployment, training_nodes_flow
 from flows.trajectories import trajectories_flow
 from tasks.pipeline import reference_model, report
 
@@ -58,6 +59,9 @@ def preflight(params: PipelineParams) -> tuple[str | None, RunPlan]:
     open_storage(params.storage).check()
     plan_generation(params, None, detect())  # GPUs and clients first: the likeliest mistakes
     check_training(params.training)
+    if params.training.nodes > 1:  # the nodes' jobs are placed through a Prefect deployment
+        check_shared_storage(params.training, params.storage)
+        check_node_deployment(NODE_DEPLOYMENT)
     data_stage.preflight(params.data())
     model = None
     if params.reference not in EMBEDDED:
@@ -86,9 +90,12 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         perturbed = named(flow_run_name="trajectories-perturbed")(
             params.trajectories(sets, params.train_table, model, "train", perturbed=True)
         ).evaluation.uri
-    trained = training_flow.with_options(flow_run_name="training")(
-        params.training_params(collected.evaluation.uri, model, perturbed)
-    )
+    training = params.training_params(collected.evaluation.uri, model, perturbed)
+    if params.training.nodes > 1:  # one job a node (training-nodes); the policy comes back here
+        placed = training_nodes_flow.with_options(flow_run_name="training")(training)
+        trained = on_this_machine(placed.summary, params.storage, params.work_dir)
+    else:
+        trained = training_flow.with_options(flow_run_name="training")(training)
     after = named(flow_run_name="evaluation-after")(
         params.trajectories(sets, params.eval_table, trained.model, "eval")
     )
@@ -136,6 +143,10 @@ A real run on one GPU (TACO-verified for training, LiveCodeBench v6 for evaluati
       --source hf:likaixin/TACO-verified --source 'hf:livecodebench/code_generation_lite?version_tag=v6'
 The paper's own run, full fine-tuning on a 4-GPU node (FSDP, vLLM colocated on every GPU):
   python -m flows.pipeline --model /models/Qwen3-8B --gpus 4 --sharding fsdp --source ...
+Training on 2 such nodes (a Prefect server, a gpu-pool worker on each node's queue node-<rank>,
+`prefect deploy -n training-node`; docs/DEPLOYMENT.md 7d), the rest on this machine:
+  python -m flows.pipeline --model /models/Qwen3-8B --gpus 4 --nodes 2 \\
+      --rdzv-endpoint 10.0.0.1:29500 --storage s3://bucket/runs --source ...
 Other sources as in the data flow (--source URI[:KIND][?key=value]). Any field of PipelineParams
 via --config FILE.json (nested objects merge over the preset's; flags override the file).
 """
@@ -206,6 +217,14 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         "fine-tuning on several GPUs, else ddp)",
     )
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
+    arg(
+        "--nodes",
+        type=int,
+        help="machines to train on, --gpus processes each (1): one job a node, placed through "
+        "the training-node deployment on the GPU pool's queues node-0, node-1, ... (shared "
+        "storage: --storage s3://...)",
+    )
+    arg("--rdzv-endpoint", metavar="HOST:PORT", help="where the nodes meet: node 0's address")
     add_report_to(parser)
     arg(
         "--set",
@@ -269,7 +288,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.turns is not None:
         collect["turns"] = args.turns
     training = values.setdefault("training", {})
-    for flag in ("mode", "max_steps", "reward", "precision", "sharding"):
+    for flag in ("mode", "max_steps", "reward", "precision", "sharding", "nodes", "rdzv_endpoint"):
         if getattr(args, flag) is not None:
             training[flag] = getattr(args, flag)
     if args.gpus is not None:

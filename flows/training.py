@@ -31,6 +31,7 @@ from pathlib import Path
 
 from prefect import flow
 
+from cobalt.storage import open_storage
 from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
@@ -56,7 +57,12 @@ def training_flow(params: TrainingParams) -> TrainingSummary:
     stages = Stages(params, ready)
     dataset = stages.dataset()
     policy = stages.training(dataset)
-    return report(params, dataset, policy)
+    summary = report(params, dataset, policy)
+    if params.summary_uri and params.training.node_rank == 0:  # for the training-nodes flow
+        open_storage(params.storage).write_atomic(
+            params.summary_uri, summary.model_dump_json().encode()
+        )
+    return summary
 
 
 EPILOG = f"""\

@@ -13,8 +13,9 @@ endpoint (docs/DEPLOYMENT.md, "7d. Training on several machines"):
     prefect worker start --pool gpu-pool --work-queue node-1     # on the second host
 
 Every node's run is `flows.training` with its own `training.node_rank` (the same parameters
-otherwise): node 0 commits the trained policy to the shared storage, the others wait for it
-and end with the same summary. A node's run that fails, crashes or is cancelled cancels the
+otherwise): node 0 commits the trained policy to the shared storage and writes the run's summary
+where this flow reads it back (`summary_uri`: the pipeline's `--nodes` evaluates the policy it
+names), the others wait for the commit and end with the same summary. A node's run that fails, crashes or is cancelled cancels the
 others (they would otherwise wait at the rendezvous or in a collective until their timeout).
 """
 
@@ -26,12 +27,14 @@ from prefect import flow, get_run_logger
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
+from prefect.runtime import flow_run
 from prefect.states import Cancelling
 from pydantic import BaseModel
 
 from cobalt.errors import UserError
+from cobalt.storage import open_storage
 from cobalt.training.sharding import ShardingError
-from cobalt.training.stages import TrainingParams, check_shared_storage
+from cobalt.training.stages import TrainingParams, TrainingSummary, check_shared_storage
 
 NODE_DEPLOYMENT = "training/training-node"
 BAD = (StateType.FAILED, StateType.CRASHED, StateType.CANCELLED, StateType.CANCELLING)
@@ -62,7 +65,7 @@ def check_nodes(params: TrainingParams) -> None:
             "training.nodes to the machines (2 or more), or run the training / "
             "training-multi-gpu deployment on one machine"
         )
-    check_shared_storage(params)
+    check_shared_storage(params.training, params.storage)
 
 
 class MissingDeploymentError(UserError):
@@ -84,19 +87,31 @@ def check_node_deployment(name: str) -> None:
             ) from None
 
 
+class NodesResult(BaseModel):
+    """Every node's run, and the training's summary as node 0 wrote it (its `model` is node 0's
+    local directory: `policy.uri`, in the shared storage, names the policy anywhere)."""
+
+    nodes: list[NodeRun]
+    summary: TrainingSummary
+
+
 @flow(name="training-nodes", log_prints=True)
 def training_nodes_flow(
     params: TrainingParams,
     node_deployment: str = NODE_DEPLOYMENT,
     queue_prefix: str = "node-",
     poll_s: float = 5.0,
-) -> list[NodeRun]:
+) -> NodesResult:
     """Place node i's training run on the work queue `{queue_prefix}{i}` of `node_deployment`'s
     pool, wait until every run is final; raises RuntimeError naming the first node whose run
     did not complete (the others are cancelled)."""
     check_nodes(params)
     check_node_deployment(node_deployment)
     logger = get_run_logger()
+    st = open_storage(params.storage)
+    # node 0 writes the summary here (a place of this flow run's own in the shared storage)
+    summary_at = st.path("training-nodes", str(flow_run.id), "summary.json")
+    params = params.model_copy(update={"summary_uri": summary_at})
     runs = []
     for rank in range(params.training.nodes):
         run = run_deployment(
@@ -117,7 +132,13 @@ def training_nodes_flow(
             f"{failed.message or 'see its logs'}; the other nodes' runs were cancelled"
         )
     print(f"training on {len(seen)} nodes completed: " + ", ".join(n.name for n in seen))
-    return seen
+    st.fs.invalidate_cache()
+    if not st.fs.exists(summary_at):
+        raise RuntimeError(
+            f"every node's run completed but node 0 wrote no summary at {summary_at}: is the "
+            f"{node_deployment} deployment's code older than this flow's? Redeploy it"
+        )
+    return NodesResult(nodes=seen, summary=TrainingSummary.model_validate(st.read_json(summary_at)))
 
 
 def wait_for_nodes(run_ids: list, poll_s: float, grace_s: float = 180.0) -> list[NodeRun]:

@@ -129,6 +129,11 @@ class TrainingParams(ModelRunSettings):
     )
     bandit: BanditConfig = Field(default_factory=BanditConfig)
     training: TrainingConfig = Field(default_factory=TrainingConfig)
+    summary_uri: str | None = Field(
+        None,
+        description="Where node 0 writes the run's summary (JSON) once it completes: set by the "
+        "training-nodes flow, which reads it back for the pipeline; not part of any cache key.",
+    )
 
     @model_validator(mode="after")
     def _offline_has_no_perturbed_mixing(self) -> TrainingParams:
@@ -153,12 +158,12 @@ class Ready(BaseModel):
     plan: TrainingPlan | None = None
 
 
-def check_shared_storage(params: TrainingParams) -> None:
+def check_shared_storage(training: TrainingConfig, storage: StorageConfig) -> None:
     """Training on several nodes keeps its checkpoints and policy where every node reaches them:
     raises StorageError for local storage."""
-    if params.training.nodes > 1 and params.storage.is_local:
+    if training.nodes > 1 and storage.is_local:
         raise StorageError(
-            f"training on {params.training.nodes} nodes needs storage every node shares: pass "
+            f"training on {training.nodes} nodes needs storage every node shares: pass "
             "--storage s3://bucket/prefix (each node uploads its part of every checkpoint there, "
             "node 0 the trained policy)"
         )
@@ -170,7 +175,7 @@ def preflight(params: TrainingParams) -> Ready:
     storage = open_storage(params.storage)
     storage.check()
     check_training(params.training)
-    check_shared_storage(params)
+    check_shared_storage(params.training, params.storage)
     found = find_trajectories(params.trajectories, params.storage)
     model = params.model or found.engine.get("model")
     if found.engine.get("kind") == "litellm" and not params.model:
@@ -443,6 +448,14 @@ def local_model(ref: PolicyRef, storage: StorageConfig, work_dir: str) -> Path:
     if storage.is_local:
         return Path(ref.uri)
     return storage_model(ref.uri, storage, work_dir)
+
+
+def on_this_machine(
+    summary: TrainingSummary, storage: StorageConfig, work_dir: str
+) -> TrainingSummary:
+    """`summary` (another machine's: the training-nodes flow's node 0) with `model` a local
+    directory of this machine, downloaded from the shared storage once."""
+    return summary.model_copy(update={"model": str(local_model(summary.policy, storage, work_dir))})
 
 
 def bandit_spec_of(params: TrainingParams, ready: Ready) -> BanditSpec:

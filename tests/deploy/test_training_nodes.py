@@ -2,7 +2,8 @@
 Prefect server, `prefect deploy` of `training-node` and `training-nodes`, a worker of the GPU pool
 on each node's work queue (node-0, node-1: here two workers on one host, CPU processes over
 gloo), a worker of the CPU pool for the coordinating flow, `prefect deployment run`, S3 storage
-(moto) shared by the nodes. Then one node's worker gone: the node that started fails at the
+(moto) shared by the nodes; the pipeline with `--nodes 2` through the same workers. Then one
+node's worker gone: the node that started fails at the
 rendezvous and the coordinating flow cancels the other and fails naming it."""
 
 from __future__ import annotations
@@ -65,6 +66,24 @@ def test_two_nodes_train_through_deployments_and_a_lost_node_cancels_the_run(
         assert done["subflows"] == [
             ["node-0-of-2", "node-0", "COMPLETED"], ["node-1-of-2", "node-1", "COMPLETED"]
         ], done  # fmt: skip
+
+        # the pipeline with --nodes 2: its training stage placed on the two nodes' queues, the
+        # policy node 0 committed evaluated on this machine
+        pipeline = subprocess.run(
+            [sys.executable, "-m", "flows.pipeline", "--model", "tiny", "--mode", "single_turn",
+             "--nodes", "2", "--rdzv-endpoint", f"127.0.0.1:{free_port()}",
+             "--storage", f"s3://{s3_bucket}/pipeline", "--endpoint-url", s3_endpoint,
+             "--work-dir", str(tmp_path / "pipeline-work"), "--backend", "namespace",
+             "--sandbox-concurrency", "2", "--train-limit", "4", "--eval-limit", "2", "--n", "2",
+             "--turns", "0", "--eval-turns", "0", "--max-new-tokens", "8", "--max-steps", "2",
+             "--set", "per_device_train_batch_size=4", "--set", "num_generations=2",
+             "--report-to", "none"],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        out = pipeline.stdout + pipeline.stderr
+        assert pipeline.returncode == 0, (out[-4000:], tail(logs / "node-0.log"))
+        assert "training on 2 nodes completed: node-0-of-2, node-1-of-2" in out, out[-4000:]
+        assert f"trained policy (a name --model takes): s3://{s3_bucket}/pipeline/training/" in out
 
         # node 1's host is gone: node 0 waits at the rendezvous, fails, node 1's run is cancelled
         stop(nodes[1])

@@ -40,3 +40,28 @@ def test_a_per_node_deployment_that_is_not_deployed_is_named() -> None:
     with pytest.raises(MissingDeploymentError, match=r"'training/nope' is not deployed on .*prefect "
                        r"deploy -n training-node"):  # fmt: skip
         check_node_deployment("training/nope")
+
+
+def test_the_pipeline_takes_nodes_and_refuses_local_storage_before_any_work(tmp_path) -> None:
+    from flows.pipeline import parse_params, preflight
+
+    argv = ["--model", "tiny", "--nodes", "2", "--rdzv-endpoint", "10.0.0.1:29500"]
+    params = parse_params([*argv, "--storage", str(tmp_path / "runs")])
+    assert (params.training.nodes, params.training.rdzv_endpoint) == (2, "10.0.0.1:29500")
+    with pytest.raises(
+        StorageError, match=r"training on 2 nodes needs storage every node shares: pass --storage"
+    ):
+        preflight(params)
+    assert not (tmp_path / "runs" / "datasets").exists()  # nothing ran
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_the_pipeline_on_nodes_needs_the_per_node_deployment_before_any_work(
+    s3_endpoint, s3_bucket
+) -> None:
+    from flows.pipeline import parse_params, preflight
+
+    params = parse_params(["--model", "tiny", "--nodes", "2", "--rdzv-endpoint", "10.0.0.1:29500",
+                           "--storage", f"s3://{s3_bucket}/nodes", "--endpoint-url", s3_endpoint])  # fmt: skip
+    with pytest.raises(MissingDeploymentError, match=r"'training/training-node' is not deployed"):
+        preflight(params)
