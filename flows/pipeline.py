@@ -213,8 +213,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg(
         "--sharding",
         choices=SHARDINGS,
-        help="how the training GPUs share the model: ddp, fsdp, zero3 (auto: fsdp for full "
-        "fine-tuning on several GPUs, else ddp)",
+        help="how the training GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within "
+        "each node, nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
     )
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(

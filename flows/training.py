@@ -122,8 +122,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     arg(
         "--sharding",
         choices=SHARDINGS,
-        help="how the GPUs share the model: ddp, fsdp, zero3 (auto: fsdp for full fine-tuning "
-        "on several GPUs, else ddp)",
+        help="how the GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within each node, "
+        "nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
     )
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")

@@ -255,8 +255,9 @@ class TrainingConfig(BaseModel):
     sharding: Sharding = Field(
         "auto",
         description="How the processes share the model (cobalt/training/sharding.py): ddp (each "
-        "GPU holds all of it), fsdp (FSDP2 full shard), zero3 (DeepSpeed ZeRO-3); auto: fsdp "
-        "for full fine-tuning on several GPUs, else ddp.",
+        "GPU holds all of it), fsdp (FSDP2 full shard), zero3 (DeepSpeed ZeRO-3), hybrid (FSDP2 "
+        "sharded within each node, the nodes replicas: several nodes); auto: fsdp for full "
+        "fine-tuning on several GPUs, else ddp.",
     )
     accelerate_config: str | None = Field(
         None,
@@ -377,7 +378,7 @@ class TrainingConfig(BaseModel):
         )
 
     def resolved_sharding(self, gpus: int | None = None) -> str:
-        """`sharding` with auto made concrete on this machine (ddp, fsdp or zero3); a custom
+        """`sharding` with auto made concrete on this machine (ddp, fsdp, zero3 or hybrid); a custom
         accelerate_config decides by itself (reported as ddp here: nothing of ours shards)."""
         from cobalt.training.sharding import visible_gpus
 

@@ -36,6 +36,7 @@ from cobalt.judging import SandboxRuntime
 from cobalt.storage import Logger, StorageConfig, open_storage
 from cobalt.training.config import TrainingConfig
 from cobalt.training.plan import TrainingPlan, plan_training
+from cobalt.training.sharding import hybrid_env
 from cobalt.trajectories.problemsets import ProblemSource, load_problems
 from engines.cpu_threads import cap_cpu_threads
 
@@ -175,6 +176,8 @@ def launch(job: Job, logger: Logger = log) -> Result:
     logger.info("training on %d processes: %s", job.config.num_processes, " ".join(command))
     output = work / "launch.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), _pythonpath()]))}
+    if job.plan.sharding == "hybrid":  # the 2-D mesh: nodes replicate, a node's GPUs shard
+        env |= hybrid_env(job.plan.nodes, job.plan.per_node)
     with output.open("wb") as sink:
         code = subprocess.call(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
     result = work / "result.json"

@@ -57,7 +57,7 @@ class TrainingPlan(BaseModel):
     node_rank: int = 0
     rdzv_endpoint: str | None = None  # host:port where the nodes meet (nodes > 1)
     rendezvous_timeout_s: int = 600
-    sharding: str  # ddp, fsdp or zero3
+    sharding: str  # ddp, fsdp, zero3 or hybrid
     accelerate_config: str | None  # the file the launch passes (None: one process)
     mixed_precision: str  # bf16 or no: the launch's --mixed_precision
     precision: str  # mixed, fp32 or bf16
@@ -78,7 +78,10 @@ class TrainingPlan(BaseModel):
 
     @property
     def shards(self) -> int:
-        """Processes the model's state is spread over (1: every process holds all of it)."""
+        """Processes the model's state is spread over (1: every process holds all of it;
+        hybrid: a node's)."""
+        if self.sharding == "hybrid":
+            return self.per_node
         return self.processes if self.sharding in SHARDED else 1
 
     def describe(self) -> str:
@@ -221,6 +224,11 @@ def check_processes(config: TrainingConfig, gpus: int) -> None:
             f"training.sharding {sharding} on 1 process shards nothing: pass --gpus N (N > 1), "
             "or --sharding ddp"
         )
+    if sharding == "hybrid" and config.nodes < 2:
+        raise ShardingError(
+            "training.sharding hybrid shards within each node and replicates across nodes: on "
+            f"{config.nodes} node pass --sharding fsdp, or --nodes N (N > 1)"
+        )
     check_fsdp_devices(sharding, gpus)
     if sharding == "zero3" and importlib.util.find_spec("deepspeed") is None:
         raise ShardingError(
@@ -233,9 +241,9 @@ def check_fsdp_devices(sharding: str, gpus: int) -> None:
     """FSDP needs GPUs: accelerate runs an FSDP config on CPU processes as plain DDP, which
     would train unsharded under an fsdp label. (The tests lift accelerate's gate to measure FSDP
     on CPU processes: tests/support/fsdp_on_cpu.)"""
-    if sharding == "fsdp" and not gpus:
+    if sharding in ("fsdp", "hybrid") and not gpus:
         raise ShardingError(
-            "training.sharding fsdp: accelerate shards a model with FSDP across GPUs only (it "
+            f"training.sharding {sharding}: accelerate shards a model with FSDP across GPUs only (it "
             "runs an FSDP config on CPU processes as plain DDP), and this machine has none; on "
             "CPU processes (gloo) use --sharding ddp, or zero3 (DeepSpeed shards on CPUs too)"
         )

@@ -231,13 +231,15 @@ def reduce_dtype_in_use(model: Any) -> str:
 
 def wrapping_in_use(wrapped: Any, model: Any) -> str:
     """How the trainer distributed the model, read from it (not from the plan): fsdp (FSDP2's
-    sharded modules), zero<stage> (DeepSpeed's engine), ddp, or none (one process). accelerate
+    sharded modules; hybrid: on a 2-D mesh, replicas x shards), zero<stage> (DeepSpeed's
+    engine), ddp, or none (one process). accelerate
     runs an FSDP config on CPU processes as ddp: this says which one trained."""
     stage = getattr(wrapped, "zero_optimization_stage", None)
     if callable(stage):
         return f"zero{stage()}"
     if model is not None and any(hasattr(m, "_get_fsdp_state") for m in model.modules()):
-        return "fsdp"
+        mesh = getattr(next(model.parameters(), None), "device_mesh", None)
+        return "hybrid" if mesh is not None and mesh.ndim == 2 else "fsdp"
     if type(wrapped).__name__ == "DistributedDataParallel":
         return "ddp"
     return "none"
@@ -262,7 +264,7 @@ def reduce_probe(sharding: str | None = None) -> Any:
         def on_train_begin(self, args, state, control, model=None, **kwargs):
             engine = getattr(self.trainer, "model_wrapped", None)
             self.wrapped = wrapping_in_use(engine, model)
-            if sharding in SHARDED and self.wrapped != sharding:
+            if sharding in SHARDED and self.wrapped != sharding:  # hybrid: a 2-D FSDP mesh
                 raise ShardingError(
                     f"training.sharding {sharding} was planned, but accelerate wrapped the model "
                     f"as {self.wrapped}: check the launch's accelerate config and devices, or "

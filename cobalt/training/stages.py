@@ -29,7 +29,6 @@ from cobalt.bandit.dataset import (
 from cobalt.errors import EmptyStageError
 from cobalt.judging import SandboxRuntime
 from cobalt.models import NAMES, resolve_model, storage_model
-from cobalt.plots import figure, png
 from cobalt.run_settings import ModelRunSettings
 from cobalt.storage import (
     MANIFEST,
@@ -43,6 +42,7 @@ from cobalt.storage import (
 )
 from cobalt.training.checkpoints import download_last_checkpoint, last_checkpoint
 from cobalt.training.config import Mode, TrainingConfig
+from cobalt.training.curves import plot_rewards, reward_stats
 from cobalt.training.launch import Job, run_job
 from cobalt.training.offline_data import (
     OfflineDataSpec,
@@ -409,38 +409,6 @@ def wait_for_commit(st: Any, manifest_path: str, timeout_s: int, logger: Logger)
         st.fs.invalidate_cache()
     logger.info("training: node 0 committed %s", manifest_path)
     return from_manifest(st.read_json(manifest_path), PolicyRef)
-
-
-def reward_stats(history: list[dict[str, Any]]) -> dict[str, Any]:
-    rewards = [h["reward"] for h in history if "reward" in h]
-    if not rewards:
-        return {"reward_first": None, "reward_last": None}
-    k = max(1, len(rewards) // 4)
-    return {
-        "reward_first": round(rewards[0], 4),
-        "reward_last": round(rewards[-1], 4),
-        "reward_first_quarter": round(sum(rewards[:k]) / k, 4),
-        "reward_last_quarter": round(sum(rewards[-k:]) / k, 4),
-    }
-
-
-def plot_rewards(history: list[dict[str, Any]], title: str) -> bytes:
-    """A PNG of the mean reward (and each reward function's mean) against the optimizer step."""
-    logged = [h for h in history if "reward" in h]
-    names = sorted(
-        {k for h in logged for k in h if k.startswith("rewards/") and k.endswith("/mean")}
-    )
-    with figure(figsize=(6.4, 4.0), dpi=100) as (fig, ax):
-        steps = [h.get("step", i + 1) for i, h in enumerate(logged)]
-        ax.plot(steps, [h["reward"] for h in logged], marker="o", linewidth=2.2, label="reward")
-        for name in names:
-            ax.plot(steps, [h.get(name) for h in logged], linewidth=1, label=name.split("/")[1])
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("mean reward")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        return png(fig)
 
 
 def local_model(ref: PolicyRef, storage: StorageConfig, work_dir: str) -> Path:

@@ -34,6 +34,8 @@
 #       starts it with --gpus 4 --sharding fsdp
 #   bash scripts/gpu/node.sh fsdp-fp32  # (after parity: its 0.7B shape) 1 process vs fsdp in
 #       fp32, killed and resumed too: bf16 rounding out, a logic difference would stay
+#   bash scripts/gpu/node.sh hybrid     # (after parity) 2 nodes x 2 GPUs on one host, fsdp and
+#       hybrid, against 1 node x 4 (issue 47)
 #   bash scripts/gpu/node.sh b          # carry .gpu/vllm.part-00 .gpu/vllm.part-01 .gpu/PARTS
 #       verl's shape again, after the changes (`vllm`: the same carry, installed, nothing run)
 #   bash scripts/gpu/node.sh pipeline8b # carry .gpu/site-remote.tar.xz
@@ -188,6 +190,13 @@ M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root
       --micro-batch 4 --prompts 64 --tolerance 1e-3 --json "$OUT/parity_fsdp_fp32.json" \
       >"$NODE/parity-fp32.log" 2>&1
     echo "parity fp32 exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-fp32.log" ;;
+  hybrid)  # (after parity: its 0.7B shape) issue 47 on one host: 2 "nodes" (two launchers,
+    # GPUs 0-1 and 2-3) under full shard and hybrid shard against 1 node of every GPU
+    timeout 560 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision mixed --layouts "$G:fsdp" "2x$((G / 2)):fsdp" "2x$((G / 2)):hybrid" --lr 1e-5 \
+      --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
+      --json "$OUT/parity_hybrid.json" >"$NODE/parity-hybrid.log" 2>&1
+    echo "parity hybrid exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-hybrid.log" ;;
   vllm)  # the bundle's vLLM parts only (the second call on a fresh machine)
     bash infra/gpu-bundle/install.sh >/dev/null; python3 -c 'import vllm; print("vllm", vllm.__version__)' ;;
   default4)  # the embedded default with --gpus G --sharding fsdp (per-process memory in its stats)
@@ -313,6 +322,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"

@@ -103,6 +103,23 @@ def test_fsdp_trains_what_one_process_trains_and_a_resume_what_a_run_trains(fsdp
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_hybrid_sharding_on_two_nodes_trains_what_one_process_trains(fsdp_on_cpu, tmp_path):
+    """Hybrid sharding (issue 47): 2 nodes (two launchers, one rendezvous) x 2 CPU processes,
+    FSDP2 on a 2-D mesh (the nodes replicate, a node's processes shard), the paper preset in
+    fp32 against one process."""
+    fsdp_on_cpu("1")
+    out = tmp_path / "parity.json"
+    code = parity.main(["--layouts", "1", "2x2:hybrid", "--preset", "paper", "--precision",
+                        "fp32", "--lr", "1e-5", "--json", str(out)])  # fmt: skip
+    result = json.loads(out.read_text())
+    assert code == 0 and result["ok"], result["rows"]
+    hybrid = result["rows"][1]
+    assert hybrid["wrapped"] == "hybrid" and hybrid["steps"] == 4  # a 2-D mesh, read back
+    assert hybrid["weights_rel"] <= 1e-3 and hybrid["update_max_abs"] > 1e-6
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_run_planned_as_fsdp_that_accelerate_wraps_as_ddp_stops(fsdp_on_cpu, tmp_path):
     """The plan says fsdp, accelerate (on CPU processes) wraps the model in DDP: the trainer

@@ -192,6 +192,13 @@ ROWS: list[tuple[str, Row]] = [
             r"training\.sharding fsdp on 1 process shards nothing: pass --gpus N"),
     ),
     (
+        "training-hybrid-on-one-node",
+        Row("training", ["--gpus", "2", "--sharding", "hybrid", "--set", "generation_batch_size=4"],
+            2,
+            r"training\.sharding hybrid shards within each node and replicates across nodes: on "
+            r"1 node pass --sharding fsdp, or --nodes N \(N > 1\)"),
+    ),
+    (
         "training-batch-does-not-split-over-the-gpus",
         Row("training", ["--gpus", "2", "--set", "num_generations=3", "--set",
                          "generation_batch_size=9"], 2,

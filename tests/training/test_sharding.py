@@ -55,6 +55,10 @@ STEP = {"per_device_train_batch_size": 8}  # a step 4 processes can share (the t
          r"would be ignored: set one of them"),
         ({"num_processes": 2, "accelerate_config": "/nope/mine.yaml"}, 2,
          r"accelerate_config /nope/mine\.yaml: no such file"),
+        ({"num_processes": 4, "sharding": "hybrid"}, 4, r"sharding hybrid shards within each "
+         r"node and replicates across nodes: on 1 node pass --sharding fsdp, or --nodes N"),
+        ({"num_processes": 2, "sharding": "hybrid", "nodes": 2, "rdzv_endpoint": "h:1"}, 0,
+         r"sharding hybrid: accelerate shards a model with FSDP across GPUs only"),
     ],
 )  # fmt: skip
 def test_what_cannot_run_here_is_refused_naming_the_fix(config, gpus, message) -> None:
@@ -129,6 +133,26 @@ def holds(processes: int, sharding: str, gpu: int, lora: bool = False) -> None:
         processes=processes,
         colocated_vllm=True,
     )
+
+
+def test_hybrid_shards_within_a_node_and_launches_a_2d_mesh(tmp_path) -> None:
+    """Hybrid on 2 nodes of 4 GPUs: the model's state over a node's 4 GPUs (the memory plan's
+    shards), FSDP's accelerate config, and accelerate's parallelism config in the launch's
+    environment (2 replicas x 4 shards)."""
+    from cobalt.training.sharding import config_file, hybrid_env
+
+    config = TrainingConfig(num_processes=4, nodes=2, rdzv_endpoint="10.0.0.1:29500",
+                            sharding="hybrid", overrides=STEP)  # fmt: skip
+    plan = plan_training(config, None, machine(4))
+    assert (plan.sharding, plan.processes, plan.shards) == ("hybrid", 8, 4)
+    assert plan.accelerate_config == str(config_file("fsdp"))
+    full = plan_training(config.model_copy(update={"sharding": "fsdp"}), None, machine(4))
+    assert full.shards == 8
+    assert hybrid_env(plan.nodes, plan.per_node) == {
+        "ACCELERATE_USE_PARALLELISM_CONFIG": "true",
+        "PARALLELISM_CONFIG_DP_REPLICATE_SIZE": "2",
+        "PARALLELISM_CONFIG_DP_SHARD_SIZE": "4",
+    }
 
 
 def test_a_strategy_that_cannot_hold_the_8b_model_is_refused_before_any_work() -> None:

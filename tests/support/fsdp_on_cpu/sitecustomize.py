@@ -18,27 +18,26 @@ import os
 
 
 def lift_accelerate_gate() -> None:
-    import accelerate.accelerator as accelerator_module
-    from accelerate.state import PartialState
+    import accelerate.state as state_module
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-    original = accelerator_module.Accelerator.__init__
+    original = state_module.AcceleratorState.__init__
 
     def init(self, *args, **kwargs):
         original(self, *args, **kwargs)
-        state = self.state
-        if state.distributed_type != DistributedType.MULTI_CPU:
+        if self.distributed_type != DistributedType.MULTI_CPU:
             return
-        plugin = kwargs.get("fsdp_plugin") or getattr(state, "fsdp_plugin", None)
+        plugin = kwargs.get("fsdp_plugin") or getattr(self, "fsdp_plugin", None)
         plugin = plugin or FullyShardedDataParallelPlugin()  # from the launcher's FSDP_* env
-        if state.mixed_precision != "no":
-            plugin.set_mixed_precision(state.mixed_precision)
-        # every AcceleratorState() copies PartialState's shared state in: set both
-        PartialState._shared_state["distributed_type"] = DistributedType.FSDP
-        state.distributed_type = DistributedType.FSDP
-        state.fsdp_plugin = plugin
+        if self.mixed_precision != "no":
+            plugin.set_mixed_precision(self.mixed_precision)
+        # every AcceleratorState() copies PartialState's shared state in: set both, before the
+        # Accelerator checks its parallelism config (hybrid) against the type
+        state_module.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+        self.distributed_type = DistributedType.FSDP
+        self.fsdp_plugin = plugin
 
-    accelerator_module.Accelerator.__init__ = init
+    state_module.AcceleratorState.__init__ = init
 
 
 def lift_plan_refusal() -> None:
