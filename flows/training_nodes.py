@@ -13,10 +13,11 @@ endpoint (docs/DEPLOYMENT.md, "7d. Training on several machines"):
     prefect worker start --pool gpu-pool --work-queue node-1     # on the second host
 
 Every node's run is `flows.training` with its own `training.node_rank` (the same parameters
-otherwise): node 0 commits the trained policy to the shared storage and writes the run's summary
-where this flow reads it back (`summary_uri`: the pipeline's `--nodes` evaluates the policy it
-names), the others wait for the commit and end with the same summary. A node's run that fails, crashes or is cancelled cancels the
-others (they would otherwise wait at the rendezvous or in a collective until their timeout).
+otherwise): node 0 commits the trained policy to the shared storage and writes the run's
+summary where this flow reads it back (`summary_uri`: the pipeline's `--nodes` evaluates the
+policy it names), the others wait for the commit and end with the same summary. A node's run
+that fails, crashes or is cancelled cancels the others (they would otherwise wait at the
+rendezvous or in a collective until their timeout).
 """
 
 from __future__ import annotations

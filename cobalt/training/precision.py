@@ -232,8 +232,8 @@ def reduce_dtype_in_use(model: Any) -> str:
 def wrapping_in_use(wrapped: Any, model: Any) -> str:
     """How the trainer distributed the model, read from it (not from the plan): fsdp (FSDP2's
     sharded modules; hybrid: on a 2-D mesh, replicas x shards), zero<stage> (DeepSpeed's
-    engine), ddp, or none (one process). accelerate
-    runs an FSDP config on CPU processes as ddp: this says which one trained."""
+    engine), ddp, or none (one process). accelerate runs an FSDP config on CPU processes as
+    ddp: this says which one trained."""
     stage = getattr(wrapped, "zero_optimization_stage", None)
     if callable(stage):
         return f"zero{stage()}"
@@ -249,8 +249,8 @@ def reduce_probe(sharding: str | None = None) -> Any:
     """A TrainerCallback whose `.seen` is the reduce dtype of the wrapped model at the start of
     training and `.wrapped` how it is distributed (`wrapping_in_use`; None before); set its
     `.trainer` to read DeepSpeed's engine and DDP's wrapper, which the callbacks' `model` (the
-    module inside them) does not show. With `sharding` fsdp or zero3 (the plan's, on several
-    processes), a model wrapped otherwise stops the run before its first step (ShardingError):
+    module inside them) does not show. With `sharding` fsdp, zero3 or hybrid (the plan's, on
+    several processes), a model wrapped otherwise stops the run before its first step (ShardingError):
     an unsharded run under a sharded label is a silent difference in memory and numerics."""
     from transformers import TrainerCallback
 
