@@ -262,6 +262,7 @@ def row_of(first: dict[str, Any], other: dict[str, Any], start: dict[str, Any]) 
                 "weights_rel": float("inf"), "loss_max_rel": float("inf")}  # fmt: skip
     row = {"layout": other["name"], "wall_s": other["wall_s"], "train_s": other["train_s"],
            "wrapped": other["plan"].get("wrapped_as"),
+           "gather": other["plan"].get("gather_in_use"),
            "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
     row |= steps_diff(first["history"], other["history"])
     return row | compare(first["dir"], other["dir"], start)
@@ -402,7 +403,8 @@ def main(argv: list[str] | None = None) -> int:
             history, _, _ = run_job(job)
             plain = next(r for r in runs if r["name"] == layout and "error" not in r)
             row = {"layout": f"{layout} killed after {killed['checkpoint']}, resumed",
-                   "wall_s": None, "train_s": None, "wrapped": None, "reduce": None}  # fmt: skip
+                   "wall_s": None, "train_s": None, "wrapped": None, "gather": None,
+                   "reduce": None}  # fmt: skip
             row |= steps_diff(plain["history"], history_of(history))
             row |= compare(plain["dir"], work / "resumed", start)
             row["killed"] = killed["killed"]

@@ -139,7 +139,7 @@ def train(
     from cobalt.training.precision import (
         cast_trainable,
         reduce_probe,
-        set_reduce_dtype,
+        set_distributed_numerics,
         trainable_dtypes,
     )
 
@@ -243,7 +243,7 @@ def train(
             trim_padding=config.trims_padding(),
         )
         cast_trainable(trainer.model, numerics)
-        set_reduce_dtype(trainer.accelerator, numerics)
+        set_distributed_numerics(trainer.accelerator, numerics)
         probe.trainer = trainer
         logger.info(
             "%s; trainable parameters in %s; KL %s; format reward %s",
@@ -257,7 +257,12 @@ def train(
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return GRPORun(
         history=list(trainer.state.log_history),
-        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen, "wrapped_as": probe.wrapped},
+        numerics=numerics.as_dict()
+        | {
+            "reduce_in_use": probe.seen,
+            "gather_in_use": probe.gathered,
+            "wrapped_as": probe.wrapped,
+        },
         plan=micro.as_dict() if micro else None,
         format_reward=use_format,
     )

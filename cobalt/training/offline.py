@@ -360,8 +360,8 @@ def reference_logprobs(
     model = load_policy(model_path, numerics, lora=lora)
     model.to(device or "cpu").eval()
     autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if numerics.autocast and device is not None
+        torch.autocast(device.type if device else "cpu", dtype=torch.bfloat16)
+        if numerics.autocast
         else nullcontext()
     )
     collate = OfflineCollator(pad_id)
@@ -413,7 +413,7 @@ def train_offline(
     from cobalt.training.precision import (
         cast_trainable,
         reduce_probe,
-        set_reduce_dtype,
+        set_distributed_numerics,
         trainable_dtypes,
     )
     from cobalt.training.sharding import resolve_sharding
@@ -480,7 +480,7 @@ def train_offline(
         callbacks=[*callbacks, probe],
         settings=settings,
     )
-    set_reduce_dtype(trainer.accelerator, numerics)
+    set_distributed_numerics(trainer.accelerator, numerics)
     probe.trainer = trainer
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
@@ -490,7 +490,12 @@ def train_offline(
         dropped_zero_advantage=prepared.dropped_zero_advantage,
         dropped_too_long=prepared.dropped_too_long,
         reference_logprobs_s=ref_seconds,
-        numerics=numerics.as_dict() | {"reduce_in_use": probe.seen, "wrapped_as": probe.wrapped},
+        numerics=numerics.as_dict()
+        | {
+            "reduce_in_use": probe.seen,
+            "gather_in_use": probe.gathered,
+            "wrapped_as": probe.wrapped,
+        },
     )
 
 

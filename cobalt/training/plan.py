@@ -154,7 +154,7 @@ def plan_training(
         rendezvous_timeout_s=config.rendezvous_timeout_s,
         sharding=sharding,
         accelerate_config=launch,
-        mixed_precision="bf16" if gpus and numerics.precision == "mixed" else "no",
+        mixed_precision="bf16" if numerics.precision == "mixed" else "no",
         precision=numerics.precision,
         reduce_dtype=numerics.reduce,
         gpus=gpus,

@@ -13,15 +13,21 @@ So, whatever the checkpoint's dtype:
 | `fp32` | float32 | float32 | float32 | float32 | the checkpoint's dtype |
 | `bf16` | bfloat16 (pure: small updates vanish) | bfloat16 | bfloat16 | bfloat16 | the checkpoint's dtype |
 
-Gradients are reduced across processes in float32 under `mixed`, as verl does: DDP's gradients
-are the fp32 weights' own; FSDP2 computes with the layers gathered in bf16 and, left to
-accelerate (`--mixed_precision bf16`), would also reduce-scatter the gradients in bf16, so
-`set_reduce_dtype` gives its policy float32 for the reduction; ZeRO-3 communicates and sums a
-step's micro-batches in float32 (`communication_data_type`, `grad_accum_dtype`). DeepSpeed's bf16
-mode holds the module's weights in bf16 and builds its float32 master copy from them: an fp32
-checkpoint starts rounded to bf16 under ZeRO-3 (a bf16 checkpoint, as released 7-8B models are,
-loses nothing); the saved policy is the float32 master copy where the checkpoint is float32
-(`cobalt.training.weights.save_policy`). `reduce_dtype_in_use` reads back what the wrapped model does.
+Several processes compute what one computes under `mixed`. FSDP2 left to accelerate
+(`--mixed_precision bf16`) would gather every layer's weights in bf16, run the whole forward in
+bf16 (the residual stream and the norms' inputs included, where one process's autocast keeps them
+in fp32) and reduce-scatter the gradients in bf16: a systematic difference from one process (on
+CPU, 2.8x the difference that regrouping a step's rows makes; docs/SCALING.md).
+`set_distributed_numerics` gives its policy no parameter dtype (the layers are gathered as their
+float32 master weights and the same bf16 autocast as one process's computes with them) and a
+float32 reduce dtype, as verl reduces. DDP's gradients are the fp32 weights' own. ZeRO-3
+communicates and sums a step's micro-batches in float32 (`communication_data_type`,
+`grad_accum_dtype`); DeepSpeed's bf16 mode holds the module's weights in bf16 and builds its
+float32 master copy from them: an fp32 checkpoint starts rounded to bf16 under ZeRO-3 (a bf16
+checkpoint, as released 7-8B models are, loses nothing), and its forward runs in bf16 weights
+(the difference FSDP no longer has); the saved policy is the float32 master copy where the
+checkpoint is float32 (`cobalt.training.weights.save_policy`). `reduce_dtype_in_use` and
+`gather_dtype_in_use` read back what the wrapped model does.
 
 `auto` (the default) is `mixed` on a GPU with the `paper` preset and `fp32` otherwise: the `tiny`
 preset's models are small enough for float32, and bf16 autocast with the tiny preset's learning
@@ -95,15 +101,11 @@ def resolve(precision: Precision, *, gpu: bool, mixed: bool) -> str:
 
 
 def decide(precision: Precision, checkpoint: str, *, gpu: bool, mixed: bool) -> Numerics:
-    """The numerics of a run from the setting, the checkpoint's dtype and the hardware. Raises
-    ValueError for bf16 compute on a machine without bf16 support."""
+    """The numerics of a run from the setting, the checkpoint's dtype and the hardware. `mixed`
+    asked for on a CPU autocasts to bf16 on the CPU (slow, but the same numerics: what CI checks
+    of a GPU's mixed-precision paths); `auto` is fp32 there."""
     chosen = resolve(precision, gpu=gpu, mixed=mixed)
     if chosen == "mixed":
-        if not gpu:
-            raise ValueError(
-                "training.precision 'mixed' computes in bf16 autocast, which needs a GPU: use "
-                "'fp32' (or 'auto') on a CPU"
-            )
         frozen = checkpoint if checkpoint != "float32" else "bfloat16"
         return Numerics(chosen, "float32", "bf16 autocast", frozen, checkpoint, checkpoint)
     if chosen == "fp32":
@@ -172,11 +174,13 @@ def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def set_reduce_dtype(accelerator: Any, numerics: Numerics) -> None:
-    """Before the trainer wraps the model: gradients reduced across processes in
-    `numerics.reduce` under FSDP (its mixed-precision policy: compute in bf16, reduce in float32)
-    and DeepSpeed (`communication_data_type`). DDP needs nothing: it reduces the gradients of
-    the weights, in their own (float32) dtype."""
+def set_distributed_numerics(accelerator: Any, numerics: Numerics) -> None:
+    """Before the trainer wraps the model, the numerics of one process on several: under FSDP
+    and `mixed`, a policy that gathers the float32 master weights (no parameter dtype: the bf16
+    autocast accelerate puts around the forward computes with them, as in one process) and
+    reduces the gradients in `numerics.reduce`; under DeepSpeed, `communication_data_type` and
+    `grad_accum_dtype`. DDP needs nothing: it reduces the gradients of the weights, in their own
+    (float32) dtype."""
     import torch
     from accelerate.utils import DistributedType
 
@@ -187,17 +191,13 @@ def set_reduce_dtype(accelerator: Any, numerics: Numerics) -> None:
             from torch.distributed.fsdp import MixedPrecisionPolicy
 
             plugin.mixed_precision_policy = MixedPrecisionPolicy(
-                param_dtype=torch.bfloat16,
-                reduce_dtype=getattr(torch, numerics.reduce),
-                output_dtype=torch.bfloat16,
+                param_dtype=None, reduce_dtype=getattr(torch, numerics.reduce)
             )
         else:
             from torch.distributed.fsdp import MixedPrecision
 
             plugin.mixed_precision_policy = MixedPrecision(
-                param_dtype=torch.bfloat16,
-                reduce_dtype=getattr(torch, numerics.reduce),
-                buffer_dtype=torch.bfloat16,
+                param_dtype=None, reduce_dtype=getattr(torch, numerics.reduce)
             )
     elif kind == DistributedType.DEEPSPEED:
         names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -208,25 +208,44 @@ def set_reduce_dtype(accelerator: Any, numerics: Numerics) -> None:
         config.setdefault("data_types", {})["grad_accum_dtype"] = names[numerics.reduce]
 
 
+def _fsdp_policy(model: Any) -> Any:
+    """The mixed-precision policy of an FSDP2-wrapped model (its first sharded module's), or None."""
+    for module in model.modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        if state is not None:
+            return state()._mp_policy
+    return None
+
+
+def _trainable_dtype(model: Any) -> str:
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return str(trainable[0].dtype).removeprefix("torch.") if trainable else "none"
+
+
 def reduce_dtype_in_use(model: Any) -> str:
     """The dtype the wrapped model's gradients are reduced in across processes, read from it:
     FSDP2's policy (its layers' own, else the gradients follow the parameters), DeepSpeed's
     communication dtype, else (DDP, one process) the trainable parameters' dtype."""
     import torch
 
-    for module in model.modules():
-        state = getattr(module, "_get_fsdp_state", None)
-        if state is not None:
-            policy = state()._mp_policy
-            dtype = policy.reduce_dtype or policy.param_dtype
-            if dtype is not None:
-                return str(dtype).removeprefix("torch.")
-            break
+    policy = _fsdp_policy(model)
+    if policy is not None and (policy.reduce_dtype or policy.param_dtype) is not None:
+        return str(policy.reduce_dtype or policy.param_dtype).removeprefix("torch.")
     engine_dtype = getattr(model, "communication_data_type", None)
     if isinstance(engine_dtype, torch.dtype):
         return str(engine_dtype).removeprefix("torch.")
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    return str(trainable[0].dtype).removeprefix("torch.") if trainable else "none"
+    return _trainable_dtype(model)
+
+
+def gather_dtype_in_use(model: Any) -> str | None:
+    """The dtype FSDP gathers the wrapped model's layers in for the forward (its policy's
+    parameter dtype, else the weights' own), or None for a model FSDP does not shard."""
+    policy = _fsdp_policy(model)
+    if policy is None:
+        return None
+    if policy.param_dtype is not None:
+        return str(policy.param_dtype).removeprefix("torch.")
+    return _trainable_dtype(model)
 
 
 def wrapping_in_use(wrapped: Any, model: Any) -> str:
@@ -247,7 +266,8 @@ def wrapping_in_use(wrapped: Any, model: Any) -> str:
 
 def reduce_probe(sharding: str | None = None) -> Any:
     """A TrainerCallback whose `.seen` is the reduce dtype of the wrapped model at the start of
-    training and `.wrapped` how it is distributed (`wrapping_in_use`; None before); set its
+    training, `.gathered` FSDP's gather dtype (`gather_dtype_in_use`) and `.wrapped` how it is
+    distributed (`wrapping_in_use`; None before); set its
     `.trainer` to read DeepSpeed's engine and DDP's wrapper, which the callbacks' `model` (the
     module inside them) does not show. With `sharding` fsdp, zero3 or hybrid (the plan's, on
     several processes), a model wrapped otherwise stops the run before its first step (ShardingError):
@@ -258,6 +278,7 @@ def reduce_probe(sharding: str | None = None) -> Any:
 
     class Probe(TrainerCallback):
         seen: str | None = None
+        gathered: str | None = None
         wrapped: str | None = None
         trainer: Any = None
 
@@ -274,5 +295,6 @@ def reduce_probe(sharding: str | None = None) -> Any:
                 model = engine
             if model is not None:
                 self.seen = reduce_dtype_in_use(model)
+                self.gathered = gather_dtype_in_use(model)
 
     return Probe()

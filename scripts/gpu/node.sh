@@ -32,6 +32,10 @@
 #       a checkpoint and resumed; beside it `a`'s preparation (the 8B shape built and calibrated
 #       on GPU 0, verl's shape's data on the CPU). `default4`: the embedded default as a user
 #       starts it with --gpus 4 --sharding fsdp
+#   bash scripts/gpu/node.sh parity2    # a 2-GPU machine, carry .gpu/site-train.tar.xz
+#       .gpu/site-core.tar.xz .gpu/site-deepspeed.tar.xz: scripts/gpu/fsdp_gather_cost.py, then
+#       the 0.7B parity in mixed precision (1, 1@8, ddp, fsdp, fsdp killed and resumed), detached;
+#   bash scripts/gpu/node.sh parity2-collect  # it, then fsdp in fp32 on 1 node and on 2 "nodes"
 #   bash scripts/gpu/node.sh fsdp-fp32  # (after parity: its 0.7B shape) 1 process vs fsdp in
 #       fp32, killed and resumed too: bf16 rounding out, a logic difference would stay
 #   bash scripts/gpu/node.sh hybrid     # (after parity) 2 nodes x 2 GPUs on one host, fsdp and
@@ -118,6 +122,16 @@ host_run() {  # GPU TAG [ARGS]: the embedded default on one GPU (issue 40), its 
 wait_for() {  # FILE SECONDS: until FILE exists or the call's time (since start) passes SECONDS
   while [ ! -f "$1" ] && [ "$(elapsed)" -lt "$2" ]; do sleep 5; done
 }
+build_07b() {  # the 0.7B shape of the parity runs: weights drawn in bf16, saved as float32
+  python3 -c 'import torch
+from engines.tiny import build_tiny_model as b
+from transformers import AutoModelForCausalLM as M
+b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=4,
+  intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="bfloat16")
+M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root/model-07b")' \
+    >"$NODE/model-07b.log" 2>&1
+  echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
+}
 build_8b() {  # the 8B shape on GPU 0, then its mean response length set (~200 tokens, cap 1,024)
   CUDA_VISIBLE_DEVICES=0 python3 -c 'from engines.tiny import build_tiny_model as b
 b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
@@ -164,14 +178,7 @@ case "${1:-}" in
     # the 0.7B shape's weights drawn in bf16 and saved as float32: every layout's float32
     # master copy starts from the same values (DeepSpeed's bf16 mode builds its master copy from
     # bf16 weights: an fp32 checkpoint's low bits would be lost at its start alone)
-    CUDA_VISIBLE_DEVICES=1 python3 -c 'import torch
-from engines.tiny import build_tiny_model as b
-from transformers import AutoModelForCausalLM as M
-b("/root/model-07b", seed=0, hidden_size=1024, num_layers=24, num_heads=16, num_kv_heads=4,
-  intermediate_size=4096, pad_vocab_to=151936, device="cuda", dtype="bfloat16")
-M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root/model-07b")' \
-      >"$NODE/model-07b.log" 2>&1
-    echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
+    CUDA_VISIBLE_DEVICES=1 build_07b
     # the stated mixed-precision tolerance: weights_rel <= 0.1, a step's loss within 0.01;
     # 1@8 is the yardstick: one process, its step in micro-batches of 8 instead of 4 (bf16
     # rounding regrouped, nothing else); ddp and zero3 were measured on 2026-11-27
@@ -184,6 +191,33 @@ M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root
     wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
     tail -3 "$NODE/prep.log" ;;
+  parity2)  # a 2-GPU machine (issue 45, 2026-11-28 afternoon): what the float32 gather costs,
+    # then the 0.7B parity in mixed precision, detached (parity2-collect gathers it)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    timeout 200 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py \
+      --json "$OUT/fsdp_gather_cost.json" >"$NODE/gather.log" 2>&1
+    echo "gather cost exit $? at $(elapsed) s"; tail -c 2500 "$NODE/gather.log"
+    build_07b
+    rm -f "$NODE/parity.rc"
+    setsid nohup bash -c "timeout 1200 python3 -m benchmarks.parity --model /root/model-07b \
+      --preset paper --precision mixed --layouts 1 1@8 $G:ddp $G:fsdp --kill-resume $G:fsdp \
+      --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
+      --json $NODE/parity_mixed.json >$NODE/parity.log 2>&1; echo \$? >$NODE/parity.rc" \
+      >/dev/null 2>&1 </dev/null &
+    wait_for "$NODE/parity.rc" 560
+    echo "parity: $(cat "$NODE/parity.rc" 2>/dev/null || echo running) at $(elapsed) s"
+    cat "$NODE/parity_mixed.json" 2>/dev/null | head -c 4000 ;;
+  parity2-collect)  # parity2's run, then fsdp in fp32 and fsdp over 2 "nodes" of G/2 GPUs
+    wait_for "$NODE/parity.rc" 400
+    echo "parity exit $(cat "$NODE/parity.rc" 2>/dev/null || echo running) at $(elapsed) s"
+    grep -A10 "^| layout" "$NODE/parity.log"; grep -a verdict "$NODE/parity.log"
+    cp "$NODE/parity_mixed.json" "$NODE/parity.log" "$OUT/" 2>/dev/null
+    timeout $((560 - $(elapsed))) python3 -m benchmarks.parity --model /root/model-07b \
+      --preset paper --precision fp32 --layouts 1 "$G:fsdp" "2x$((G / 2)):fsdp" --lr 1e-5 \
+      --step 32 --micro-batch 4 --prompts 64 --tolerance 1e-3 \
+      --json "$OUT/parity_fp32.json" >"$NODE/parity-fp32.log" 2>&1
+    echo "parity fp32 exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-fp32.log" ;;
   fsdp-fp32)  # fsdp against one process in fp32 (no bf16 rounding): what is left is logic
     timeout 560 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
       --precision fp32 --layouts 1 "$G:fsdp" --kill-resume "$G:fsdp" --lr 1e-5 --step 32 \

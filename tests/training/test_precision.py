@@ -149,6 +149,7 @@ def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
         "checkpoint": "bfloat16",
         "reduce": "float32",
         "reduce_in_use": "float32",
+        "gather_in_use": None,  # not sharded
         "wrapped_as": "none",  # one process: no wrapper
     }
     assert checkpoint_dtype(tmp_path) == "bfloat16"
@@ -156,7 +157,7 @@ def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
 
 def test_the_numerics_table() -> None:
     """auto: mixed on a GPU with the paper preset (fp32 master, bf16 autocast, frozen base in the
-    checkpoint's dtype), fp32 otherwise; mixed needs a GPU; bf16 only when asked."""
+    checkpoint's dtype), fp32 otherwise (mixed on a CPU only when asked); bf16 only when asked."""
     mixed = decide("auto", "bfloat16", gpu=True, mixed=True)
     assert (mixed.precision, mixed.trainable, mixed.compute, mixed.frozen, mixed.saved) == (
         "mixed",
@@ -175,8 +176,8 @@ def test_the_numerics_table() -> None:
         "float32",
         False,
     )
-    with pytest.raises(ValueError, match="needs a GPU"):
-        decide("mixed", "bfloat16", gpu=False, mixed=True)
+    on_cpu = decide("mixed", "bfloat16", gpu=False, mixed=True)  # asked for: CPU autocast
+    assert (on_cpu.trainable, on_cpu.compute) == ("float32", "bf16 autocast")
 
 
 def test_trainer_precision_is_owned_by_one_setting() -> None:
@@ -186,14 +187,16 @@ def test_trainer_precision_is_owned_by_one_setting() -> None:
     assert kwargs["bf16"] is torch.cuda.is_available() and kwargs["fp16"] is False
 
 
-def test_gradients_are_reduced_in_float32_under_mixed_precision() -> None:
-    """accelerate's FSDP policy for --mixed_precision bf16 reduce-scatters the gradients in bf16;
-    `set_reduce_dtype` keeps the bf16 compute and reduces in float32 (pure bf16 stays bf16)."""
+def test_fsdp_gathers_the_master_weights_and_reduces_in_float32_under_mixed_precision() -> None:
+    """accelerate's FSDP policy for --mixed_precision bf16 gathers the layers in bf16 and
+    reduce-scatters the gradients in bf16; `set_distributed_numerics` gathers the float32 master
+    weights (autocast computes in bf16, as in one process) and reduces in float32 (pure bf16
+    stays bf16)."""
     from types import SimpleNamespace
 
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-    from cobalt.training.precision import decide, set_reduce_dtype
+    from cobalt.training.precision import decide, set_distributed_numerics
 
     mixed = decide("mixed", "bfloat16", gpu=True, mixed=True)
     assert mixed.reduce == "float32" and "gradients reduced in float32" in mixed.describe()
@@ -201,18 +204,19 @@ def test_gradients_are_reduced_in_float32_under_mixed_precision() -> None:
     plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
     plugin.set_mixed_precision("bf16")  # what accelerate builds from the launch's flag
     assert plugin.mixed_precision_policy.reduce_dtype == torch.bfloat16
+    assert plugin.mixed_precision_policy.param_dtype == torch.bfloat16
     accelerator = SimpleNamespace(
         distributed_type=DistributedType.FSDP, state=SimpleNamespace(fsdp_plugin=plugin)
     )
-    set_reduce_dtype(accelerator, mixed)
+    set_distributed_numerics(accelerator, mixed)
     policy = plugin.mixed_precision_policy
-    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
+    assert (policy.param_dtype, policy.reduce_dtype) == (None, torch.float32)
     config = {"bf16": {"enabled": True}}
     deepspeed = SimpleNamespace(
         distributed_type=DistributedType.DEEPSPEED,
         state=SimpleNamespace(deepspeed_plugin=SimpleNamespace(deepspeed_config=config)),
     )
-    set_reduce_dtype(deepspeed, mixed)
+    set_distributed_numerics(deepspeed, mixed)
     assert config["communication_data_type"] == "fp32"
 
 
@@ -221,24 +225,25 @@ def _fsdp_reduce_dtype(rank: int, port: int, results) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from cobalt.training.precision import reduce_dtype_in_use
+    from cobalt.training.precision import gather_dtype_in_use, reduce_dtype_in_use
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         mesh = init_device_mesh("cpu", (1,))
-        for reduce in (torch.bfloat16, torch.float32):
+        for gather, reduce in ((torch.bfloat16, torch.bfloat16), (None, torch.float32)):
             model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
-            policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
+            policy = MixedPrecisionPolicy(param_dtype=gather, reduce_dtype=reduce)
             fully_shard(model[0], mesh=mesh, mp_policy=policy)
             fully_shard(model, mesh=mesh, mp_policy=policy)
-            results[str(reduce)] = reduce_dtype_in_use(model)
-        results["ddp"] = reduce_dtype_in_use(torch.nn.Linear(2, 2))
+            results[str(reduce)] = (gather_dtype_in_use(model), reduce_dtype_in_use(model))
+        plain = torch.nn.Linear(2, 2)
+        results["ddp"] = (gather_dtype_in_use(plain), reduce_dtype_in_use(plain))
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.timeout(120)
-def test_the_reduce_dtype_in_use_is_read_from_the_wrapped_model() -> None:
+def test_the_gather_and_reduce_dtypes_in_use_are_read_from_the_wrapped_model() -> None:
     import socket
 
     import torch.multiprocessing as mp
@@ -249,5 +254,7 @@ def test_the_reduce_dtype_in_use_is_read_from_the_wrapped_model() -> None:
     results = mp.Manager().dict()
     mp.spawn(_fsdp_reduce_dtype, args=(port, results), nprocs=1, join=True)
     assert dict(results) == {
-        "torch.bfloat16": "bfloat16", "torch.float32": "float32", "ddp": "float32"
-    }  # fmt: skip
+        "torch.bfloat16": ("bfloat16", "bfloat16"),  # accelerate's own policy for bf16
+        "torch.float32": ("float32", "float32"),  # the trainers': the master weights gathered
+        "ddp": (None, "float32"),
+    }
