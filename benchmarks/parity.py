@@ -261,6 +261,7 @@ def row_of(first: dict[str, Any], other: dict[str, Any], start: dict[str, Any]) 
         return {"layout": other["name"], "error": other["error"], "finite": False,
                 "weights_rel": float("inf"), "loss_max_rel": float("inf")}  # fmt: skip
     row = {"layout": other["name"], "wall_s": other["wall_s"], "train_s": other["train_s"],
+           "peak_gib": other["peak_gib"],
            "wrapped": other["plan"].get("wrapped_as"),
            "gather": other["plan"].get("gather_in_use"),
            "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
@@ -370,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
             return {
                 "name": name, "dir": work / name, "wall_s": round(time.monotonic() - began, 1),
                 "train_s": timing.get("total_s"), "history": history_of(history),
+                "peak_gib": extra.get("gpu_peak_memory_gib"),
                 "plan": (extra.get("numerics") or {}),
             }  # fmt: skip
 

@@ -216,6 +216,12 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         help="how the training GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within "
         "each node, nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
     )
+    arg(
+        "--fsdp-gather",
+        choices=["float32", "bfloat16"],
+        help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
+        "computes) or bfloat16 (verl's: less memory and traffic, not what one GPU computes)",
+    )
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(
         "--nodes",
@@ -288,7 +294,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.turns is not None:
         collect["turns"] = args.turns
     training = values.setdefault("training", {})
-    for flag in ("mode", "max_steps", "reward", "precision", "sharding", "nodes", "rdzv_endpoint"):
+    for flag in ("mode", "max_steps", "reward", "precision", "sharding", "fsdp_gather", "nodes",
+                 "rdzv_endpoint"):  # fmt: skip
         if getattr(args, flag) is not None:
             training[flag] = getattr(args, flag)
     if args.gpus is not None:

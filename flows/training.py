@@ -125,6 +125,12 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         help="how the GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within each node, "
         "nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
     )
+    arg(
+        "--fsdp-gather",
+        choices=["float32", "bfloat16"],
+        help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
+        "computes) or bfloat16 (verl's: less memory and traffic, not what one GPU computes)",
+    )
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")
     arg("--node-rank", type=int, help="this machine's rank among --nodes (0 hosts the rendezvous)")
@@ -157,6 +163,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         ("save_steps", "save_steps"),
         ("num_processes", "num_processes"),
         ("sharding", "sharding"),
+        ("fsdp_gather", "fsdp_gather"),
         ("accelerate_config", "accelerate_config"),
         ("nodes", "nodes"),
         ("node_rank", "node_rank"),

@@ -14,6 +14,10 @@ config, `engines.memory` for the per-layer shapes):
            + vLLM's share when it is colocated and awake while the optimizer steps
              (vllm_gpu_memory_utilization x the GPU; 0 in sleep mode, `vllm_share` plans it)
            + one row's fp32 log-softmax temporaries (completion x vocabulary x 8 bytes)
+           + when sharded, what is gathered whole at a time (`gathered_bytes`: the root's
+             embeddings and head, the head's gradient, two decoder layers and their gradients),
+             in the trainable dtype (FSDP gathers the float32 master weights under `mixed`:
+             cobalt.training.precision)
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
     per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
                  + length x activation bytes per token x 2         (one layer recomputed + grads)
@@ -78,9 +82,11 @@ def fixed_bytes(
     vocab_size: int,
     total_bytes: int,
     shards: int = 1,
+    gathered_bytes: int = 0,
 ) -> int:
     """Everything but the per-sequence activations (see the module docstring); `shards`: the
-    processes fsdp / zero3 spread the model's state and the reference model over."""
+    processes fsdp / zero3 spread the model's state and the reference model over;
+    `gathered_bytes`: what a sharded process holds whole at a time (`gathered_bytes`)."""
     return (
         state_bytes(
             parameters,
@@ -92,8 +98,9 @@ def fixed_bytes(
         )
         + vllm_bytes
         + completion_tokens * vocab_size * 8  # one row's fp32 log-softmax temporaries
+        + (gathered_bytes if shards > 1 else 0)
         + 2 * GIB
-        + total_bytes // 20  # reserve: fragmentation, CUDA context, NCCL, gathered layers
+        + total_bytes // 20  # reserve: fragmentation, CUDA context, NCCL
     )
 
 
@@ -114,6 +121,20 @@ def state_bytes(
     learned = trainable * (2 * master + 8)  # weights, gradients, Adam's m and v (fp32)
     reference = parameters * frozen if reference_model else 0
     return (base + learned + reference) // shards
+
+
+def gathered_bytes(model_config: Any, trainable_dtype: str) -> int:
+    """What a sharded process holds whole at a time, in the trainable dtype: the root's weights
+    (embeddings and an untied head: FSDP keeps the root gathered from the forward to the end of
+    the backward), the head's gradient (the first one the backward makes, the root's are
+    reduced last) and two decoder layers (one computing, one prefetched) with their gradients."""
+    config = text_config(model_config)
+    hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    head = int(config.vocab_size) * hidden
+    root = head * (1 if tied else 2)
+    per_layer = (parameter_count(model_config) - root - hidden) // max(layers, 1)
+    return (root + head + 4 * per_layer) * dtype_bytes(trainable_dtype)
 
 
 def parameter_count(model_config: Any) -> int:
@@ -234,6 +255,9 @@ def fit_micro_batch(
         vocab_size=int(text_config(model_config).vocab_size),
         total_bytes=gpu_bytes,
         shards=shards,
+        gathered_bytes=gathered_bytes(
+            model_config, "bfloat16" if config.fsdp_gather == "bfloat16" else numerics.trainable
+        ),
     )
     compute = "bfloat16" if numerics.compute != "float32" else "float32"
     return plan_micro_batch(

@@ -62,6 +62,7 @@ class TrainingPlan(BaseModel):
     mixed_precision: str  # bf16 or no: the launch's --mixed_precision
     precision: str  # mixed, fp32 or bf16
     reduce_dtype: str  # gradients summed across processes in this dtype
+    gather_dtype: str = "float32"  # FSDP gathers the layers in this dtype under mixed precision
     gpus: int  # visible on the machine planned for
     gpu_bytes: int  # each process plans its micro-batch against this (the smallest GPU's)
     plans_micro_batch: bool = False  # the preset plans it from memory (paper)
@@ -94,7 +95,12 @@ class TrainingPlan(BaseModel):
             where += f", {self.sharding}"
         parts = [
             where,
-            f"precision {self.precision} (gradients reduced in {self.reduce_dtype})",
+            f"precision {self.precision} (gradients reduced in {self.reduce_dtype}"
+            + (
+                f", layers gathered in {self.gather_dtype})"
+                if self.sharding in ("fsdp", "hybrid") and self.processes > 1
+                else ")"
+            ),
             f"micro-batch planned for {self.gpu_bytes / GIB:.0f} GiB a GPU on every process"
             if self.gpus and self.plans_micro_batch
             else "",
@@ -157,6 +163,7 @@ def plan_training(
         mixed_precision="bf16" if numerics.precision == "mixed" else "no",
         precision=numerics.precision,
         reduce_dtype=numerics.reduce,
+        gather_dtype=config.fsdp_gather if numerics.autocast else numerics.trainable,
         gpus=gpus,
         gpu_bytes=machine.gpu_bytes,
         plans_micro_batch=config.defaults().plan_micro_batch,

@@ -174,11 +174,12 @@ def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def set_distributed_numerics(accelerator: Any, numerics: Numerics) -> None:
+def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str = "float32") -> None:
     """Before the trainer wraps the model, the numerics of one process on several: under FSDP
     and `mixed`, a policy that gathers the float32 master weights (no parameter dtype: the bf16
-    autocast accelerate puts around the forward computes with them, as in one process) and
-    reduces the gradients in `numerics.reduce`; under DeepSpeed, `communication_data_type` and
+    autocast accelerate puts around the forward computes with them, as in one process, its weight
+    cache off; `gather` bfloat16: accelerate's own policy, the layers gathered and computed in
+    bf16, as verl does) and reduces the gradients in `numerics.reduce`; under DeepSpeed, `communication_data_type` and
     `grad_accum_dtype`. DDP needs nothing: it reduces the gradients of the weights, in their own
     (float32) dtype."""
     import torch
@@ -186,18 +187,27 @@ def set_distributed_numerics(accelerator: Any, numerics: Numerics) -> None:
 
     kind = accelerator.distributed_type
     if kind == DistributedType.FSDP and numerics.autocast:
+        from accelerate.utils import AutocastKwargs
+
+        layers = torch.bfloat16 if gather == "bfloat16" else None
+
+        # autocast caches the bf16 cast of every weight that is a leaf requiring grad until the
+        # forward ends: FSDP's gathered layers are, so the cache would hold a whole bf16 copy
+        # of the model on every GPU; off, each layer's cast goes with the layer (the same
+        # numbers: the 0.7B parity run on 2 GPUs was bit-identical with it on and off)
+        accelerator.autocast_handler = AutocastKwargs(cache_enabled=False)
         plugin = accelerator.state.fsdp_plugin
         if plugin.fsdp_version == 2:
             from torch.distributed.fsdp import MixedPrecisionPolicy
 
             plugin.mixed_precision_policy = MixedPrecisionPolicy(
-                param_dtype=None, reduce_dtype=getattr(torch, numerics.reduce)
+                param_dtype=layers, reduce_dtype=getattr(torch, numerics.reduce)
             )
         else:
             from torch.distributed.fsdp import MixedPrecision
 
             plugin.mixed_precision_policy = MixedPrecision(
-                param_dtype=None, reduce_dtype=getattr(torch, numerics.reduce)
+                param_dtype=layers, reduce_dtype=getattr(torch, numerics.reduce)
             )
     elif kind == DistributedType.DEEPSPEED:
         names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}

@@ -6,7 +6,8 @@ compute what one computes).
 Each policy trains the same micro-batches of a Qwen3-shaped model built from a config (random
 weights, float32 master copy, one `fully_shard` per decoder layer and one at the root, gradient
 checkpointing as the paper preset has) and reports the forward + backward time a micro-batch,
-the peak memory a GPU, and the loss and gradient norm of the first micro-batch. Three policies:
+the peak memory a GPU above what was allocated before the model was built (over the run, and
+over the first forward), and the loss and gradient norm of the first micro-batch. Three policies:
 
 - `bf16-gather`: param_dtype bf16 (the whole forward in bf16 weights: not what one GPU computes);
 - `fp32-gather`: no param dtype, the autocast's weight cache on (what the trainers run);
@@ -22,6 +23,7 @@ the peak memory a GPU, and the loss and gradient norm of the first micro-batch. 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import time
@@ -46,7 +48,7 @@ def build(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device)
     model.gradient_checkpointing_enable({"use_reentrant": False})
     model.config.use_cache = False
-    return model
+    return model.train()  # checkpointing applies in training mode only
 
 
 def shard(model: torch.nn.Module, policy: str) -> None:
@@ -60,6 +62,10 @@ def shard(model: torch.nn.Module, policy: str) -> None:
 
 
 def measure(args: argparse.Namespace, policy: str, device: torch.device) -> dict:
+    gc.collect()  # FSDP's hooks hold the previous policy's model in reference cycles
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated() / 2**30 if device.type == "cuda" else None
     model = build(args, device)
     shard(model, policy)
     rank = dist.get_rank()
@@ -78,6 +84,8 @@ def measure(args: argparse.Namespace, policy: str, device: torch.device) -> dict
         began = time.perf_counter()
         with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache):
             loss = model(input_ids=ids, labels=ids).loss
+        if gpu and i == 0:
+            forward_peak = torch.cuda.max_memory_allocated() / 2**30
         loss.backward()
         if gpu:
             torch.cuda.synchronize()
@@ -85,15 +93,17 @@ def measure(args: argparse.Namespace, policy: str, device: torch.device) -> dict
             norm = torch.sqrt(
                 sum((p.grad.full_tensor().float() ** 2).sum() for p in model.parameters())
             )
-            first = {"loss": float(loss), "grad_norm": float(norm)}
+            first = {"loss": float(loss.detach()), "grad_norm": float(norm)}
         model.zero_grad(set_to_none=True)
         if i >= args.warmup:
             times.append(time.perf_counter() - began)
-    peak = round(torch.cuda.max_memory_allocated() / 2**30, 2) if gpu else None
+    peak = round(torch.cuda.max_memory_allocated() / 2**30 - before, 2) if gpu else None
+    forward = round(forward_peak - before, 2) if gpu else None
     del model, batches
     if gpu:
         torch.cuda.empty_cache()
     return {"policy": policy, "step_s": sorted(times)[len(times) // 2], "peak_gib": peak,
+            "forward_peak_gib": forward, "left_before_gib": before and round(before, 2),
             **first}  # fmt: skip
 
 

@@ -208,11 +208,24 @@ case "${1:-}" in
     wait_for "$NODE/parity.rc" 560
     echo "parity: $(cat "$NODE/parity.rc" 2>/dev/null || echo running) at $(elapsed) s"
     cat "$NODE/parity_mixed.json" 2>/dev/null | head -c 4000 ;;
-  parity2-collect)  # parity2's run, then fsdp in fp32 and fsdp over 2 "nodes" of G/2 GPUs
-    wait_for "$NODE/parity.rc" 400
+  parity2-product)  # the product's fsdp in mixed precision with the autocast cache off: the
+    # same numbers as parity2's (bit-identical: a GPU repeat is), its peak memory
+    bash infra/gpu-bundle/install.sh >/dev/null
+    build_07b
+    python3 -m benchmarks.parity --model /root/model-07b --preset paper --precision mixed \
+      --layouts 1 "$G:fsdp" --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 \
+      --loss-abs 0.01 --json "$OUT/parity_mixed_nocache.json" >"$NODE/parity-nc.log" 2>&1
+    echo "parity exit $? at $(elapsed) s"; grep -A4 "^| layout" "$NODE/parity-nc.log" ;;
+  parity2-collect)  # parity2's run, the gather's cost at the 4B shape, then fsdp in fp32 on 1
+    # node and over 2 "nodes" of G/2 GPUs
+    [ -f "$NODE/parity.log" ] && wait_for "$NODE/parity.rc" 400  # a fresh machine has none
+    timeout 200 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py --hidden 2560 \
+      --layers 36 --heads 32 --json "$OUT/fsdp_gather_cost_4b.json" >"$NODE/gather4b.log" 2>&1
+    echo "gather cost (4B shape) exit $? at $(elapsed) s"; grep -E '"(policy|step_s|peak_gib|forward_peak_gib)"' "$NODE/gather4b.log"
     echo "parity exit $(cat "$NODE/parity.rc" 2>/dev/null || echo running) at $(elapsed) s"
     grep -A10 "^| layout" "$NODE/parity.log"; grep -a verdict "$NODE/parity.log"
     cp "$NODE/parity_mixed.json" "$NODE/parity.log" "$OUT/" 2>/dev/null
+    [ -f /root/model-07b/config.json ] || build_07b
     timeout $((560 - $(elapsed))) python3 -m benchmarks.parity --model /root/model-07b \
       --preset paper --precision fp32 --layouts 1 "$G:fsdp" "2x$((G / 2)):fsdp" --lr 1e-5 \
       --step 32 --micro-batch 4 --prompts 64 --tolerance 1e-3 \

@@ -44,6 +44,11 @@ def test_training_flags_reach_the_training_config(tmp_path: Path) -> None:
     assert p.training.lora is not None and p.training.lora.r == 16
     assert (p.training.num_processes, p.training.sharding) == (2, "ddp")
     assert training.parse_params([]).training.lora is None
+    assert training.parse_params([]).training.fsdp_gather == "float32"  # one GPU's numerics
+    gather = training.parse_params(
+        ["--gpus", "2", "--sharding", "fsdp", "--fsdp-gather", "bfloat16"]
+    )
+    assert gather.training.fsdp_gather == "bfloat16"
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"training": {"lora": {"r": 4}}}))
     assert training.parse_params(["--config", str(config), "--lora"]).training.lora.r == 4

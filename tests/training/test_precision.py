@@ -211,6 +211,10 @@ def test_fsdp_gathers_the_master_weights_and_reduces_in_float32_under_mixed_prec
     set_distributed_numerics(accelerator, mixed)
     policy = plugin.mixed_precision_policy
     assert (policy.param_dtype, policy.reduce_dtype) == (None, torch.float32)
+    assert accelerator.autocast_handler.cache_enabled is False  # no bf16 copy of every layer
+    set_distributed_numerics(accelerator, mixed, "bfloat16")  # --fsdp-gather bfloat16: verl's
+    policy = plugin.mixed_precision_policy
+    assert (policy.param_dtype, policy.reduce_dtype) == (torch.bfloat16, torch.float32)
     config = {"bf16": {"enabled": True}}
     deepspeed = SimpleNamespace(
         distributed_type=DistributedType.DEEPSPEED,

@@ -155,6 +155,25 @@ def test_fixed_memory_of_full_fine_tuning_and_lora() -> None:
     assert full - reserve == 16 * 10**9 + 2 * 10**9
     assert lora - reserve == 2 * 10**9
     assert TrainingConfig(preset="paper", lora=LoraSettings()).lora is not None
+    sharded = fixed_bytes(10**9, trainable=10**9, reference_model=True, shards=4,
+                          gathered_bytes=3 * GIB, **common)  # fmt: skip
+    assert sharded - reserve == (16 * 10**9 + 2 * 10**9) // 4 + 3 * GIB  # gathered whole
+    assert fixed_bytes(10**9, trainable=10**9, reference_model=True, gathered_bytes=3 * GIB,
+                       **common) == full  # one process gathers nothing  # fmt: skip
+
+
+def test_a_sharded_process_counts_the_layers_it_gathers_in_float32() -> None:
+    """FSDP gathers the float32 master weights under mixed precision: at the 8B shape the root
+    (embeddings and head, 1.2B parameters), the head's gradient and two layers with their
+    gradients are ~9.8 GiB in float32, half of it in bf16."""
+    from transformers import Qwen3Config
+
+    from cobalt.training.memory import gathered_bytes
+
+    shape = Qwen3Config(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32,
+                        num_key_value_heads=8, intermediate_size=12288, vocab_size=151936)  # fmt: skip
+    assert 9.5 * GIB < gathered_bytes(shape, "float32") < 10 * GIB
+    assert gathered_bytes(shape, "float32") == 2 * gathered_bytes(shape, "bfloat16")
 
 
 def test_each_preset_has_one_row_and_the_training_code_reads_only_the_row() -> None:

@@ -320,6 +320,9 @@ def test_the_host_memory_of_the_processes_loads_is_planned(tmp_path) -> None:
     assert plan.host_bytes_needed == 4 * params * (4 + 2)
     assert 180 * GIB < plan.host_bytes_needed < 190 * GIB
     assert "host memory at load ~183 of 512 GiB free" in plan.describe()
+    assert "(gradients reduced in float32, layers gathered in float32)" in plan.describe()
+    verl = config.model_copy(update={"fsdp_gather": "bfloat16"})
+    assert "layers gathered in bfloat16" in plan_training(verl, model, machine(4)).describe()
     with pytest.raises(TrainingMemoryError, match=r"host memory: 4 training process\(es\) load "
                        r"the policy .* ~183 GiB, but 128 GiB are free on this machine: use "
                        r"--sharding zero3 .*--lora"):  # fmt: skip
