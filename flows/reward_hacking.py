@@ -35,7 +35,7 @@ from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.stages import close_engines
 from flows.cli import add_running_args, read_config, run_flow_cli, running_values
 from flows.trajectories import trajectories_flow
-from tasks.cluster import task_runner
+from tasks.cluster import on_every_worker, task_runner
 from tasks.reward_hacking import Stages, local_model, preflight, report
 
 
@@ -55,6 +55,7 @@ def reward_hacking_flow(params: HackingParams) -> HackingSummary:
             judged = stages.judged(errors)
         finally:
             close_engines()
+            on_every_worker(runner, close_engines)
     return report(params, spec, errors, judged, judge.model, ready.compare)
 
 

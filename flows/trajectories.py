@@ -43,7 +43,7 @@ from flows.cli import (
     storage_values,
     validation_line,
 )
-from tasks.cluster import task_runner
+from tasks.cluster import on_every_worker, task_runner
 from tasks.trajectories import Stages, preflight, report
 
 
@@ -60,6 +60,7 @@ def trajectories_flow(params: TrajectoryParams) -> TrajectorySummary:
             evaluation = stages.evaluation(multiturn)
         finally:
             close_engines()
+            on_every_worker(runner, close_engines)  # a served engine keeps a node's GPUs
     return report(params, ready, initial, multiturn, evaluation)
 
 

@@ -6,12 +6,15 @@ task of a worker that dies, and the task resumes from what it had committed (doc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from prefect import Task
 from prefect.task_runners import TaskRunner
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -32,6 +35,20 @@ def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
         runner = DaskTaskRunner(address=cluster)
     with runner:
         yield runner
+
+
+def on_every_worker(runner: TaskRunner | None, fn: Callable[[], Any]) -> dict[str, Any]:
+    """`fn()` in every worker process of the cluster (nothing without one), each worker's result
+    by its address; a worker that fails or is gone is logged and left out. For what a stage
+    leaves in its workers' processes: an engine that would keep a node's GPUs after the stage
+    (`close_engines`), when the next stage (training) wants them."""
+    if runner is None:
+        return {}
+    try:
+        return runner.client.run(fn, on_error="ignore")
+    except Exception as exc:  # cleanup: a stage that finished stays finished
+        log.warning("%s on the cluster's workers: %s", fn.__name__, exc)
+        return {}
 
 
 def run_all(

@@ -230,9 +230,14 @@ def engine_for(config: EngineConfig) -> Engine:
     return _ENGINES[key]
 
 
-def close_engines() -> None:
+def close_engines() -> int:
+    """Close this process's engines (a served one stops its server and frees its GPUs); returns
+    how many were open."""
+    closed = 0
     while _ENGINES:
         _ENGINES.popitem()[1].close()
+        closed += 1
+    return closed
 
 
 def read_stage(

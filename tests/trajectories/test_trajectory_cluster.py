@@ -126,3 +126,12 @@ def test_a_cluster_run_equals_a_local_run_and_survives_a_killed_worker(
     states = task_run_states(state.state_details.flow_run_id)
     shard_runs = [name for name in states if "-merge-" not in name]
     assert len(shard_runs) == 12 and set(states.values()) == {"Completed"}, states
+    # the engines the shards opened in the workers were closed with the stage (a served engine
+    # would keep a node's GPUs from the training stage after it)
+    from distributed import Client
+
+    from cobalt.trajectories.stages import close_engines
+
+    with Client(dask_cluster["address"], timeout=60) as client:
+        left = client.run(close_engines)
+    assert left and set(left.values()) == {0}, left
