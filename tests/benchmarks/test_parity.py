@@ -34,16 +34,23 @@ def fsdp_on_cpu(monkeypatch):
     return lift
 
 
+def passing_rows(tmp_path: Path, *argv: str) -> list[dict]:
+    """`python -m benchmarks.parity ARGV` here: its rows, after checking that every layout was
+    within the tolerance (exit 0, `ok`)."""
+    out = tmp_path / "parity.json"
+    code = parity.main([*argv, "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert code == 0 and result["ok"], result["rows"]
+    return result["rows"]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", ["grpo", "offline"])
 def test_two_processes_train_what_one_trains_and_a_resume_what_a_run_trains(mode, tmp_path):
-    out = tmp_path / "parity.json"
-    code = parity.main(["--mode", mode, "--kill-resume", "2:ddp", "--json", str(out)])
-    result = json.loads(out.read_text())
+    found = passing_rows(tmp_path, "--mode", mode, "--kill-resume", "2:ddp")
     rows = {r["layout"].split(" ")[0] + (" resumed" if "resumed" in r["layout"] else ""): r
-            for r in result["rows"]}  # fmt: skip
-    assert code == 0 and result["ok"], result["rows"]
+            for r in found}  # fmt: skip
     two, resumed = rows["2:ddp"], rows["2:ddp resumed"]
     assert two["steps"] == resumed["steps"] == 4 and resumed["killed"] and two["wrapped"] == "ddp"
     assert two["weights_rel"] <= 1e-3 and resumed["weights_rel"] <= 1e-3
@@ -55,11 +62,8 @@ def test_two_processes_train_what_one_trains_and_a_resume_what_a_run_trains(mode
 def test_two_nodes_of_one_process_train_what_one_node_of_two_trains(tmp_path):
     """Two launchers with node ranks 0 and 1 meeting at one rendezvous (two machines, here on
     one host) against one node of two processes: the same losses and weights."""
-    out = tmp_path / "parity.json"
-    code = parity.main(["--layouts", "2:ddp", "2x1:ddp", "--json", str(out)])
-    result = json.loads(out.read_text())
-    assert code == 0 and result["ok"], result["rows"]
-    nodes = next(r for r in result["rows"] if r["layout"] == "2x1:ddp")
+    rows = passing_rows(tmp_path, "--layouts", "2:ddp", "2x1:ddp")
+    nodes = next(r for r in rows if r["layout"] == "2x1:ddp")
     assert nodes["steps"] == 4 and nodes["weights_rel"] <= 1e-3 and nodes["loss_max_rel"] <= 1e-3
 
 
@@ -70,12 +74,9 @@ def test_zero3_trains_what_one_process_trains(tmp_path):
     gradient checkpointing) in fp32: the same per-step losses and the same saved weights as one
     process. The saved policy is ZeRO-3's float32 master copy gathered from its shards
     (`cobalt.training.weights.master_weights`)."""
-    out = tmp_path / "parity.json"
-    code = parity.main(["--layouts", "1", "2:zero3", "1@2", "--preset", "paper", "--precision",
-                        "fp32", "--lr", "1e-5", "--json", str(out)])  # fmt: skip
-    result = json.loads(out.read_text())
-    assert code == 0 and result["ok"], result["rows"]
-    rows = {r["layout"]: r for r in result["rows"]}
+    found = passing_rows(tmp_path, "--layouts", "1", "2:zero3", "1@2", "--preset", "paper",
+                         "--precision", "fp32", "--lr", "1e-5")  # fmt: skip
+    rows = {r["layout"]: r for r in found}
     zero3, regrouped = rows["2:zero3"], rows["1@2"]
     assert zero3["steps"] == 4 and zero3["weights_rel"] <= 1e-3 and zero3["update_max_abs"] > 1e-6
     assert zero3["wrapped"] == "zero3" and regrouped["wrapped"] == "none"
@@ -91,12 +92,9 @@ def test_fsdp_trains_what_one_process_trains_and_a_resume_what_a_run_trains(fsdp
     shards) on two CPU processes, the paper preset in fp32 against one process; then the fsdp
     run killed after its first sharded checkpoint and resumed, against the uninterrupted one."""
     fsdp_on_cpu("1")
-    out = tmp_path / "parity.json"
-    code = parity.main(["--layouts", "1", "2:fsdp", "--kill-resume", "2:fsdp", "--preset",
-                        "paper", "--precision", "fp32", "--lr", "1e-5", "--json", str(out)])  # fmt: skip
-    result = json.loads(out.read_text())
-    assert code == 0 and result["ok"], result["rows"]
-    fsdp, resumed = result["rows"][1], result["rows"][2]
+    _, fsdp, resumed = passing_rows(tmp_path, "--layouts", "1", "2:fsdp", "--kill-resume",
+                                    "2:fsdp", "--preset", "paper", "--precision", "fp32",
+                                    "--lr", "1e-5")  # fmt: skip
     assert fsdp["layout"] == "2:fsdp" and fsdp["wrapped"] == "fsdp"  # sharded, not ddp
     assert fsdp["steps"] == 4 and fsdp["weights_rel"] <= 1e-3 and fsdp["update_max_abs"] > 1e-6
     assert resumed["killed"] and resumed["steps"] == 4 and resumed["weights_rel"] <= 1e-3
@@ -111,12 +109,8 @@ def test_fsdp_in_mixed_precision_computes_what_ddp_computes(fsdp_on_cpu, tmp_pat
     2.8x what regrouping a step's rows does (docs/SCALING.md); FSDP's remaining difference is its
     sharded reduction and gradient norm."""
     fsdp_on_cpu("1")
-    out = tmp_path / "parity.json"
-    code = parity.main(["--layouts", "2:ddp", "2:fsdp", "--preset", "paper", "--precision",
-                        "mixed", "--lr", "1e-5", "--tolerance", "0.01", "--json", str(out)])  # fmt: skip
-    result = json.loads(out.read_text())
-    assert code == 0 and result["ok"], result["rows"]
-    fsdp = result["rows"][1]
+    _, fsdp = passing_rows(tmp_path, "--layouts", "2:ddp", "2:fsdp", "--preset", "paper",
+                           "--precision", "mixed", "--lr", "1e-5", "--tolerance", "0.01")  # fmt: skip
     assert (fsdp["wrapped"], fsdp["gather"], fsdp["reduce"]) == ("fsdp", "float32", "float32")
     assert fsdp["steps"] == 4 and fsdp["weights_rel"] <= 0.01 and fsdp["update_max_abs"] > 1e-6
 
@@ -128,12 +122,8 @@ def test_hybrid_sharding_on_two_nodes_trains_what_one_process_trains(fsdp_on_cpu
     FSDP2 on a 2-D mesh (the nodes replicate, a node's processes shard), the paper preset in
     fp32 against one process."""
     fsdp_on_cpu("1")
-    out = tmp_path / "parity.json"
-    code = parity.main(["--layouts", "1", "2x2:hybrid", "--preset", "paper", "--precision",
-                        "fp32", "--lr", "1e-5", "--json", str(out)])  # fmt: skip
-    result = json.loads(out.read_text())
-    assert code == 0 and result["ok"], result["rows"]
-    hybrid = result["rows"][1]
+    _, hybrid = passing_rows(tmp_path, "--layouts", "1", "2x2:hybrid", "--preset", "paper",
+                             "--precision", "fp32", "--lr", "1e-5")  # fmt: skip
     assert hybrid["wrapped"] == "hybrid" and hybrid["steps"] == 4  # a 2-D mesh, read back
     assert hybrid["weights_rel"] <= 1e-3 and hybrid["update_max_abs"] > 1e-6
 
