@@ -177,11 +177,11 @@ def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
 def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str = "float32") -> None:
     """Before the trainer wraps the model, the numerics of one process on several: under FSDP
     and `mixed`, a policy that gathers the float32 master weights (no parameter dtype: the bf16
-    autocast accelerate puts around the forward computes with them, as in one process, its weight
-    cache off; `gather` bfloat16: accelerate's own policy, the layers gathered and computed in
-    bf16, as verl does) and reduces the gradients in `numerics.reduce`; under DeepSpeed, `communication_data_type` and
-    `grad_accum_dtype`. DDP needs nothing: it reduces the gradients of the weights, in their own
-    (float32) dtype."""
+    autocast accelerate puts around the forward computes with them, as in one process, its
+    weight cache off; `gather` bfloat16: accelerate's own policy, the layers gathered and
+    computed in bf16, as verl does) and reduces the gradients in `numerics.reduce`; under
+    DeepSpeed, `communication_data_type` and `grad_accum_dtype`. DDP needs nothing: it reduces
+    the gradients of the weights, in their own (float32) dtype."""
     import torch
     from accelerate.utils import DistributedType
 
@@ -190,7 +190,6 @@ def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str =
         from accelerate.utils import AutocastKwargs
 
         layers = torch.bfloat16 if gather == "bfloat16" else None
-
         # autocast caches the bf16 cast of every weight that is a leaf requiring grad until the
         # forward ends: FSDP's gathered layers are, so the cache would hold a whole bf16 copy
         # of the model on every GPU; off, each layer's cast goes with the layer (the same
