@@ -39,7 +39,8 @@ def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
 
 def on_every_worker(runner: TaskRunner | None, fn: Callable[[], Any]) -> dict[str, Any]:
     """`fn()` in every worker process of the cluster (nothing without one), each worker's result
-    by its address; a worker that fails or is gone is logged and left out. For what a stage
+    by its address; a worker whose call fails is left out, and a cluster that cannot be reached
+    is logged (a stage that finished stays finished). For what a stage
     leaves in its workers' processes: an engine that would keep a node's GPUs after the stage
     (`close_engines`), when the next stage (training) wants them."""
     if runner is None:
