@@ -45,7 +45,8 @@ def build(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
         max_position_embeddings=args.tokens, tie_word_embeddings=False,
     )  # fmt: skip
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32).to(device)
+    with device:  # drawn where it runs: an 8B shape's random init on the CPU takes minutes
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.gradient_checkpointing_enable({"use_reentrant": False})
     model.config.use_cache = False
     return model.train()  # checkpointing applies in training mode only
@@ -117,6 +118,10 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument(
+        "--policies", nargs="+", choices=POLICIES, default=list(POLICIES),
+        help="the first is the baseline of time_vs_bf16_gather",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     gpu = torch.cuda.is_available()
@@ -125,7 +130,7 @@ def main() -> None:
     if gpu:
         torch.cuda.set_device(local)
     device = torch.device("cuda", local) if gpu else torch.device("cpu")
-    rows = [measure(args, policy, device) for policy in POLICIES]
+    rows = [measure(args, policy, device) for policy in args.policies]
     if dist.get_rank() == 0:
         base = rows[0]["step_s"]
         for row in rows:
@@ -133,7 +138,7 @@ def main() -> None:
             row["step_s"] = round(row["step_s"], 4)
         name = torch.cuda.get_device_name() if gpu else "cpu"
         result = {"processes": dist.get_world_size(), "device": name,
-                  "shape": vars(args) | {"json": None}, "rows": rows}  # fmt: skip
+                  "shape": vars(args) | {"json": None, "policies": None}, "rows": rows}  # fmt: skip
         print(json.dumps(result, indent=1))
         if args.json:
             args.json.write_text(json.dumps(result, indent=1) + "\n")

@@ -172,25 +172,29 @@ case "${1:-}" in
     bash infra/gpu-bundle/install.sh >/dev/null
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
     echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
-    python3 -c 'import deepspeed; print("deepspeed", deepspeed.__version__)' 2>&1 | tail -1
     (build_8b) >"$NODE/model.log" 2>&1 &
     (prep_runs) >"$NODE/prep.log" 2>&1 &
     # the 0.7B shape's weights drawn in bf16 and saved as float32: every layout's float32
     # master copy starts from the same values (DeepSpeed's bf16 mode builds its master copy from
     # bf16 weights: an fp32 checkpoint's low bits would be lost at its start alone)
     CUDA_VISIBLE_DEVICES=1 build_07b
-    # the stated mixed-precision tolerance: weights_rel <= 0.1, a step's loss within 0.01;
-    # 1@8 is the yardstick: one process, its step in micro-batches of 8 instead of 4 (bf16
-    # rounding regrouped, nothing else); ddp and zero3 were measured on 2026-11-27
-    timeout 420 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
-      --precision mixed --layouts 1 1@8 "$G:fsdp" --kill-resume "$G:fsdp" \
+    # beside it, the embedded default as a user starts it with --gpus G --sharding fsdp
+    rm -f "$NODE/default4.done"
+    (OUT="$OUT" bash scripts/gpu/node.sh default4; touch "$NODE/default4.done") \
+      >"$NODE/default4.out" 2>&1 &
+    # the stated mixed-precision tolerance: weights_rel <= 0.1, a step's loss within 0.01; the
+    # yardstick (1@8: one process, micro-batches of 8 instead of 4) was measured on 4x H200 on
+    # 2026-11-28 (weights_rel 0.038): a one-process run repeats bit for bit on the same card
+    timeout 480 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+      --precision mixed --layouts 1 "$G:fsdp" --kill-resume "$G:fsdp" \
       --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
       --json "$OUT/parity_${G}gpu.json" >"$NODE/parity.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A12 "^| layout" "$NODE/parity.log"
     grep -a "verdict" "$NODE/parity.log"; tail -c 3000 "$NODE/parity.log" >"$OUT/parity_tail.log"
     wait_for "$NODE/model.rc" 560; wait_for "$NODE/prep.done" 560
+    wait_for "$NODE/default4.done" 575
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
-    tail -3 "$NODE/prep.log" ;;
+    tail -3 "$NODE/prep.log"; tail -25 "$NODE/default4.out" ;;
   parity2)  # a 2-GPU machine (issue 45, 2026-11-28 afternoon): what the float32 gather costs,
     # then the 0.7B parity in mixed precision, detached (parity2-collect gathers it)
     bash infra/gpu-bundle/install.sh >/dev/null
@@ -244,6 +248,21 @@ case "${1:-}" in
       --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
       --json "$OUT/parity_hybrid.json" >"$NODE/parity-hybrid.log" 2>&1
     echo "parity hybrid exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-hybrid.log" ;;
+  cost-hybrid)  # (after parity) what the float32 gather costs at the 8B shape (time and peak
+    # memory against the bf16 gather, micro-batches of 2 x 4,096 tokens), then `hybrid`
+    bash infra/gpu-bundle/install.sh >/dev/null
+    timeout 220 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py --hidden 4096 \
+      --layers 36 --heads 32 --tokens 4096 --micro-batch 2 --steps 3 --warmup 1 \
+      --policies bf16-gather fp32-gather-nocache \
+      --json "$OUT/fsdp_gather_cost_8b.json" >"$NODE/gather8b.log" 2>&1
+    echo "gather cost (8B shape) exit $? at $(elapsed) s"; tail -c 2000 "$NODE/gather8b.log"
+    [ -f /root/model-07b/config.json ] || build_07b
+    timeout $((580 - $(elapsed))) python3 -m benchmarks.parity --model /root/model-07b \
+      --preset paper --precision mixed --layouts "$G:fsdp" "2x$((G / 2)):fsdp" \
+      "2x$((G / 2)):hybrid" --lr 1e-5 --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 \
+      --loss-abs 0.01 --json "$OUT/parity_hybrid.json" >"$NODE/parity-hybrid.log" 2>&1
+    echo "parity hybrid exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-hybrid.log"
+    tail -c 2000 "$NODE/parity-hybrid.log" >"$OUT/parity_hybrid_tail.log" ;;
   vllm)  # the bundle's vLLM parts only (the second call on a fresh machine)
     bash infra/gpu-bundle/install.sh >/dev/null; python3 -c 'import vllm; print("vllm", vllm.__version__)' ;;
   default4)  # the embedded default with --gpus G --sharding fsdp (per-process memory in its stats)
@@ -369,6 +388,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
