@@ -132,13 +132,16 @@ def base_config(args: argparse.Namespace) -> TrainingConfig:
 
 
 def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingConfig:
-    """`[NODESx]PROCESSES[:SHARDING][@MICRO]`: `@MICRO` trains the same step in micro-batches of
-    MICRO rows a process (the accumulation follows), the yardstick of a layout whose only change
-    is how a step's rows are grouped."""
+    """`[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO]`: `@MICRO` trains the same step in
+    micro-batches of MICRO rows a process (the accumulation follows), the yardstick of a layout
+    whose only change is how a step's rows are grouped; `/GATHER` FSDP's training.fsdp_gather."""
     layout, _, micro = layout.partition("@")
     shape, _, sharding = layout.partition(":")
+    sharding, _, gather = sharding.partition("/")
     nodes, _, processes = shape.rpartition("x")
     update = {"num_processes": int(processes), "sharding": sharding or "auto", **more}
+    if gather:
+        update["fsdp_gather"] = gather
     if nodes and int(nodes) > 1:
         update |= {"nodes": int(nodes), "rdzv_endpoint": f"127.0.0.1:{free_port()}"}
     if micro:
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         "--layouts",
         nargs="+",
         default=["1", "2:ddp"],
-        help="[NODESx]PROCESSES[:SHARDING][@MICRO], the first is the base",
+        help="[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO], the first is the base",
     )
     arg("--steps", type=int, default=4, help="optimizer steps")
     arg("--step", type=int, default=16, help="completions (rows) per optimizer step")

@@ -218,9 +218,11 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     )
     arg(
         "--fsdp-gather",
-        choices=["float32", "bfloat16"],
+        choices=["float32", "bf16-linear", "bfloat16"],
         help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
-        "computes) or bfloat16 (verl's: less memory and traffic, not what one GPU computes)",
+        "computes), bf16-linear (linear layers cast to bf16 first, as autocast would: the same "
+        "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
+        "computes)",
     )
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(

@@ -127,9 +127,11 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
     )
     arg(
         "--fsdp-gather",
-        choices=["float32", "bfloat16"],
+        choices=["float32", "bf16-linear", "bfloat16"],
         help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
-        "computes) or bfloat16 (verl's: less memory and traffic, not what one GPU computes)",
+        "computes), bf16-linear (linear layers cast to bf16 first, as autocast would: the same "
+        "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
+        "computes)",
     )
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")

@@ -302,13 +302,15 @@ class TrainingConfig(BaseModel):
         "length, each cut to its own longest sequence (cobalt.training.padding; exact for the "
         "dapo loss). None: on with the paper preset.",
     )
-    fsdp_gather: Literal["float32", "bfloat16"] = Field(
+    fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
         description="What FSDP gathers each layer as under mixed precision: float32 (its master "
-        "weights, computed under bf16 autocast: what one GPU computes) or bfloat16 (verl's and "
-        "accelerate's own policy: half the gathered bytes and memory, ~10% faster a micro-batch "
-        "at 2-4B on 2 GPUs, but the whole forward in bf16 weights: not what one GPU computes; "
-        "docs/SCALING.md).",
+        "weights, computed under bf16 autocast: what one GPU computes), bf16-linear (the "
+        "linear layers cast to bf16 before the gather, as autocast casts them after it in one "
+        "process, the rest float32: the same numbers to float32 rounding on CPU, about half "
+        "the gathered bytes; not yet measured on GPUs) or bfloat16 (verl's and accelerate's "
+        "own policy: half the gathered bytes and memory, ~10% faster a micro-batch at 2-8B, "
+        "but the whole forward in bf16 weights: not what one GPU computes; docs/SCALING.md).",
     )
     cudnn_attention: bool = Field(
         True,

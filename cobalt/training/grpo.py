@@ -243,7 +243,7 @@ def train(
             trim_padding=config.trims_padding(),
         )
         cast_trainable(trainer.model, numerics)
-        set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather)
+        set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)
         probe.trainer = trainer
         logger.info(
             "%s; trainable parameters in %s; KL %s; format reward %s",

@@ -123,18 +123,20 @@ def state_bytes(
     return (base + learned + reference) // shards
 
 
-def gathered_bytes(model_config: Any, trainable_dtype: str) -> int:
+def gathered_bytes(model_config: Any, trainable_dtype: str, layers_dtype: str | None = None) -> int:
     """What a sharded process holds whole at a time, in the trainable dtype: the root's weights
     (embeddings and an untied head: FSDP keeps the root gathered from the forward to the end of
     the backward), the head's gradient (the first one the backward makes, the root's are
-    reduced last) and two decoder layers (one computing, one prefetched) with their gradients."""
+    reduced last) and two decoder layers (one computing, one prefetched) with their gradients,
+    those in `layers_dtype` when it differs (`fsdp_gather` bf16-linear)."""
     config = text_config(model_config)
     hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head = int(config.vocab_size) * hidden
     root = head * (1 if tied else 2)
     per_layer = (parameter_count(model_config) - root - hidden) // max(layers, 1)
-    return (root + head + 4 * per_layer) * dtype_bytes(trainable_dtype)
+    layers = 4 * per_layer * dtype_bytes(layers_dtype or trainable_dtype)
+    return (root + head) * dtype_bytes(trainable_dtype) + layers
 
 
 def parameter_count(model_config: Any) -> int:
@@ -256,7 +258,9 @@ def fit_micro_batch(
         total_bytes=gpu_bytes,
         shards=shards,
         gathered_bytes=gathered_bytes(
-            model_config, "bfloat16" if config.fsdp_gather == "bfloat16" else numerics.trainable
+            model_config,
+            "bfloat16" if config.fsdp_gather == "bfloat16" else numerics.trainable,
+            "bfloat16" if config.fsdp_gather == "bf16-linear" else None,
         ),
     )
     compute = "bfloat16" if numerics.compute != "float32" else "float32"

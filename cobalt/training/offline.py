@@ -480,7 +480,7 @@ def train_offline(
         callbacks=[*callbacks, probe],
         settings=settings,
     )
-    set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather)
+    set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)
     probe.trainer = trainer
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)

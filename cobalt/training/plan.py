@@ -45,6 +45,8 @@ from cobalt.training.sharding import (
 from engines.machine import Machine, detect
 
 HOST_HEADROOM = 0.9  # of the host memory free at the plan: what loading may take
+# the plan line's words for FSDP's gather policies (training.fsdp_gather) other than one dtype
+GATHERED = {"bf16-linear": "linear layers gathered in bfloat16, the rest in float32"}
 
 
 class TrainingPlan(BaseModel):
@@ -97,7 +99,7 @@ class TrainingPlan(BaseModel):
             where,
             f"precision {self.precision} (gradients reduced in {self.reduce_dtype}"
             + (
-                f", layers gathered in {self.gather_dtype})"
+                f", {GATHERED.get(self.gather_dtype, f'layers gathered in {self.gather_dtype}')})"
                 if self.sharding in ("fsdp", "hybrid") and self.processes > 1
                 else ")"
             ),

@@ -174,14 +174,17 @@ def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
         config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
-def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str = "float32") -> None:
+def set_distributed_numerics(
+    accelerator: Any, numerics: Numerics, gather: str = "float32", model: Any = None
+) -> None:
     """Before the trainer wraps the model, the numerics of one process on several: under FSDP
-    and `mixed`, a policy that gathers the float32 master weights (no parameter dtype: the bf16
-    autocast accelerate puts around the forward computes with them, as in one process, its
-    weight cache off; `gather` bfloat16: accelerate's own policy, the layers gathered and
-    computed in bf16, as verl does) and reduces the gradients in `numerics.reduce`; under
-    DeepSpeed, `communication_data_type` and `grad_accum_dtype`. DDP needs nothing: it reduces
-    the gradients of the weights, in their own (float32) dtype."""
+    and `mixed`, every weight reaches the compute as one process's bf16 autocast gives it, and
+    the gradients are reduced in `numerics.reduce`: `gather` float32 gathers the float32 master
+    weights whole; bf16-linear with `model` (a full fine-tuning in float32 under FSDP2) makes
+    the units of `shard_as_one_process` (about half the bytes, the same numbers); bfloat16 is
+    accelerate's own policy (every layer gathered and computed in bf16, as verl does). Under DeepSpeed,
+    `communication_data_type` and `grad_accum_dtype`. DDP needs nothing: it reduces the
+    gradients of the weights, in their own (float32) dtype."""
     import torch
     from accelerate.utils import DistributedType
 
@@ -190,6 +193,7 @@ def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str =
         from accelerate.utils import AutocastKwargs
 
         layers = torch.bfloat16 if gather == "bfloat16" else None
+        reduce = getattr(torch, numerics.reduce)
         # autocast caches the bf16 cast of every weight that is a leaf requiring grad until the
         # forward ends: FSDP's gathered layers are, so the cache would hold a whole bf16 copy
         # of the model on every GPU; off, each layer's cast goes with the layer (the same
@@ -200,14 +204,14 @@ def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str =
             from torch.distributed.fsdp import MixedPrecisionPolicy
 
             plugin.mixed_precision_policy = MixedPrecisionPolicy(
-                param_dtype=layers, reduce_dtype=getattr(torch, numerics.reduce)
+                param_dtype=layers, reduce_dtype=reduce
             )
+            if gather == "bf16-linear" and model is not None:
+                shard_as_one_process(model, accelerator, reduce)
         else:
             from torch.distributed.fsdp import MixedPrecision
 
-            plugin.mixed_precision_policy = MixedPrecision(
-                param_dtype=layers, reduce_dtype=getattr(torch, numerics.reduce)
-            )
+            plugin.mixed_precision_policy = MixedPrecision(param_dtype=layers, reduce_dtype=reduce)
     elif kind == DistributedType.DEEPSPEED:
         names = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
         config = accelerator.state.deepspeed_plugin.deepspeed_config
@@ -215,6 +219,89 @@ def set_distributed_numerics(accelerator: Any, numerics: Numerics, gather: str =
         # DeepSpeed's bf16 mode would also sum a step's micro-batches in bf16 (its
         # grad_accum_dtype defaults to the module's dtype); one process sums them in float32
         config.setdefault("data_types", {})["grad_accum_dtype"] = names[numerics.reduce]
+
+
+def _casts_to_bf16(module: Any) -> bool:
+    """Whether bf16 autocast casts every use of the module's own weights to bf16 (a plain
+    `torch.nn.Linear`: `linear` is on autocast's lower-precision list, its weight and bias cast
+    with its input); subclasses and every other module (embeddings, norms) are not assumed to."""
+    import torch
+
+    return type(module) is torch.nn.Linear
+
+
+def _final_norm(model: Any) -> Any:
+    """The norm before the head: the last direct child of the base model whose class is a norm
+    (`model.norm` in Llama and Qwen), or None (accelerate's convention for its tail unit)."""
+    prefix = getattr(model, "base_model_prefix", "")
+    base = getattr(model, prefix, None) if prefix else model
+    found = None
+    for module in getattr(base, "children", lambda: ())():
+        if "Norm" in type(module).__name__:
+            found = module
+    return found
+
+
+def shard_as_one_process(model: Any, accelerator: Any, reduce: Any) -> int:
+    """FSDP2 units for a float32 model under bf16 autocast that compute what one process
+    computes with about half the gathered bytes: the decoder layers' linear weights are cast
+    to bf16 before they are gathered (the cast autocast makes after the gather in one process:
+    the same bits), every other weight (embeddings, norms, the head, which the trainers' fused
+    log-probabilities read directly) is gathered in float32, as one process uses it. Done
+    before accelerate wraps the model: each module holding weights other than a linear layer's
+    becomes its own FSDP unit with no parameter dtype (norms stay gathered: a few KB; the
+    embeddings reshard as the plugin says), the head one unit with the final norm (gathered
+    when the norm runs, kept to the backward: accelerate's tail); the plugin's policy for the
+    rest (the decoder layers) gathers in bf16 and leaves their float32 inputs uncast (the
+    residual stream stays float32). Returns the units made; 0, the plugin's policy then
+    gathering everything in float32, where the model is not all trainable float32 weights,
+    weights are shared between modules other than tied embeddings, no final norm is found, or
+    the plugin loads weights on one process only (`cpu_ram_efficient_loading`)."""
+    import torch
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    plugin = accelerator.state.fsdp_plugin
+    parameters = list(model.parameters())
+    if (
+        getattr(plugin, "cpu_ram_efficient_loading", False)
+        or not parameters
+        or any(not p.requires_grad or p.dtype != torch.float32 for p in parameters)
+        or any(isinstance(m, FSDPModule) for m in model.modules())
+    ):
+        return 0
+    embed = getattr(model, "get_input_embeddings", lambda: None)()
+    head = getattr(model, "get_output_embeddings", lambda: None)()
+    norm = _final_norm(model)
+    tied = embed is not None and head is not None and embed.weight is head.weight
+    owners: dict[int, list[Any]] = {}
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            owners.setdefault(id(p), []).append(module)
+    shared = any(len(mods) > 1 and not (tied and head in mods) for mods in owners.values())
+    if shared or (head is not None and norm is None):
+        return 0
+    mesh = getattr(accelerator, "torch_device_mesh", None)
+    if mesh is not None:
+        mesh = mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)]
+    exact = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=reduce)
+    units = 0
+    if head is not None:  # the tied embedding first: gathered when the forward starts
+        tail = [embed, norm, head] if tied else [norm, head]
+        fully_shard(tail, mesh=mesh, mp_policy=exact, reshard_after_forward=False)
+        units += 1
+    for module in reversed(list(model.modules())):  # a module's children before it
+        if module is model or isinstance(module, FSDPModule) or _casts_to_bf16(module):
+            continue
+        if not any(True for _ in module.parameters(recurse=False)):
+            continue
+        big = module is embed or sum(p.numel() for p in module.parameters(recurse=False)) > 2**20
+        reshard = plugin.reshard_after_forward if big else False
+        fully_shard(module, mesh=mesh, mp_policy=exact, reshard_after_forward=reshard)
+        units += 1
+    plugin.mixed_precision_policy = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=reduce, cast_forward_inputs=False
+    )
+    return units
 
 
 def _fsdp_policy(model: Any) -> Any:
@@ -247,14 +334,26 @@ def reduce_dtype_in_use(model: Any) -> str:
 
 
 def gather_dtype_in_use(model: Any) -> str | None:
-    """The dtype FSDP gathers the wrapped model's layers in for the forward (its policy's
-    parameter dtype, else the weights' own), or None for a model FSDP does not shard."""
-    policy = _fsdp_policy(model)
-    if policy is None:
-        return None
-    if policy.param_dtype is not None:
-        return str(policy.param_dtype).removeprefix("torch.")
-    return _trainable_dtype(model)
+    """The dtype FSDP gathers the wrapped model's weights in for the forward, or None for a
+    model FSDP does not shard: one dtype when every unit gathers alike (a policy's parameter
+    dtype, else the weights' own), `bfloat16 linear, float32 others` for the units
+    `shard_as_one_process` makes."""
+    dtypes = set()
+    for module in model.modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        if state is None:
+            continue
+        dtype = state()._mp_policy.param_dtype
+        params = [p for p in module.parameters() if p.dtype.is_floating_point]
+        if dtype is None and params:
+            dtype = params[0].dtype
+        if dtype is not None:
+            dtypes.add(str(dtype).removeprefix("torch."))
+    if not dtypes:
+        return None if _fsdp_policy(model) is None else _trainable_dtype(model)
+    if dtypes == {"bfloat16", "float32"}:
+        return "bfloat16 linear, float32 others"
+    return dtypes.pop() if len(dtypes) == 1 else ", ".join(sorted(dtypes))
 
 
 def wrapping_in_use(wrapped: Any, model: Any) -> str:

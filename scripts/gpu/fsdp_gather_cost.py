@@ -13,7 +13,11 @@ over the first forward), and the loss and gradient norm of the first micro-batch
 - `fp32-gather`: no param dtype, the autocast's weight cache on (what the trainers run);
 - `fp32-gather-nocache`: the same with torch.autocast(cache_enabled=False): if the autocast cache
   kept every gathered layer's bf16 copy alive until the forward ends, its peak would be lower by
-  about the model's size in bf16.
+  about the model's size in bf16;
+- `as-one-process`: `cobalt.training.precision.shard_as_one_process` (what the trainers run
+  since 2026-11-28 evening): the linear layers cast to bf16 before the gather, the embeddings,
+  norms and head gathered in float32, the cache off; the same loss and gradient as
+  `fp32-gather-nocache` (to the last bits of the embeddings' gradient).
 
     torchrun --nproc_per_node 2 scripts/gpu/fsdp_gather_cost.py --json out.json
     torchrun --nproc_per_node 2 scripts/gpu/fsdp_gather_cost.py --hidden 256 --layers 2 \
@@ -26,13 +30,14 @@ import argparse
 import gc
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
-POLICIES = ("bf16-gather", "fp32-gather", "fp32-gather-nocache")
+POLICIES = ("bf16-gather", "fp32-gather", "fp32-gather-nocache", "as-one-process")
 
 
 def build(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
@@ -53,10 +58,28 @@ def build(args: argparse.Namespace, device: torch.device) -> torch.nn.Module:
 
 
 def shard(model: torch.nn.Module, policy: str) -> None:
+    from types import SimpleNamespace
+
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     gather = torch.bfloat16 if policy == "bf16-gather" else None
     mp = MixedPrecisionPolicy(param_dtype=gather, reduce_dtype=torch.float32)
+    if policy == "as-one-process":  # the module alone: a bare torch image lacks cobalt's needs
+        import importlib.util
+
+        path = Path(__file__).resolve().parents[2] / "cobalt" / "training" / "precision.py"
+        spec = importlib.util.spec_from_file_location("precision", path)
+        precision = importlib.util.module_from_spec(spec)
+        sys.modules["precision"] = precision  # its dataclasses look their module up
+        spec.loader.exec_module(precision)
+        shard_as_one_process = precision.shard_as_one_process
+
+        plugin = SimpleNamespace(
+            cpu_ram_efficient_loading=False, reshard_after_forward=True, mixed_precision_policy=mp
+        )
+        accelerator = SimpleNamespace(state=SimpleNamespace(fsdp_plugin=plugin))
+        assert shard_as_one_process(model, accelerator, torch.float32) > 0
+        mp = plugin.mixed_precision_policy
     for layer in model.model.layers:
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
@@ -75,7 +98,7 @@ def measure(args: argparse.Namespace, policy: str, device: torch.device) -> dict
         torch.randint(0, args.vocab, (args.micro_batch, args.tokens), generator=g).to(device)
         for _ in range(args.steps + args.warmup)
     ]
-    cache = policy != "fp32-gather-nocache"
+    cache = policy in ("bf16-gather", "fp32-gather")
     gpu = device.type == "cuda"
     if gpu:
         torch.cuda.synchronize()

@@ -40,6 +40,10 @@
 #       fp32, killed and resumed too: bf16 rounding out, a logic difference would stay
 #   bash scripts/gpu/node.sh hybrid     # (after parity) 2 nodes x 2 GPUs on one host, fsdp and
 #       hybrid, against 1 node x 4 (issue 47)
+#   bash scripts/gpu/node.sh cost-hybrid  # (after parity) fsdp_gather_cost.py at the 8B shape,
+#       then `hybrid`; `cost-paper`: the cost at the paper's lengths (one 16,384-token sequence)
+# 2026-11-28 evening, one 4x H200 machine, four calls back to back: parity (410 s, the embedded
+# default beside it), b (466 s), cost-hybrid (408 s), cost-paper (44 s): 24 of the 30 minutes.
 #   bash scripts/gpu/node.sh b          # carry .gpu/vllm.part-00 .gpu/vllm.part-01 .gpu/PARTS
 #       verl's shape again, after the changes (`vllm`: the same carry, installed, nothing run)
 #   bash scripts/gpu/node.sh pipeline8b # carry .gpu/site-remote.tar.xz
@@ -263,6 +267,13 @@ case "${1:-}" in
       --loss-abs 0.01 --json "$OUT/parity_hybrid.json" >"$NODE/parity-hybrid.log" 2>&1
     echo "parity hybrid exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-hybrid.log"
     tail -c 2000 "$NODE/parity-hybrid.log" >"$OUT/parity_hybrid_tail.log" ;;
+  cost-paper)  # the gather's cost at the 8B shape and the paper's lengths (one 16,384-token
+    # sequence a micro-batch): the memory the float32 gather adds where an H100 is tightest
+    timeout 240 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py --hidden 4096 \
+      --layers 36 --heads 32 --tokens 16384 --micro-batch 1 --steps 2 --warmup 1 \
+      --policies bf16-gather fp32-gather-nocache \
+      --json "$OUT/fsdp_gather_cost_8b_16k.json" >"$NODE/gather16k.log" 2>&1
+    echo "gather cost (8B shape, 16k tokens) exit $? at $(elapsed) s"; tail -c 1500 "$NODE/gather16k.log" ;;
   vllm)  # the bundle's vLLM parts only (the second call on a fresh machine)
     bash infra/gpu-bundle/install.sh >/dev/null; python3 -c 'import vllm; print("vllm", vllm.__version__)' ;;
   default4)  # the embedded default with --gpus G --sharding fsdp (per-process memory in its stats)

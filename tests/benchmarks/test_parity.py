@@ -107,12 +107,18 @@ def test_fsdp_in_mixed_precision_computes_what_ddp_computes(fsdp_on_cpu, tmp_pat
     the same autocast as DDP and one process do. accelerate's own policy (layers gathered and
     computed in bf16, the residual stream included) trained 0.05 of the update away from DDP here,
     2.8x what regrouping a step's rows does (docs/SCALING.md); FSDP's remaining difference is its
-    sharded reduction and gradient norm."""
+    sharded reduction and gradient norm. `/bf16-linear` (the linear layers cast to bf16 before
+    the gather, the head read by the trainers' fused log-probabilities kept in float32) trains
+    what the float32 gather trains."""
     fsdp_on_cpu("1")
-    _, fsdp = passing_rows(tmp_path, "--layouts", "2:ddp", "2:fsdp", "--preset", "paper",
-                           "--precision", "mixed", "--lr", "1e-5", "--tolerance", "0.01")  # fmt: skip
+    _, fsdp, split = passing_rows(tmp_path, "--layouts", "2:ddp", "2:fsdp", "2:fsdp/bf16-linear",
+                                  "--preset", "paper", "--precision", "mixed", "--lr", "1e-5",
+                                  "--tolerance", "0.01")  # fmt: skip
     assert (fsdp["wrapped"], fsdp["gather"], fsdp["reduce"]) == ("fsdp", "float32", "float32")
     assert fsdp["steps"] == 4 and fsdp["weights_rel"] <= 0.01 and fsdp["update_max_abs"] > 1e-6
+    assert split["gather"] == "bfloat16 linear, float32 others" and split["steps"] == 4
+    # against ddp as the float32 gather is (0.0016 here); against it directly: 0.00027
+    assert abs(split["weights_rel"] - fsdp["weights_rel"]) <= 1e-3
 
 
 @pytest.mark.slow

@@ -49,6 +49,8 @@ def test_training_flags_reach_the_training_config(tmp_path: Path) -> None:
         ["--gpus", "2", "--sharding", "fsdp", "--fsdp-gather", "bfloat16"]
     )
     assert gather.training.fsdp_gather == "bfloat16"
+    split = training.parse_params(["--gpus", "2", "--fsdp-gather", "bf16-linear"])
+    assert split.training.fsdp_gather == "bf16-linear"
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"training": {"lora": {"r": 4}}}))
     assert training.parse_params(["--config", str(config), "--lora"]).training.lora.r == 4

@@ -262,3 +262,84 @@ def test_the_gather_and_reduce_dtypes_in_use_are_read_from_the_wrapped_model() -
         "torch.float32": ("float32", "float32"),  # the trainers': the master weights gathered
         "ddp": (None, "float32"),
     }
+
+
+def _two_micro_batches(rank: int, port: int, gather: str, results) -> None:
+    """One FSDP2 process of two: a tiny Qwen2 model wrapped as the trainers wrap it (the
+    policy of `gather`, then accelerate's FSDP2 preparation), two micro-batches under CPU bf16
+    autocast with gradients synchronised on the second; rank 0 reports the losses, the full
+    gradients and the gather read back."""
+    from types import SimpleNamespace
+
+    import torch.distributed as dist
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from accelerate.utils.fsdp_utils import fsdp2_prepare_model
+    from transformers import AutoModelForCausalLM
+
+    from cobalt.training.precision import gather_dtype_in_use, set_distributed_numerics
+    from engines.tiny import tiny_config
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(tiny_config(1024, 64, 2, 4, 2, 128))
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+        plugin = FullyShardedDataParallelPlugin(
+            fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True
+        )
+        plugin.set_mixed_precision("bf16")
+        accelerator = SimpleNamespace(
+            distributed_type=DistributedType.FSDP, state=SimpleNamespace(fsdp_plugin=plugin),
+            torch_device_mesh=None, mixed_precision="bf16", is_main_process=rank == 0,
+            device=torch.device("cpu"),
+        )  # fmt: skip
+        numerics = decide("mixed", "float32", gpu=True, mixed=True)
+        set_distributed_numerics(accelerator, numerics, gather, model)
+        model = fsdp2_prepare_model(accelerator, model.train())
+        generator = torch.Generator().manual_seed(1 + rank)
+        losses = []
+        for i in range(2):
+            ids = torch.randint(0, 1024, (2, 16), generator=generator)
+            model.set_requires_gradient_sync(i == 1)
+            with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            losses.append(loss.item())
+        grads = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
+        if rank == 0:
+            results[gather] = (losses, grads, gather_dtype_in_use(model))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
+    """`--fsdp-gather bf16-linear` casts the linear layers' float32 weights to bf16 before FSDP
+    gathers them (autocast makes that cast after the gather otherwise: the same bits) and keeps
+    the embeddings, norms and head in float32: the same losses, and the gradients to float32
+    rounding (the embeddings' sum in another order), where accelerate's bf16 gather is ~1e-4
+    of a gradient away."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    results = mp.Manager().dict()
+    for gather in ("float32", "bf16-linear", "bfloat16"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(_two_micro_batches, args=(port, gather, results), nprocs=2, join=True)
+    (exact, grads, read), (split, split_grads, split_read), (bf16, bf16_grads, bf16_read) = (
+        results[g] for g in ("float32", "bf16-linear", "bfloat16")
+    )
+    assert (read, split_read, bf16_read) == (
+        "float32",
+        "bfloat16 linear, float32 others",
+        "bfloat16",
+    )
+    assert split == exact and bf16 != exact
+
+    def apart(other: dict) -> float:
+        return max(float((other[k] - g).abs().max() / g.abs().max()) for k, g in grads.items())
+
+    assert apart(split_grads) < 1e-6 < 1e-5 < apart(bf16_grads)

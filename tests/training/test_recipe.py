@@ -174,6 +174,9 @@ def test_a_sharded_process_counts_the_layers_it_gathers_in_float32() -> None:
                         num_key_value_heads=8, intermediate_size=12288, vocab_size=151936)  # fmt: skip
     assert 9.5 * GIB < gathered_bytes(shape, "float32") < 10 * GIB
     assert gathered_bytes(shape, "float32") == 2 * gathered_bytes(shape, "bfloat16")
+    # bf16-linear: the decoder layers in bf16, the embeddings and head still float32
+    split = gathered_bytes(shape, "float32", "bfloat16")
+    assert gathered_bytes(shape, "bfloat16") < split < gathered_bytes(shape, "float32")
 
 
 def test_each_preset_has_one_row_and_the_training_code_reads_only_the_row() -> None:
