@@ -40,6 +40,8 @@
 #       fp32, killed and resumed too: bf16 rounding out, a logic difference would stay
 #   bash scripts/gpu/node.sh hybrid     # (after parity) 2 nodes x 2 GPUs on one host, fsdp and
 #       hybrid, against 1 node x 4 (issue 47)
+#   bash scripts/gpu/node.sh linear     # --fsdp-gather bf16-linear: its cost at 8B and its 0.7B
+#       parity (carry the first call's bundle); then GATHER=bf16-linear bash scripts/gpu/node.sh b
 #   bash scripts/gpu/node.sh cost-hybrid  # (after parity) fsdp_gather_cost.py at the 8B shape,
 #       then `hybrid`; `cost-paper`: the cost at the paper's lengths (one 16,384-token sequence)
 # 2026-11-28 evening, one 4x H200 machine, four calls back to back: parity (410 s, the embedded
@@ -348,6 +350,7 @@ print("training processes:", s.get("processes"), "peaks by process (GiB):",
 {"params": {"trajectories": "latest", "model": "$MODEL", "storage": {"url": "/root/runs-verl"},
  "sandbox": {"backend": "namespace"},
  "training": {"preset": "paper", "mode": "single_turn", "num_processes": 4, "sharding": "fsdp",
+   "fsdp_gather": "${GATHER:-float32}",
    "max_steps": 3, "max_prompt_length": 512, "report_to": [],
    "overrides": {"num_generations": 5, "max_completion_length": $CAP,
                  "generation_batch_size": 1280, "save_strategy": "no",
@@ -358,6 +361,22 @@ JSON
     grep -q "worker exit 0" "$NODE/verl.log"; echo $? >"$NODE/verl.rc"; kill "$pid"
     cp /root/deploy-verl/*.log "$OUT/" 2>/dev/null
     report verl /root/runs-verl 1544 "verl GRPO Qwen2-7B FSDP, 8x H100 (published)" ;;
+  linear)  # --fsdp-gather bf16-linear on the GPUs (the linear layers cast to bf16 before the
+    # gather): its cost at the 8B shape against both other gathers, then the 0.7B parity against
+    # one process and the float32 gather; then `GATHER=bf16-linear bash scripts/gpu/node.sh b`
+    bash infra/gpu-bundle/install.sh >/dev/null
+    timeout 150 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py --hidden 4096 \
+      --layers 36 --heads 32 --tokens 4096 --micro-batch 2 --steps 3 --warmup 1 \
+      --policies bf16-gather fp32-gather-nocache as-one-process \
+      --json "$OUT/fsdp_gather_cost_linear_8b.json" >"$NODE/linear8b.log" 2>&1
+    echo "gather cost (8B shape) exit $? at $(elapsed) s"
+    grep -E '"(policy|step_s|peak_gib|loss|grad_norm)"' "$NODE/linear8b.log"
+    [ -f /root/model-07b/config.json ] || CUDA_VISIBLE_DEVICES=1 build_07b
+    timeout $((580 - $(elapsed))) python3 -m benchmarks.parity --model /root/model-07b \
+      --preset paper --precision mixed --layouts 1 "$G:fsdp" "$G:fsdp/bf16-linear" --lr 1e-5 \
+      --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
+      --json "$OUT/parity_linear.json" >"$NODE/parity-linear.log" 2>&1
+    echo "parity exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-linear.log" ;;
   c)
     bash infra/gpu-bundle/install.sh
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \
@@ -399,6 +418,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|linear|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
