@@ -206,8 +206,13 @@ def set_distributed_numerics(
             plugin.mixed_precision_policy = MixedPrecisionPolicy(
                 param_dtype=layers, reduce_dtype=reduce
             )
-            if gather == "bf16-linear" and model is not None:
-                shard_as_one_process(model, accelerator, reduce)
+            split = gather == "bf16-linear" and model is not None
+            if split and not shard_as_one_process(model, accelerator, reduce):
+                log.warning(
+                    "training.fsdp_gather bf16-linear needs a full fine-tuning in float32 with "
+                    "its final norm found and each weight in one module: gathering float32 "
+                    "instead (numerics.gather_in_use says which)"
+                )
         else:
             from torch.distributed.fsdp import MixedPrecision
 
