@@ -343,3 +343,27 @@ def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
         return max(float((other[k] - g).abs().max() / g.abs().max()) for k, g in grads.items())
 
     assert apart(split_grads) < 1e-6 < 1e-5 < apart(bf16_grads)
+
+
+def test_bf16_linear_gathers_float32_where_it_cannot_split_and_says_so(caplog) -> None:
+    """A model with frozen weights (LoRA's base) is not split into float32 and bf16 units: the
+    policy stays the float32 gather and the log names the setting."""
+    from types import SimpleNamespace
+
+    from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
+    from transformers import AutoModelForCausalLM
+
+    from cobalt.training.precision import set_distributed_numerics
+    from engines.tiny import tiny_config
+
+    model = AutoModelForCausalLM.from_config(tiny_config(256, 32, 1, 2, 1, 64))
+    model.get_input_embeddings().weight.requires_grad_(False)
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2)
+    plugin.set_mixed_precision("bf16")
+    accelerator = SimpleNamespace(
+        distributed_type=DistributedType.FSDP, state=SimpleNamespace(fsdp_plugin=plugin)
+    )
+    numerics = decide("mixed", "float32", gpu=True, mixed=True)
+    set_distributed_numerics(accelerator, numerics, "bf16-linear", model)
+    assert plugin.mixed_precision_policy.param_dtype is None  # the float32 gather
+    assert "training.fsdp_gather bf16-linear needs a full fine-tuning in float32" in caplog.text
