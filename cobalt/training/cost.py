@@ -9,7 +9,11 @@
 - `gpu_s`: wall_s x gpus, the GPU time held by the block: what it costs on a rented machine;
 - `gpu_busy_s`: the GPU time actually busy, integrated from NVML's utilization samples (every
   0.2 s, `torch.cuda.utilization`, summed over the devices) when NVML can be read, else None;
-- `gpu_peak_memory_gib`: torch's peak allocated memory on device 0.
+- `gpu_peak_memory_gib`: torch's peak allocated memory on device 0 of this process (with vLLM
+  colocated in it, its memory pool counts whole even while asleep: the figure can exceed the
+  card);
+- `gpu_peak_used_gib`: the most memory any one device held, from NVML's samples (every process
+  on it, launched training processes included: what nvidia-smi shows), or None without NVML.
 
 On a machine without CUDA the GPU fields are None. Plain Python, no Prefect.
 """
@@ -32,6 +36,7 @@ class CostMeter:
         self.gpus = 0
         self.busy_s: float | None = None
         self.peak_bytes: int | None = None
+        self.peak_used_bytes: int | None = None
         self._started = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -70,6 +75,9 @@ class CostMeter:
             used = [_utilization(torch, d) for d in range(self.gpus)]
             self.busy_s = (self.busy_s or 0.0) + sum(u or 0 for u in used) / 100 * (now - last)
             last = now
+            held = [b for b in (_memory_used(torch, d) for d in range(self.gpus)) if b is not None]
+            if held:
+                self.peak_used_bytes = max(self.peak_used_bytes or 0, *held)
 
     def summary(self) -> dict[str, Any]:
         gpu = self.gpus > 0
@@ -81,6 +89,9 @@ class CostMeter:
             "gpu_peak_memory_gib": None
             if self.peak_bytes is None
             else round(self.peak_bytes / 2**30, 3),
+            "gpu_peak_used_gib": None
+            if self.peak_used_bytes is None
+            else round(self.peak_used_bytes / 2**30, 3),
         }
 
 
@@ -89,4 +100,12 @@ def _utilization(torch: Any, device: int) -> int | None:
     try:
         return int(torch.cuda.utilization(device))
     except Exception:  # no pynvml / no NVML library / not permitted
+        return None
+
+
+def _memory_used(torch: Any, device: int) -> int | None:
+    """NVML's memory in use on one device (bytes, every process), or None when it cannot be read."""
+    try:
+        return int(torch.cuda.device_memory_used(device))
+    except Exception:  # no NVML library / not permitted / an older torch
         return None
