@@ -224,6 +224,12 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
         "computes)",
     )
+    arg(
+        "--packing",
+        action="store_true",
+        help="packed training passes: each micro-batch's sequences in one row, no padding "
+        "computed (variable-length FlashAttention on a GPU; the same log-probabilities)",
+    )
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(
         "--nodes",
@@ -308,6 +314,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         training.setdefault("offline", {})["objective"] = args.objective
     if args.lora:
         training["lora"] = {}
+    if args.packing:
+        training["packing"] = True
     if report_to(args) is not None:
         training["report_to"] = report_to(args)
     for item in args.set:

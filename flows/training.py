@@ -133,6 +133,12 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
         "computes)",
     )
+    arg(
+        "--packing",
+        action="store_true",
+        help="packed training passes: each micro-batch's sequences in one row, no padding "
+        "computed (variable-length FlashAttention on a GPU; the same log-probabilities)",
+    )
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")
     arg("--node-rank", type=int, help="this machine's rank among --nodes (0 hosts the rendezvous)")
@@ -180,6 +186,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         training["report_to"] = report_to(args)
     if args.format_reward:
         training["use_format_reward"] = True
+    if args.packing:
+        training["packing"] = True
     if args.lora:
         training["lora"] = training.get("lora") or {}
     offline = training.setdefault("offline", {})

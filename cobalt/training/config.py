@@ -302,6 +302,14 @@ class TrainingConfig(BaseModel):
         "length, each cut to its own longest sequence (cobalt.training.padding; exact for the "
         "dapo loss). None: on with the paper preset.",
     )
+    packing: bool = Field(
+        False,
+        description="Packed forward passes: each micro-batch's sequences end to end in one row, "
+        "no padding computed, attention kept inside each sequence (cobalt.training.packing; "
+        "variable-length FlashAttention on a GPU in bf16, SDPA a sequence at a time elsewhere). "
+        "The same log-probabilities as the padded path to rounding. Text models with full "
+        "causal attention only.",
+    )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
         description="What FSDP gathers each layer as under mixed precision: float32 (its master "

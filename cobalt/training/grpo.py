@@ -241,6 +241,7 @@ def train(
             peft_config=config.lora.peft_config() if config.lora else None,
             kl_estimator=config.kl(),
             trim_padding=config.trims_padding(),
+            packing=config.packing,
         )
         cast_trainable(trainer.model, numerics)
         set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)

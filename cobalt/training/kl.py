@@ -16,7 +16,8 @@ Its micro-batches (`cobalt.training.padding.optimizer_windows`): each optimizer 
 generation batch trains on the same completions whatever the number of processes (global row g in
 step g mod W, in place of TRL's per-process shuffle); with `trim_padding`, rows of similar length
 share a micro-batch within an optimizer step, and each forward is cut to its chunk's own longest
-sequence. Checkpoints fall between generation batches (`cobalt.training.sharding.
+sequence; with `packing`, a micro-batch's sequences are laid end to end in one row with no
+padding at all (`cobalt.training.packing`; rows it cannot pack keep the other paths). Checkpoints fall between generation batches (`cobalt.training.sharding.
 check_save_steps`), where a resumed run trains as the uninterrupted one did.
 
 It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from cobalt.training.packing import packable, packed_logps, use_packed_attention
 from cobalt.training.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
 
 K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
@@ -41,7 +43,12 @@ class CobaltGRPOTrainer(GRPOTrainer):
     the batch's example ids for a `rollout_func`."""
 
     def __init__(
-        self, *args: Any, kl_estimator: str = "k3", trim_padding: bool = False, **kwargs: Any
+        self,
+        *args: Any,
+        kl_estimator: str = "k3",
+        trim_padding: bool = False,
+        packing: bool = False,
+        **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
         if kl_estimator not in ("k3", "k2"):
@@ -53,6 +60,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
             )
         self.kl_estimator = kl_estimator
         self.trim_padding = trim_padding
+        self.packing = packing
         self._policy_logps: Any = None
         self.batch_example_ids: list[str] | None = None
 
@@ -65,32 +73,72 @@ class CobaltGRPOTrainer(GRPOTrainer):
             self.batch_example_ids = None
 
     def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any):
-        if self._trims(args, kwargs):
+        out = None
+        if (self.packing or self.trim_padding) and self._text_only(args, kwargs):
             model, input_ids, attention_mask, logits_to_keep = args[:4]
-            base = super()._get_per_token_logps_and_entropies
+            batch_size = kwargs.get("batch_size")
+            entropy = bool(kwargs.get("compute_entropy"))
+            if self.packing and packable(attention_mask, logits_to_keep):
+                out = (
+                    *self._packed(
+                        model, input_ids, attention_mask, logits_to_keep, batch_size, entropy
+                    ),
+                    None,
+                )
+            elif self.trim_padding:
+                base = super()._get_per_token_logps_and_entropies
 
-            def compute(ids: Any, mask: Any, keep: int, **more: Any) -> Any:
-                return base(model, ids, mask, keep, **more)
+                def compute(ids: Any, mask: Any, keep: int, **more: Any) -> Any:
+                    return base(model, ids, mask, keep, **more)
 
-            logps, entropies = trimmed_logps(
-                compute,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=kwargs.get("batch_size"),
-                compute_entropy=bool(kwargs.get("compute_entropy")),
-            )
-            out = (logps, entropies, None)
-        else:
+                logps, entropies = trimmed_logps(
+                    compute,
+                    input_ids,
+                    attention_mask,
+                    logits_to_keep,
+                    batch_size=batch_size,
+                    compute_entropy=entropy,
+                )
+                out = (logps, entropies, None)
+        if out is None:
             out = super()._get_per_token_logps_and_entropies(*args, **kwargs)
         if self.kl_estimator == "k2" and kwargs.get("compute_entropy"):
             self._policy_logps = out[0]  # only the loss's own forward asks for the entropy
         return out
 
-    def _trims(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        """Trimmed forward passes: text only (no images, no MoE auxiliary loss), called as TRL
-        1.16 calls it (model, ids, mask, logits_to_keep positionally)."""
-        if not self.trim_padding or len(args) != 4 or kwargs.get("compute_aux_loss"):
+    def _packed(
+        self,
+        model: Any,
+        input_ids: Any,
+        attention_mask: Any,
+        logits_to_keep: int,
+        batch_size: int | None,
+        compute_entropy: bool,
+    ) -> tuple[Any, Any]:
+        """TRL's chunks of `batch_size` rows, each packed into one row (`cobalt.training.packing`)."""
+        rows = input_ids.size(0)
+        size = batch_size or rows
+        logps, entropies = [], []
+        use_packed_attention(model)
+        for start in range(0, rows, size):
+            with self.accelerator.autocast():
+                part, part_entropy = packed_logps(
+                    model,
+                    input_ids[start : start + size],
+                    attention_mask[start : start + size],
+                    logits_to_keep,
+                    compute_entropy=compute_entropy,
+                )
+            logps.append(part)
+            entropies.append(part_entropy)
+        if compute_entropy and all(e is not None for e in entropies):
+            return torch.cat(logps), torch.cat(entropies)
+        return torch.cat(logps), None
+
+    def _text_only(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """A text-only call (no images, no MoE auxiliary loss), made as TRL 1.16 makes it (model,
+        ids, mask, logits_to_keep positionally): the trimmed and packed passes handle these."""
+        if len(args) != 4 or kwargs.get("compute_aux_loss"):
             return False
         extra = set(kwargs) - {"batch_size", "compute_entropy", "compute_aux_loss"}
         return all(kwargs[k] is None for k in extra)

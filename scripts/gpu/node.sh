@@ -377,6 +377,62 @@ JSON
       --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
       --json "$OUT/parity_linear.json" >"$NODE/parity-linear.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-linear.log" ;;
+  pack)  # issue 46 on ONE GPU, call 1 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+    # .gpu/vllm.part-00): PyTorch's varlen attention here; the training passes padded, trimmed
+    # and packed at the 8B shape (scripts/gpu/packing_cost.py); then, detached, the 0.7B parity
+    # of packed against trimmed passes (and the regrouping yardstick) and the runs' data (CPU)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    python3 -c 'import inspect, torch; from torch.nn.attention.varlen import varlen_attn as v
+print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
+    timeout 330 python3 scripts/gpu/packing_cost.py --json "$OUT/packing_cost_8b.json" \
+      >"$NODE/packing_cost.log" 2>&1
+    echo "packing cost (8B shape) exit $? at $(elapsed) s"; grep -a '^{' "$NODE/packing_cost.log"
+    tail -c 1500 "$NODE/packing_cost.log" >"$OUT/packing_cost_tail.log"
+    (prep_runs) >"$NODE/prep.log" 2>&1 &
+    rm -f "$NODE/parity-pack.rc"
+    setsid nohup bash -c "$(declare -f build_07b elapsed); started=$started NODE=$NODE
+      [ -f /root/model-07b/config.json ] || build_07b
+      timeout 900 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+        --precision mixed --layouts 1 1+pack 1@8 --lr 1e-5 --step 32 --micro-batch 4 \
+        --prompts 64 --tolerance 0.1 --loss-abs 0.01 --json /root/parity_pack.json \
+        >$NODE/parity-pack.log 2>&1; echo \$? >$NODE/parity-pack.rc" </dev/null >/dev/null 2>&1 &
+    wait_for "$NODE/parity-pack.rc" 560
+    echo "parity (packed) exit $(cat "$NODE/parity-pack.rc" 2>/dev/null || echo running)"
+    grep -A6 "^| layout" "$NODE/parity-pack.log" ;;
+  pack-train)  # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the parity if it was still
+    # running; the 8B shape; then, detached, verl's shape through flows.training with LoRA on the
+    # GPU (the paper preset's trimmed passes, then --packing), then the embedded default with
+    # --packing (flows.pipeline); `pack-collect` reports them
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    wait_for "$NODE/parity-pack.rc" 300
+    echo "parity (packed) exit $(cat "$NODE/parity-pack.rc" 2>/dev/null || echo running)"
+    grep -A6 "^| layout" "$NODE/parity-pack.log"; cp /root/parity_pack.json "$OUT/" 2>/dev/null
+    wait_for "$NODE/prep.done" 400; [ -f "$NODE/prep.done" ] || cat "$NODE/prep.log"
+    build_8b >"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    rm -f "$NODE/pack-chain.done"
+    setsid nohup bash scripts/gpu/node.sh pack-chain </dev/null >"$NODE/pack-chain.out" 2>&1 &
+    wait_for "$NODE/pack-chain.done" 560; tail -5 "$NODE/pack-chain.out" ;;
+  pack-chain)  # (detached by pack-train) the three product runs, one after another
+    verl_sampling
+    echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
+    lora=(--config "$NODE/lora.json" --set num_generations=5 \
+      --set "max_completion_length=$CAP" --set generation_batch_size=320 \
+      --set "generation_kwargs=$KWARGS")
+    cp -r /root/runs-verl /root/runs-verl-packed
+    GPUS=1 SHARDING=ddp train lora-trimmed /root/runs-verl-1 "${lora[@]}"
+    GPUS=1 SHARDING=ddp train lora-packed /root/runs-verl-packed "${lora[@]}" --packing
+    touch "$NODE/pack-lora.done"
+    mkdir -p /root/out-chain  # this detached run outlives its call's $OUT
+    OUT=/root/out-chain PIPELINE_TAG=pipeline-packed timeout 560 \
+      bash scripts/gpu/worker.sh pipeline --packing >"$NODE/pipeline-packed.out" 2>&1
+    touch "$NODE/pack-chain.done" ;;
+  pack-collect)  # call 3: the chain's runs (waits for them within the call)
+    wait_for "$NODE/pack-lora.done" 400
+    GPUS=1 report lora-trimmed /root/runs-verl-1 1544 "verl (published, 8x H100)"
+    GPUS=1 report lora-packed /root/runs-verl-packed 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/pack-chain.done" 570; tail -25 "$NODE/pipeline-packed.out"
+    cp -r /root/out-chain/. "$OUT/" 2>/dev/null ;;
   c)
     bash infra/gpu-bundle/install.sh
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \

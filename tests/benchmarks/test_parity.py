@@ -123,6 +123,23 @@ def test_fsdp_in_mixed_precision_computes_what_ddp_computes(fsdp_on_cpu, tmp_pat
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+def test_packed_forward_passes_train_what_padded_ones_train(fsdp_on_cpu, tmp_path):
+    """The paper preset (gradient checkpointing: each layer recomputed in the backward pass, k2
+    KL, a reference model) in fp32 on one process, its forwards packed (`+pack`: each
+    micro-batch's sequences in one row, no padding) against trimmed padded ones; then packed
+    under FSDP on two processes. The same per-step losses and weights."""
+    fsdp_on_cpu("1")
+    _, packed, fsdp = passing_rows(tmp_path, "--layouts", "1", "1+pack", "2:fsdp+pack",
+                                   "--preset", "paper", "--precision", "fp32",
+                                   "--lr", "1e-5")  # fmt: skip
+    assert (
+        packed["steps"] == 4 and packed["weights_rel"] <= 1e-3 and packed["update_max_abs"] > 1e-6
+    )
+    assert fsdp["wrapped"] == "fsdp" and fsdp["steps"] == 4 and fsdp["weights_rel"] <= 1e-3
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_hybrid_sharding_on_two_nodes_trains_what_one_process_trains(fsdp_on_cpu, tmp_path):
     """Hybrid sharding (issue 47): 2 nodes (two launchers, one rendezvous) x 2 CPU processes,
     FSDP2 on a 2-D mesh (the nodes replicate, a node's processes shard), the paper preset in
@@ -162,6 +179,11 @@ def test_a_layout_names_its_micro_batch_and_a_bad_one_is_refused():
     assert config.overrides["generation_batch_size"] == base.overrides["generation_batch_size"]
     with pytest.raises(SystemExit, match="do not split into micro-batches of 3"):
         parity.layout_config(base, "1@3")
+    packed = parity.layout_config(base, "2:fsdp/bf16-linear@8+pack")
+    assert (packed.packing, packed.fsdp_gather, packed.num_processes) == (True, "bf16-linear", 2)
+    assert not parity.layout_config(base, "2:fsdp").packing
+    with pytest.raises(SystemExit, match=r"unknown \+packed"):
+        parity.layout_config(base, "1+packed")
     offline = parity.base_config(argparse.Namespace(**{**vars(args), "mode": "offline"}))
     config = parity.layout_config(offline, "1@2")
     assert (config.offline.batch_size, config.offline.gradient_accumulation_steps) == (2, 8)

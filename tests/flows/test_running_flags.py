@@ -51,6 +51,11 @@ def test_training_flags_reach_the_training_config(tmp_path: Path) -> None:
     assert gather.training.fsdp_gather == "bfloat16"
     split = training.parse_params(["--gpus", "2", "--fsdp-gather", "bf16-linear"])
     assert split.training.fsdp_gather == "bf16-linear"
+    assert training.parse_params(["--packing"]).training.packing is True
+    assert training.parse_params([]).training.packing is False
+    from flows import pipeline
+
+    assert pipeline.parse_params(["--packing"]).training.packing is True
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"training": {"lora": {"r": 4}}}))
     assert training.parse_params(["--config", str(config), "--lora"]).training.lora.r == 4

@@ -1,0 +1,274 @@
+"""Packed forward passes: a micro-batch's sequences laid end to end in one row, no padding token
+computed (issue 46).
+
+TRL pads every row of a micro-batch to its longest prompt and completion; `trimmed_logps`
+(`cobalt.training.padding`) cuts each chunk to its own longest. `packed_logps` removes the padding
+altogether: each row's real tokens (its prompt without the left padding, its completion up to its
+last real token) are concatenated into a single row, positions restart at 0 for each sequence, and
+attention stays inside each sequence. The per-token log-probabilities and entropies land back in
+TRL's full-width layout.
+
+`use_packed_attention` gives the model `cobalt_packed` (registered in transformers' attention and
+mask registries) for its whole life: a call that carries `cu_seq_lens_q` (a packed forward, and
+its recomputation under gradient checkpointing, which runs in the backward pass) attends inside
+each sequence; any other call is SDPA with its usual mask, as before.
+
+What it computes is what one sequence alone computes: positions from 0 (as vLLM generated it),
+causal attention over its own tokens. The padded path shifts a left-padded prompt's positions by
+its padding, which rotary attention does not see (a uniform shift), so the two agree to rounding.
+
+Attention kernels: on a GPU in half precision, PyTorch's variable-length FlashAttention
+(`torch.nn.attention.varlen.varlen_attn`, forward and backward, no padding computed); elsewhere
+(CPU, float32) PyTorch's SDPA one sequence at a time: exact, not faster.
+
+Rows whose attention mask has holes inside a completion (a masked tool output) cannot be packed
+this way; `packable` says so and the caller keeps its padded path.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from itertools import pairwise
+from typing import Any
+
+import torch
+
+ATTENTION = "cobalt_packed"
+_PACKED: ContextVar[bool] = ContextVar("cobalt_packed_forward", default=False)
+HALF = (torch.float16, torch.bfloat16)
+
+
+def packable(attention_mask: torch.Tensor, logits_to_keep: int) -> bool:
+    """Every row one run of real tokens through the prompt's last position: a left-padded prompt
+    and a right-padded completion (TRL's layout), no hole inside."""
+    width = attention_mask.size(1)
+    positions = torch.arange(width, device=attention_mask.device)
+    real = attention_mask.bool()
+    first = torch.where(real, positions, width).min(1).values
+    last = torch.where(real, positions, -1).max(1).values
+    prompt_end = width - logits_to_keep - 1
+    one_run = (last - first + 1).clamp(min=0) == real.sum(1)
+    return bool((one_run & (first <= prompt_end) & (last >= prompt_end)).all())
+
+
+def pack(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The rows' real tokens end to end: (ids [1, T], position_ids [1, T], cu_seqlens [rows+1],
+    int32), each row's positions from 0."""
+    real = attention_mask.bool()
+    lengths = real.sum(1)
+    ids = input_ids[real]  # row-major: each row's tokens in order, rows one after another
+    cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=input_ids.device)
+    cu[1:] = lengths.cumsum(0)
+    starts = torch.repeat_interleave(cu[:-1], lengths)
+    positions = torch.arange(ids.numel(), device=ids.device) - starts
+    return ids[None], positions[None], cu
+
+
+def packed_logps(
+    forward: Callable[..., Any],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    compute_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`forward(**inputs)` (a causal LM with TRL's fused head, `model(..., fused_lm_head=True)`)
+    once over the packed rows; each completion token's log-probability (and entropy) at TRL's
+    full width [rows, logits_to_keep], 0 where the row has no real token."""
+    ids, positions, cu = pack(input_ids, attention_mask)
+    tokens = ids.size(1)
+    lengths = cu.diff()
+    # the next token's label inside each sequence: -100 on each sequence's last token, and on
+    # prompt tokens predicting prompt tokens (only the completion is scored)
+    completion = attention_mask[:, -logits_to_keep:].bool()
+    prompt_real = attention_mask[:, :-logits_to_keep].sum(1)
+    is_completion = torch.zeros_like(attention_mask, dtype=torch.bool)
+    is_completion[:, -logits_to_keep:] = completion
+    scored = is_completion[attention_mask.bool()]  # per packed token: a completion token
+    shift = torch.full((tokens,), -100, dtype=ids.dtype, device=ids.device)
+    target = scored[1:]
+    shift[:-1] = torch.where(target, ids[0, 1:], -100)
+    ends = cu[1:].long() - 1
+    shift[ends] = -100
+    with packed_forward():
+        outputs = forward(
+            input_ids=ids,
+            position_ids=positions,
+            shift_labels=shift[None],
+            fused_lm_head=True,
+            use_cache=False,
+            cu_seq_lens_q=cu,
+            cu_seq_lens_k=cu,
+            max_length_q=int(lengths.max()),
+            max_length_k=int(lengths.max()),
+        )
+    # completion token j of row r sits at packed index cu[r] + prompt_real[r] + j; its
+    # log-probability was computed at the index before it
+    rows = attention_mask.size(0)
+    row_of, column = completion.nonzero(as_tuple=True)
+    source = cu[:-1].long()[row_of] + prompt_real[row_of] + column - 1
+    logps = outputs.log_probs[0].new_zeros((rows, logits_to_keep))
+    logps[row_of, column] = outputs.log_probs[0][source]
+    entropies = None
+    if compute_entropy and outputs.entropy is not None:
+        entropies = outputs.entropy[0].new_zeros((rows, logits_to_keep))
+        entropies[row_of, column] = outputs.entropy[0][source]
+    return logps, entropies
+
+
+def use_packed_attention(model: torch.nn.Module) -> None:
+    """Switch `model` (and the submodels it wraps) to `cobalt_packed` for good: SDPA for every
+    call but the packed ones, which attend inside each sequence. A switch for the model's whole
+    life, not one forward: gradient checkpointing recomputes each layer in the backward pass,
+    outside any forward's scope, and must run the attention the forward ran. A model loaded with
+    FlashAttention keeps it (transformers' own varlen path reads the packed positions)."""
+    register()
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        current = getattr(config, "_attn_implementation_internal", "absent")
+        if current in (ATTENTION, "absent") or str(current).startswith("flash_attention"):
+            continue
+        if current not in (None, "sdpa"):
+            raise ValueError(
+                f"training.packing: the model attends with {current!r}; packing runs on sdpa "
+                "(the default) or flash_attention_2/3: set training.attn_implementation to one "
+                "of them, or training.packing false"
+            )
+        config._attn_implementation_internal = ATTENTION
+
+
+@contextmanager
+def packed_forward() -> Iterator[None]:
+    """Inside: the model's forward is a packed one (its mask function builds no mask)."""
+    token = _PACKED.set(True)
+    try:
+        yield
+    finally:
+        _PACKED.reset(token)
+
+
+def register() -> None:
+    """`cobalt_packed` in transformers' attention and mask registries."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    AttentionInterface.register(ATTENTION, packed_attention)
+    AttentionMaskInterface.register(ATTENTION, packed_mask)
+
+
+def packed_mask(*args: Any, **kwargs: Any) -> Any:
+    """No mask for a packed forward (attention follows cu_seq_lens); SDPA's mask otherwise."""
+    if _PACKED.get():
+        return None
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(*args, **kwargs)
+
+
+def packed_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Causal attention inside each packed sequence (`cu_seq_lens_q`): query [1, H, T, D], key and
+    value [1, Hkv, T, D]; returns [1, T, H, D] as transformers' attention functions do. A call
+    without `cu_seq_lens_q` (a padded forward, generation) is transformers' SDPA attention."""
+    cu = kwargs.get("cu_seq_lens_q")
+    if cu is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+            sliding_window=sliding_window, softcap=softcap, **kwargs,
+        )  # fmt: skip
+    if sliding_window is not None or softcap is not None or dropout:
+        raise ValueError(
+            "training.packing: this model's attention uses a sliding window, a soft cap or "
+            "dropout, which the packed attention does not implement; set training.packing false"
+        )
+    if query.size(0) != 1:
+        raise ValueError("packed attention needs the sequences packed into one row")
+    return _attend_packed(query, key, value, cu, scaling, kwargs.get("max_length_q")), None
+
+
+def _attend_packed(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    cu: torch.Tensor,
+    scaling: float | None,
+    longest: int | None,
+) -> torch.Tensor:
+    """Causal attention inside each of the packed sequences: [1, T, H, D]."""
+    groups = query.size(1) // key.size(1)
+    q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, heads, D]
+    if q.is_cuda and q.dtype in HALF and _varlen() is not None:
+        out = _varlen_call(q, k, v, cu, int(longest or cu.diff().max()), scaling, groups)
+    else:
+        out = torch.empty_like(q)
+        bounds = cu.tolist()
+        for start, end in pairwise(bounds):
+            if end == start:
+                continue
+            part = torch.nn.functional.scaled_dot_product_attention(
+                query[:, :, start:end],
+                key[:, :, start:end],
+                value[:, :, start:end],
+                is_causal=True,
+                scale=scaling,
+                enable_gqa=groups > 1,
+            )
+            out[start:end] = part[0].transpose(0, 1)
+    return out[None]
+
+
+def _varlen() -> Callable[..., torch.Tensor] | None:
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def _varlen_call(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu: torch.Tensor,
+    longest: int,
+    scaling: float | None,
+    groups: int,
+) -> torch.Tensor:
+    """`varlen_attn`, causal, across the signatures PyTorch has shipped (2.9+: `is_causal`; later:
+    `window_size=(-1, 0)` and `enable_gqa`)."""
+    varlen = _varlen()
+    assert varlen is not None
+    accepted = inspect.signature(varlen).parameters
+    options: dict[str, Any] = {}
+    if "window_size" in accepted:
+        options["window_size"] = (-1, 0)
+    else:
+        options["is_causal"] = True
+    if scaling is not None and "scale" in accepted:
+        options["scale"] = scaling
+    elif scaling is not None and abs(scaling - q.size(-1) ** -0.5) > 1e-12:
+        raise ValueError("this PyTorch's varlen_attn takes no scale; the model needs one")
+    if groups > 1:
+        if "enable_gqa" in accepted:
+            options["enable_gqa"] = True
+        else:
+            k = k.repeat_interleave(groups, dim=1)
+            v = v.repeat_interleave(groups, dim=1)
+    cu = cu.to(torch.int32)
+    return varlen(q, k, v, cu, cu, longest, longest, **options)

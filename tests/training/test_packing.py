@@ -1,0 +1,165 @@
+"""Packed forward passes (cobalt/training/packing.py, issue 46): a micro-batch's sequences end to
+end in one row give the padded forward's log-probabilities, entropies and gradients on a real
+(tiny) model, through TRL's fused head; rows it cannot pack are refused; a GRPO run with packing
+trains as the padded one and really takes the packed path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_padding import padded_batch
+
+from cobalt.training import packing
+from cobalt.training.packing import pack, packable, packed_logps, use_packed_attention
+
+
+def tiny(tmp_path, **config):
+    """The tiny model (or a variant of its config) with TRL's fused head, as the trainer has it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from engines.tiny import build_tiny_model
+
+    path = build_tiny_model(tmp_path / "m", seed=0)
+    if config:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(
+            AutoConfig.from_pretrained(str(path), **config), attn_implementation="sdpa"
+        )
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(path))
+    add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    return model
+
+
+def padded(model, ids, mask, keep):
+    """TRL 1.16's own forward: the padded rows, completion tokens labelled."""
+    labels = ids.masked_fill(mask == 0, -100)
+    labels[:, :-keep] = -100
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, fused_lm_head=True)
+    return out.log_probs[:, -keep:], out.entropy[:, -keep:]
+
+
+def test_pack_lays_each_rows_real_tokens_end_to_end() -> None:
+    ids = torch.tensor([[0, 0, 5, 6, 7, 0], [0, 8, 9, 10, 11, 12]])
+    mask = (ids != 0).long()
+    packed, positions, cu = pack(ids, mask)
+    assert packed.tolist() == [[5, 6, 7, 8, 9, 10, 11, 12]]
+    assert positions.tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
+    assert cu.tolist() == [0, 3, 8] and cu.dtype == torch.int32
+
+
+@pytest.mark.parametrize(
+    "variant", ["mha", "gqa", "checkpointed"]
+)  # checkpointed: each layer recomputed in the backward pass, outside the forward
+def test_packed_forward_gives_the_padded_forwards_log_probs_entropies_and_gradients(
+    tmp_path, variant
+) -> None:
+    model = tiny(tmp_path, **({"num_key_value_heads": 1} if variant == "gqa" else {}))
+    if variant == "gqa":
+        assert model.config.num_attention_heads > model.config.num_key_value_heads == 1
+    if variant == "checkpointed":
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+        model.train()
+    ids, mask, keep = padded_batch(model.config.vocab_size)
+    assert packable(mask, keep)
+    real = mask[:, -keep:].bool()
+
+    logps, entropy = padded(model, ids, mask, keep)
+    logps[real].sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    use_packed_attention(model)
+    got, got_entropy = packed_logps(model, ids, mask, keep, compute_entropy=True)
+    got[real].sum().backward()
+
+    assert torch.allclose(got[real], logps[real], atol=2e-6)
+    assert torch.allclose(got_entropy[real], entropy[real], atol=2e-6)
+    assert got[~real].abs().max() == 0  # no real token: 0, as padding is for every loss
+    for name, parameter in model.named_parameters():
+        difference = (parameter.grad - expected[name]).norm() / expected[name].norm()
+        assert difference < 1e-4, name
+
+
+def test_packed_calls_attend_packed_and_every_other_call_is_sdpa_as_before(
+    tmp_path, monkeypatch
+) -> None:
+    model = tiny(tmp_path)
+    ids, mask, keep = padded_batch(model.config.vocab_size)
+    with torch.no_grad():
+        before, _ = padded(model, ids, mask, keep)
+    use_packed_attention(model)
+    assert model.config._attn_implementation == packing.ATTENTION
+    seen: list[int] = []
+    real_attention = packing._attend_packed
+
+    def counted(query, *args, **kwargs):
+        seen.append(query.size(2))
+        return real_attention(query, *args, **kwargs)
+
+    monkeypatch.setattr(packing, "_attend_packed", counted)
+    with torch.no_grad():
+        after, _ = padded(model, ids, mask, keep)  # a padded forward: SDPA and its mask
+        assert seen == [] and torch.equal(after, before)
+        packed_logps(model, ids, mask, keep)
+    assert seen == [int(mask.sum())] * model.config.num_hidden_layers  # one row, no padding
+
+
+def test_a_model_on_eager_attention_is_refused_naming_the_setting(tmp_path) -> None:
+    model = tiny(tmp_path)
+    model.set_attn_implementation("eager")
+    with pytest.raises(ValueError, match=r"training\.attn_implementation"):
+        use_packed_attention(model)
+
+
+def test_rows_with_a_hole_or_a_right_padded_prompt_are_not_packable() -> None:
+    _, mask, keep = padded_batch(100)
+    holed = mask.clone()
+    holed[0, -keep + 0] = 0  # a masked token inside row 0's completion (its first)
+    holed[0, -keep + 1] = 1
+    right_padded_prompt = mask.clone()
+    right_padded_prompt[1, : mask.size(1) - keep] = 0
+    right_padded_prompt[1, :3] = 1
+    assert packable(mask, keep)
+    assert not packable(holed, keep)
+    assert not packable(right_padded_prompt, keep)
+
+
+def test_a_sliding_window_model_is_refused_naming_the_setting() -> None:
+    q = torch.zeros(1, 2, 4, 8)
+    with pytest.raises(ValueError, match=r"training\.packing"):
+        packing.packed_attention(
+            torch.nn.Module(), q, q, q, None, sliding_window=2, cu_seq_lens_q=torch.tensor([0, 4])
+        )
+
+
+@pytest.mark.timeout(300)
+def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch) -> None:
+    """Two tiny GRPO runs from the same seed, padded and packed: the same losses, and the
+    packed run's forwards (policy and reference, trained and not) went through the packed path."""
+    from test_grpo_tiny import SANDBOX, rows
+
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.grpo import train
+    from engines.tiny import build_tiny_model
+
+    calls: list[int] = []
+    real_logps = packing.packed_logps
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real_logps(*args, **kwargs)
+
+    monkeypatch.setattr("cobalt.training.kl.packed_logps", counted)
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    losses = {}
+    for packed in (False, True):
+        config = TrainingConfig(
+            preset="tiny", mode="cobalt", sandbox=SANDBOX, max_steps=2, packing=packed,
+            report_to=[], overrides={"per_device_train_batch_size": 2,
+                                     "gradient_accumulation_steps": 2, "beta": 0.04},
+        )  # fmt: skip
+        history = train(config, rows(), model, tmp_path / f"out-{packed}").history
+        losses[packed] = [h["loss"] for h in history if "loss" in h]
+        assert bool(calls) == packed
+    assert losses[True] == pytest.approx(losses[False], rel=1e-4, abs=1e-6)
