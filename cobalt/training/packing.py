@@ -17,9 +17,12 @@ What it computes is what one sequence alone computes: positions from 0 (as vLLM 
 causal attention over its own tokens. The padded path shifts a left-padded prompt's positions by
 its padding, which rotary attention does not see (a uniform shift), so the two agree to rounding.
 
-Attention kernels: on a GPU in half precision, PyTorch's variable-length FlashAttention
-(`torch.nn.attention.varlen.varlen_attn`, forward and backward, no padding computed); elsewhere
-(CPU, float32) PyTorch's SDPA one sequence at a time: exact, not faster.
+Attention kernels (`KERNEL`): on a GPU in half precision, PyTorch's variable-length
+FlashAttention (`torch.nn.attention.varlen.varlen_attn`, forward and backward, no padding
+computed); elsewhere (CPU, float32), or with `KERNEL = "sdpa"`, PyTorch's SDPA one sequence at a
+time. Measured on one H200 at verl's shape (docs/SCALING.md): packed passes were 10% slower than
+trimmed ones while computing 29% fewer tokens; `scripts/gpu/packing_cost.py --profile` is there to
+find where the time goes.
 
 Rows whose attention mask has holes inside a completion (a masked tool output) cannot be packed
 this way; `packable` says so and the caller keeps its padded path.
@@ -39,6 +42,9 @@ import torch
 ATTENTION = "cobalt_packed"
 _PACKED: ContextVar[bool] = ContextVar("cobalt_packed_forward", default=False)
 HALF = (torch.float16, torch.bfloat16)
+# the packed attention's kernel: "varlen" (PyTorch's variable-length FlashAttention where it
+# runs: a GPU, half precision) or "sdpa" (SDPA one sequence at a time, everywhere)
+KERNEL = "varlen"
 
 
 def packable(attention_mask: torch.Tensor, logits_to_keep: int) -> bool:
@@ -213,7 +219,7 @@ def _attend_packed(
     """Causal attention inside each of the packed sequences: [1, T, H, D]."""
     groups = query.size(1) // key.size(1)
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, heads, D]
-    if q.is_cuda and q.dtype in HALF and _varlen() is not None:
+    if KERNEL == "varlen" and q.is_cuda and q.dtype in HALF and _varlen() is not None:
         out = _varlen_call(q, k, v, cu, int(longest or cu.diff().max()), scaling, groups)
     else:
         out = torch.empty_like(q)

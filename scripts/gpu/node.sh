@@ -405,11 +405,14 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     # GPU (the paper preset's trimmed passes, then --packing), then the embedded default with
     # --packing (flows.pipeline); `pack-collect` reports them
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
-    wait_for "$NODE/parity-pack.rc" 300
-    echo "parity (packed) exit $(cat "$NODE/parity-pack.rc" 2>/dev/null || echo running)"
-    grep -A6 "^| layout" "$NODE/parity-pack.log"; cp /root/parity_pack.json "$OUT/" 2>/dev/null
-    wait_for "$NODE/prep.done" 400; [ -f "$NODE/prep.done" ] || cat "$NODE/prep.log"
+    if [ -f "$NODE/parity-pack.log" ]; then  # the same machine as `pack`
+      wait_for "$NODE/parity-pack.rc" 300; grep -A6 "^| layout" "$NODE/parity-pack.log"
+      cp /root/parity_pack.json "$OUT/" 2>/dev/null
+    fi
+    [ -f "$NODE/prep.log" ] || (prep_runs) >"$NODE/prep.log" 2>&1 &  # a fresh machine
     build_8b >"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    tail -3 "$NODE/model.log"
+    wait_for "$NODE/prep.done" 400; [ -f "$NODE/prep.done" ] || cat "$NODE/prep.log"
     rm -f "$NODE/pack-chain.done"
     setsid nohup bash scripts/gpu/node.sh pack-chain </dev/null >"$NODE/pack-chain.out" 2>&1 &
     wait_for "$NODE/pack-chain.done" 560; tail -5 "$NODE/pack-chain.out" ;;

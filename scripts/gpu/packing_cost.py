@@ -11,7 +11,11 @@ code the trainer runs:
 - `trimmed`: `cobalt.training.padding` (rows of one optimizer step sorted by length, each
   micro-batch cut to its own longest: `training.trim_padding`, on in the paper preset);
 - `packed`: `cobalt.training.packing` (each micro-batch's sequences end to end in one row:
-  `training.packing`).
+  `training.packing`), PyTorch's varlen attention; `packed-sdpa`: the same, attention by SDPA one
+  sequence at a time.
+
+`--profile`: one more pass of each path under torch.profiler, its top operators by device time
+printed and kept in the JSON (where the packed path's time goes).
 
 Reports per path the forward + backward time of the batch, the real tokens a second, the peak
 memory, and against `padded`: the largest log-probability difference and the relative gradient
@@ -36,10 +40,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from cobalt.training import packing  # noqa: E402
 from cobalt.training.packing import packed_logps, use_packed_attention  # noqa: E402
 from cobalt.training.padding import optimizer_windows, trimmed_logps  # noqa: E402
 
-PATHS = ("padded", "trimmed", "packed")
+PATHS = ("padded", "trimmed", "packed", "packed-sdpa")
 
 
 def build(args: argparse.Namespace, device: torch.device) -> Any:
@@ -99,6 +104,23 @@ def padded_forward(
     return out.log_probs[:, -keep:], entropy, None
 
 
+def computed_tokens(path: str, micro: list[dict[str, Any]], keep: int) -> int:
+    """The token positions the path's forwards compute (padding included)."""
+    total = 0
+    for part in micro:
+        mask = part["attention_mask"]
+        if path.startswith("packed"):
+            total += int(mask.sum())
+        elif path == "padded":
+            total += mask.numel()
+        else:  # trimmed: each chunk cut to its own longest prompt and completion
+            positions = torch.arange(1, keep + 1, device=mask.device)
+            longest = int((mask[:, -keep:] * positions).max())
+            padding = int((mask[:, :-keep].cumsum(1) == 0).sum(1).min())
+            total += mask.size(0) * (mask.size(1) - keep - padding + longest)
+    return total
+
+
 def run(path: str, model: Any, micro: list[dict[str, Any]], keep: int, device: torch.device):
     """Forward and backward of every micro-batch; the time, the log-probs, a few gradients."""
     total = sum(int(m["completion_mask"].sum()) for m in micro)
@@ -118,7 +140,8 @@ def run(path: str, model: Any, micro: list[dict[str, Any]], keep: int, device: t
                 out, _ = trimmed_logps(
                     lambda i, m, k, **more: padded_forward(model, i, m, k, **more), ids, mask, keep
                 )
-            else:
+            else:  # packed: PyTorch's varlen kernel; packed-sdpa: SDPA a sequence at a time
+                packing.KERNEL = "sdpa" if path == "packed-sdpa" else "varlen"
                 use_packed_attention(model)
                 out, _ = packed_logps(model, ids, mask, keep)
         # normalised over the whole batch (dapo's way): the gradient does not depend on which
@@ -141,6 +164,22 @@ def run(path: str, model: Any, micro: list[dict[str, Any]], keep: int, device: t
     return seconds, peak, by_row, grads
 
 
+def profile(
+    path: str, model: Any, micro: list[dict[str, Any]], keep: int, device: torch.device
+) -> str:
+    """One more pass of `path` under torch.profiler: its top operators by device time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profiler(activities=activities) as prof:
+        run(path, model, micro, keep, device)
+    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=key, row_limit=15)
+    print(f"[{path}]\n{table}", flush=True)
+    return table
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     arg = parser.add_argument
@@ -157,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     arg("--response-cap", type=int, default=1024)
     arg("--repeats", type=int, default=2, help="timed passes per path (after one warm-up)")
     arg("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    arg("--profile", action="store_true", help="+ each path's top GPU kernels (torch.profiler)")
     arg("--json", type=Path)
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -167,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = int(full["attention_mask"].sum())
     results: list[dict[str, Any]] = []
     reference: tuple[torch.Tensor, dict[str, torch.Tensor]] | None = None
+    profiles: dict[str, str] = {}
     for path in args.paths:
         micro = optimizer_windows(
             full, micro_batches=micro_batches, windows=args.windows, offset=0,
@@ -176,11 +217,12 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats + 1):
             seconds, peak, logps, grads = run(path, model, micro, keep, device)
             times.append(seconds)
+        if args.profile:
+            profiles[path] = profile(path, model, micro, keep, device)
         row: dict[str, Any] = {
             "path": path, "seconds": round(min(times[1:]), 4),
             "tokens_per_s": round(tokens / min(times[1:])), "peak_gib": peak and round(peak, 2),
-            "padded_tokens": sum(int(m["attention_mask"].numel()) for m in micro)
-            if path == "padded" else None,
+                "computed_tokens": computed_tokens(path, micro, keep),
         }  # fmt: skip
         if reference is None:
             reference = (logps, grads)
@@ -196,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         results.append(row)
         print(json.dumps(row), flush=True)
+    packing.KERNEL = "varlen"  # the module's default again
     base = results[0]["seconds"]
     for row in results:
         row["speedup_vs_" + results[0]["path"]] = round(base / row["seconds"], 3)
@@ -204,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": vars(args) | {"json": str(args.json)},
         "real_tokens": tokens,
         "results": results,
+        "profiles": profiles,
     }
     print(json.dumps({r["path"]: r["speedup_vs_" + results[0]["path"]] for r in results}))
     if args.json:

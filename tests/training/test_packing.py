@@ -163,3 +163,30 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch)
         losses[packed] = [h["loss"] for h in history if "loss" in h]
         assert bool(calls) == packed
     assert losses[True] == pytest.approx(losses[False], rel=1e-4, abs=1e-6)
+
+
+def test_the_packing_cost_script_compares_every_path_on_cpu(tmp_path) -> None:
+    """scripts/gpu/packing_cost.py at a toy shape: every path runs on the same batch, packing
+    computes only the real tokens, and each path's log-probabilities and gradients are the
+    padded path's to bf16 rounding (the GPU run's yardstick)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "packing_cost.py"
+    spec = importlib.util.spec_from_file_location("packing_cost", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "cost.json"
+    argv = ["--hidden", "64", "--layers", "2", "--heads", "4", "--vocab", "512", "--rows", "8",
+            "--micro-batch", "4", "--response-cap", "48", "--prompt-min", "8", "--prompt-max",
+            "24", "--response-mean", "16", "--repeats", "1", "--json", str(out)]  # fmt: skip
+    assert module.main(argv) == 0
+    report = json.loads(out.read_text())
+    rows = {r["path"]: r for r in report["results"]}
+    assert list(rows) == ["padded", "trimmed", "packed", "packed-sdpa"]
+    computed = [rows[p]["computed_tokens"] for p in ("padded", "trimmed", "packed")]
+    assert computed[0] > computed[1] > computed[2] == report["real_tokens"]
+    for path in ("trimmed", "packed", "packed-sdpa"):
+        assert rows[path]["logp_max_abs_diff"] < 0.02
+        assert max(rows[path]["grad_rel_diff"].values()) < 0.05
