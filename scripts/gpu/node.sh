@@ -55,6 +55,18 @@
 #       start-up), so it runs detached and the next call collects it:
 #   bash scripts/gpu/node.sh pipeline8b-collect
 #
+# Issue 46 (packed training passes) on ONE GPU, three calls on one warm machine:
+#   bash scripts/gpu/node.sh pack        # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#       .gpu/vllm.part-00: scripts/gpu/packing_cost.py at the 8B shape (add --profile for each
+#       path's top GPU operators), then the 0.7B parity of `1+pack` (detached, ~5 minutes)
+#   bash scripts/gpu/node.sh pack-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the 8B shape, then
+#       (detached) verl's shape with LoRA through flows.training, trimmed then --packing, then the
+#       embedded default with --packing
+#   bash scripts/gpu/node.sh pack-collect  # their step reports (~5 minutes each run)
+# 2026-11-28 noon: `pack` ran (458 s); the machine was given back before `pack-train` (a tool
+# error between the calls), which then ran on a fresh machine without the first call's pieces;
+# the one-GPU machine counted its whole held time: the --packing run did not finish in budget.
+#
 # Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
 # rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
 # steps). `rollouts` took 546 s, `rollouts4` 290 s (a fresh machine: the bundle's three calls first).
@@ -477,6 +489,6 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|linear|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|linear|pack|pack-train|pack-collect|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"

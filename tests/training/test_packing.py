@@ -134,12 +134,18 @@ def test_a_sliding_window_model_is_refused_naming_the_setting() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch) -> None:
-    """Two tiny GRPO runs from the same seed, padded and packed: the same losses, and the
-    packed run's forwards (policy and reference, trained and not) went through the packed path."""
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch, lora) -> None:
+    """The trainer's wiring: two tiny GRPO runs from the same seed, padded and packed, full and
+    LoRA (the PEFT-wrapped model; the reference is the adapter switched off): the packed run's
+    forwards, the loss's included, take the packed path, and both runs log the same steps.
+    The tiny random model writes no code and predicts near-uniform tokens (advantages 0,
+    entropy ~ln V), so these runs cannot tell a subtly wrong forward apart: the unit tests above
+    compare log-probabilities and gradients, and the parity harness's `+pack` layouts
+    (tests/benchmarks/test_parity.py) compare runs that learn."""
     from test_grpo_tiny import SANDBOX, rows
 
-    from cobalt.training.config import TrainingConfig
+    from cobalt.training.config import LoraSettings, TrainingConfig
     from cobalt.training.grpo import train
     from engines.tiny import build_tiny_model
 
@@ -147,7 +153,7 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch)
     real_logps = packing.packed_logps
 
     def counted(*args, **kwargs):
-        calls.append(1)
+        calls.append(bool(kwargs.get("compute_entropy")))  # True: the loss's own forward
         return real_logps(*args, **kwargs)
 
     monkeypatch.setattr("cobalt.training.kl.packed_logps", counted)
@@ -156,13 +162,16 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch)
     for packed in (False, True):
         config = TrainingConfig(
             preset="tiny", mode="cobalt", sandbox=SANDBOX, max_steps=2, packing=packed,
-            report_to=[], overrides={"per_device_train_batch_size": 2,
+            lora=LoraSettings(r=4, alpha=8) if lora else None, report_to=[], overrides={"per_device_train_batch_size": 2,
                                      "gradient_accumulation_steps": 2, "beta": 0.04},
         )  # fmt: skip
         history = train(config, rows(), model, tmp_path / f"out-{packed}").history
-        losses[packed] = [h["loss"] for h in history if "loss" in h]
-        assert bool(calls) == packed
-    assert losses[True] == pytest.approx(losses[False], rel=1e-4, abs=1e-6)
+        losses[packed] = [(h["loss"], h["entropy"]) for h in history if "loss" in h]
+        assert bool(calls) == packed and (not packed or any(calls))
+    assert len(losses[True]) == 2 and all(entropy > 1 for _, entropy in losses[True])
+    for (loss, entropy), (padded_loss, padded_entropy) in zip(*losses.values(), strict=True):
+        assert loss == pytest.approx(padded_loss, abs=1e-6)
+        assert entropy == pytest.approx(padded_entropy, rel=1e-5)
 
 
 def test_the_packing_cost_script_compares_every_path_on_cpu(tmp_path) -> None:
