@@ -213,16 +213,23 @@ def main(argv: list[str] | None = None) -> int:
             full, micro_batches=micro_batches, windows=args.windows, offset=0,
             by_length=path != "padded",
         )  # fmt: skip
+        if device.type == "cuda":  # each path from an empty cache: no order effect
+            torch.cuda.empty_cache()
+            retries = torch.cuda.memory_stats().get("num_alloc_retries", 0)
         times = []
         for _ in range(args.repeats + 1):
             seconds, peak, logps, grads = run(path, model, micro, keep, device)
             times.append(seconds)
+        if device.type == "cuda":  # cudaMalloc retries: the allocator freed its cache to fit
+            retries = torch.cuda.memory_stats().get("num_alloc_retries", 0) - retries
         if args.profile:
             profiles[path] = profile(path, model, micro, keep, device)
         row: dict[str, Any] = {
             "path": path, "seconds": round(min(times[1:]), 4),
             "tokens_per_s": round(tokens / min(times[1:])), "peak_gib": peak and round(peak, 2),
                 "computed_tokens": computed_tokens(path, micro, keep),
+            "seconds_each": [round(t, 4) for t in times],
+            "alloc_retries": retries if device.type == "cuda" else None,
         }  # fmt: skip
         if reference is None:
             reference = (logps, grads)
