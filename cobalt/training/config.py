@@ -377,6 +377,11 @@ class TrainingConfig(BaseModel):
                 "use_format_reward / reward: the offline mode's reward is the logged correctness "
                 "reward only; train with mode cobalt, single_turn or multi_turn for the others"
             )
+        if self.mode == "offline" and self.packing:
+            raise ValueError(
+                "training.packing: packed passes are GRPO's (modes cobalt, single_turn, "
+                "multi_turn); the offline trainer pads its rows: drop --packing"
+            )
         owned = sorted(k for k in self.overrides if k in OWNED)
         if owned:
             raise ValueError(

@@ -69,6 +69,7 @@ class TrainingPlan(BaseModel):
     gpu_bytes: int  # each process plans its micro-batch against this (the smallest GPU's)
     plans_micro_batch: bool = False  # the preset plans it from memory (paper)
     generation: str  # how GRPO samples (offline: none)
+    passes: str = "padded"  # GRPO's forward passes: padded (TRL's), trimmed or packed
     parameters: int | None = None  # the policy's, when its config was there to count
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
     host_bytes_needed: int | None = None  # every process loading its copies at once
@@ -107,6 +108,7 @@ class TrainingPlan(BaseModel):
             if self.gpus and self.plans_micro_batch
             else "",
             f"generation {self.generation}" if self.generation != "none" else "",
+            f"{self.passes} forward passes" if self.generation != "none" else "",
             f"vLLM colocated, asleep while the optimizer steps: {self.vllm_share} of each GPU"
             if self.vllm_share
             else "",
@@ -170,6 +172,7 @@ def plan_training(
         gpu_bytes=machine.gpu_bytes,
         plans_micro_batch=config.defaults().plan_micro_batch,
         generation=generation,
+        passes="packed" if config.packing else "trimmed" if config.trims_padding() else "padded",
         host_bytes_free=machine.host_bytes,
         collective_timeout_s=config.collective_timeout_s,
     )

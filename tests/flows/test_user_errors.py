@@ -187,6 +187,12 @@ ROWS: list[tuple[str, Row]] = [
             r"CPU processes \(gloo\) use --sharding ddp, or zero3"),
     ),
     (
+        "training-packing-offline",
+        Row("training", ["--mode", "offline", "--packing"], 2,
+            r"training\.packing: packed passes are GRPO's \(modes cobalt, single_turn, "
+            r"multi_turn\); the offline trainer pads its rows: drop --packing"),
+    ),
+    (
         "training-fsdp-on-one-process",
         Row("training", ["--sharding", "fsdp"], 2,
             r"training\.sharding fsdp on 1 process shards nothing: pass --gpus N"),

@@ -59,6 +59,7 @@ def test_the_embedded_default_on_four_gpus(vllm_here, tiny_model) -> None:
     assert "trajectories and evaluations: transformers (" in text and "on 1 GPU" in text
     assert "training: 4 processes on GPUs, fsdp; precision fp32" in text
     assert "generation transformers" in text  # auto for the tiny model, as its stages
+    assert "padded forward passes" in text  # the tiny preset's: TRL's own
 
 
 def test_an_8b_model_is_served_on_every_gpu_and_needs_litellm(vllm_here, tmp_path, monkeypatch):
