@@ -20,9 +20,10 @@ its padding, which rotary attention does not see (a uniform shift), so the two a
 Attention kernels (`KERNEL`): on a GPU in half precision, PyTorch's variable-length
 FlashAttention (`torch.nn.attention.varlen.varlen_attn`, forward and backward, no padding
 computed); elsewhere (CPU, float32), or with `KERNEL = "sdpa"`, PyTorch's SDPA one sequence at a
-time. Measured on one H200 at verl's shape (docs/SCALING.md): packed passes were 10% slower than
-trimmed ones while computing 29% fewer tokens; `scripts/gpu/packing_cost.py --profile` is there to
-find where the time goes.
+time. Under bf16 autocast over float32 weights a query can arrive in float32 (`compute_dtype`):
+it is cast to the autocast's dtype for the varlen kernel, as SDPA's autocast does. (Before that
+cast the Qwen3-shaped measurement of docs/SCALING.md ran the one-sequence-at-a-time loop on the
+GPU: 10% slower than the trimmed passes.)
 
 Rows whose attention mask has holes inside a completion (a masked tool output) cannot be packed
 this way; `packable` says so and the caller keeps its padded path.
@@ -45,6 +46,7 @@ HALF = (torch.float16, torch.bfloat16)
 # the packed attention's kernel: "varlen" (PyTorch's variable-length FlashAttention where it
 # runs: a GPU, half precision) or "sdpa" (SDPA one sequence at a time, everywhere)
 KERNEL = "varlen"
+VARLEN_DEVICES = ("cuda",)  # where PyTorch's varlen_attn runs
 
 
 def packable(attention_mask: torch.Tensor, logits_to_keep: int) -> bool:
@@ -219,7 +221,14 @@ def _attend_packed(
     """Causal attention inside each of the packed sequences: [1, T, H, D]."""
     groups = query.size(1) // key.size(1)
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, heads, D]
-    if KERNEL == "varlen" and q.is_cuda and q.dtype in HALF and _varlen() is not None:
+    half = compute_dtype(query)
+    if (
+        KERNEL == "varlen"
+        and q.device.type in VARLEN_DEVICES
+        and half is not None
+        and _varlen() is not None
+    ):
+        q, k, v = (x.to(half) for x in (q, k, v))
         out = _varlen_call(q, k, v, cu, int(longest or cu.diff().max()), scaling, groups)
     else:
         out = torch.empty_like(q)
@@ -237,6 +246,18 @@ def _attend_packed(
             )
             out[start:end] = part[0].transpose(0, 1)
     return out[None]
+
+
+def compute_dtype(query: torch.Tensor) -> torch.dtype | None:
+    """The half-precision dtype the attention computes in: the query's own, or the autocast's.
+    Under bf16 autocast over float32 weights the query is often float32 (Qwen3's q_norm and the
+    rotary embedding compute in float32) while SDPA would autocast it to bf16: so does this."""
+    if query.dtype in HALF:
+        return query.dtype
+    device = query.device.type
+    if torch.is_autocast_enabled(device) and torch.get_autocast_dtype(device) in HALF:
+        return torch.get_autocast_dtype(device)
+    return None
 
 
 def _varlen() -> Callable[..., torch.Tensor] | None:

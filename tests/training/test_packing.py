@@ -199,3 +199,74 @@ def test_the_packing_cost_script_compares_every_path_on_cpu(tmp_path) -> None:
     for path in ("trimmed", "packed", "packed-sdpa"):
         assert rows[path]["logp_max_abs_diff"] < 0.02
         assert max(rows[path]["grad_rel_diff"].values()) < 0.05
+
+
+def fake_varlen(signature: str):
+    """PyTorch's varlen_attn as each release shipped its signature (2.9: is_causal; 2.11:
+    window_size, no enable_gqa), computed by SDPA one sequence at a time, recording its calls."""
+    calls: list[dict] = []
+
+    def attend(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+        assert k.size(1) == q.size(1)  # the key/value heads were repeated: no enable_gqa
+        assert causal and torch.equal(cu_q, cu_k) and cu_q.dtype == torch.int32
+        out = torch.empty_like(q)
+        for start, end in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), strict=True):
+            part = torch.nn.functional.scaled_dot_product_attention(
+                *(x[start:end].transpose(0, 1)[None] for x in (q, k, v)), is_causal=True,
+                scale=scale,
+            )  # fmt: skip
+            out[start:end] = part[0].transpose(0, 1)
+        calls.append({"dtype": q.dtype, "max_q": max_q})
+        return out
+
+    if signature == "2.9":
+
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal=False,
+                        return_aux=None):  # fmt: skip
+            return attend(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, is_causal, None)
+    else:
+
+        def varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None,
+                        scale=None, window_size=(-1, -1)):  # fmt: skip
+            causal = tuple(window_size) == (-1, 0)
+            return attend(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, causal, scale)
+
+    return varlen_attn, calls
+
+
+@pytest.mark.parametrize("signature", ["2.9", "2.11"])
+def test_the_varlen_kernel_gets_half_precision_causal_packed_sequences(
+    tmp_path, monkeypatch, signature
+) -> None:
+    """The GPU kernel's path, on CPU with a stand-in for PyTorch's varlen_attn: a Qwen3-shaped
+    model (its q_norm leaves the query in float32 under bf16 autocast) over float32 weights
+    sends the kernel bf16 queries, causal, its key/value heads repeated, and gets what the
+    one-sequence-at-a-time path computes."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+    from trl.trainer.utils import add_fused_lm_head
+
+    config = Qwen3Config(
+        vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=16, intermediate_size=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32, attn_implementation="sdpa"
+    )
+    add_fused_lm_head(model)
+    use_packed_attention(model)
+    ids, mask, keep = padded_batch(512)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        monkeypatch.setattr(packing, "KERNEL", "sdpa")
+        loop, _ = packed_logps(model, ids, mask, keep)
+        varlen, calls = fake_varlen(signature)
+        monkeypatch.setattr(packing, "KERNEL", "varlen")
+        monkeypatch.setattr(packing, "VARLEN_DEVICES", ("cpu",))
+        monkeypatch.setattr(packing, "_varlen", lambda: varlen)
+        got, _ = packed_logps(model, ids, mask, keep)
+    assert len(calls) == config.num_hidden_layers
+    assert {c["dtype"] for c in calls} == {torch.bfloat16}
+    assert calls[0]["max_q"] == int(mask.sum(1).max())
+    real = mask[:, -keep:].bool()
+    assert torch.allclose(got[real], loop[real], atol=1e-2)
+    assert packing.compute_dtype(torch.zeros(1, dtype=torch.float32)) is None  # no autocast
