@@ -9,7 +9,7 @@
 Every layout (`PROCESSES[:SHARDING]`, or `NODESxPROCESSES[:SHARDING]`: that many launchers on
 this host, each a node with its own node rank, meeting at one rendezvous, as separate machines
 do; `@MICRO` after either: micro-batches of MICRO rows a process, the same step; `+pack`: packed
-forward passes, no padding) trains the same rows from the same seed through the
+forward passes, no padding; `+share`: packed, each prompt once) trains the same rows from the same seed through the
 training stage's own launcher (`cobalt.training.launch.run_job`: the run's GPU plan, `accelerate
 launch`, the shipped accelerate configs, the real trainers and the real sandbox rewards). GRPO
 trains on fixed completions (benchmarks/parity_rollout.py: sampling is the one part taken out, so
@@ -136,13 +136,20 @@ def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingCon
     """`[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO][+pack][+trim]`: `@MICRO` trains the same
     step in micro-batches of MICRO rows a process (the accumulation follows), the yardstick of a
     layout whose only change is how a step's rows are grouped; `/GATHER` FSDP's
-    training.fsdp_gather; `+pack` packed forward passes (training.packing), `+trim` trimmed ones
+    training.fsdp_gather; `+pack` packed forward passes (training.packing), `+share` packed with
+    each prompt computed once (training.share_prompts), `+trim` trimmed ones
     (training.trim_padding)."""
     layout, *passes = layout.split("+")
-    unknown = set(passes) - {"pack", "trim"}
+    unknown = set(passes) - {"pack", "share", "trim"}
     if unknown:
-        raise SystemExit(f"layout {layout!r}: unknown +{sorted(unknown)[0]}; use +pack or +trim")
-    more = {"packing": "pack" in passes, "trim_padding": "trim" in passes or None, **more}
+        raise SystemExit(
+            f"layout {layout!r}: unknown +{sorted(unknown)[0]}; use +pack, +share or +trim"
+        )
+    share = "share" in passes
+    more = {
+        "packing": "pack" in passes or share, "share_prompts": share,
+        "trim_padding": "trim" in passes or None, **more,
+    }  # fmt: skip
     layout, _, micro = layout.partition("@")
     shape, _, sharding = layout.partition(":")
     sharding, _, gather = sharding.partition("/")
@@ -328,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         "--layouts",
         nargs="+",
         default=["1", "2:ddp"],
-        help="[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO][+pack], the first is the base",
+        help="[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO][+pack|+share], the first is the base",
     )
     arg("--steps", type=int, default=4, help="optimizer steps")
     arg("--step", type=int, default=16, help="completions (rows) per optimizer step")

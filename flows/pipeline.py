@@ -225,6 +225,12 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         "computes)",
     )
     arg(
+        "--share-prompts",
+        action="store_true",
+        help="with packed passes, the completions of one prompt computed with the prompt once "
+        "(implies --packing; not yet measured on a GPU)",
+    )
+    arg(
         "--packing",
         action="store_true",
         help="packed training passes: each micro-batch's sequences in one row, no padding "
@@ -316,6 +322,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         training["lora"] = {}
     if args.packing:
         training["packing"] = True
+    if args.share_prompts:
+        training |= {"packing": True, "share_prompts": True}
     if report_to(args) is not None:
         training["report_to"] = report_to(args)
     for item in args.set:

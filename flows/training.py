@@ -134,6 +134,12 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         "computes)",
     )
     arg(
+        "--share-prompts",
+        action="store_true",
+        help="with packed passes, the completions of one prompt computed with the prompt once "
+        "(implies --packing; not yet measured on a GPU)",
+    )
+    arg(
         "--packing",
         action="store_true",
         help="packed training passes: each micro-batch's sequences in one row, no padding "
@@ -188,6 +194,8 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         training["use_format_reward"] = True
     if args.packing:
         training["packing"] = True
+    if args.share_prompts:
+        training |= {"packing": True, "share_prompts": True}
     if args.lora:
         training["lora"] = training.get("lora") or {}
     offline = training.setdefault("offline", {})

@@ -310,6 +310,13 @@ class TrainingConfig(BaseModel):
         "The same log-probabilities as the padded path to rounding. Text models with full "
         "causal attention only.",
     )
+    share_prompts: bool = Field(
+        False,
+        description="With packing: the rows of one prompt in a micro-batch computed with the "
+        "prompt once (each completion attends to the shared prompt and to itself; rows grouped "
+        "by prompt within each optimizer step). The same log-probabilities to rounding; not yet "
+        "measured on a GPU.",
+    )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
         description="What FSDP gathers each layer as under mixed precision: float32 (its master "
@@ -376,6 +383,11 @@ class TrainingConfig(BaseModel):
             raise ValueError(
                 "use_format_reward / reward: the offline mode's reward is the logged correctness "
                 "reward only; train with mode cobalt, single_turn or multi_turn for the others"
+            )
+        if self.share_prompts and not self.packing:
+            raise ValueError(
+                "training.share_prompts shares prompts inside packed passes: set "
+                "training.packing true too (--share-prompts does both)"
             )
         if self.mode == "offline" and self.packing:
             raise ValueError(

@@ -242,6 +242,7 @@ def train(
             kl_estimator=config.kl(),
             trim_padding=config.trims_padding(),
             packing=config.packing,
+            share_prompts=config.share_prompts,
         )
         cast_trainable(trainer.model, numerics)
         set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)

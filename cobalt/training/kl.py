@@ -32,7 +32,12 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from cobalt.training.packing import packable, packed_logps, use_packed_attention
+from cobalt.training.packing import (
+    packable,
+    packed_logps,
+    shared_logps,
+    use_packed_attention,
+)
 from cobalt.training.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
 
 K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
@@ -48,6 +53,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
         kl_estimator: str = "k3",
         trim_padding: bool = False,
         packing: bool = False,
+        share_prompts: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -60,7 +66,8 @@ class CobaltGRPOTrainer(GRPOTrainer):
             )
         self.kl_estimator = kl_estimator
         self.trim_padding = trim_padding
-        self.packing = packing
+        self.packing = packing or share_prompts
+        self.share_prompts = share_prompts
         self._policy_logps: Any = None
         self.batch_example_ids: list[str] | None = None
 
@@ -120,9 +127,10 @@ class CobaltGRPOTrainer(GRPOTrainer):
         size = batch_size or rows
         logps, entropies = [], []
         use_packed_attention(model)
+        logps_of = shared_logps if self.share_prompts else packed_logps
         for start in range(0, rows, size):
             with self.accelerator.autocast():
-                part, part_entropy = packed_logps(
+                part, part_entropy = logps_of(
                     model,
                     input_ids[start : start + size],
                     attention_mask[start : start + size],
@@ -161,6 +169,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
                 windows=steps // accumulation,
                 offset=self.accelerator.process_index * rows,
                 by_length=self.trim_padding and self.loss_type in REORDERABLE_LOSSES,
+                by_prompt=self.share_prompts and self.loss_type in REORDERABLE_LOSSES,
             )
         return self._buffered_inputs[self._step % steps]
 

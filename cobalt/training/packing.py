@@ -77,6 +77,103 @@ def pack(
     return ids[None], positions[None], cu
 
 
+def pack_shared(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> dict[str, Any]:
+    """The rows packed with each distinct prompt once: for the rows of one prompt P, P without its
+    last token (a segment attending to itself), then per row P's last token and its completion (a
+    segment attending to the shared part and to itself). Returns the packed ids and positions
+    [1, T], the query segments' `cu_q`, the keys each segment reads (`key_index` into the packed
+    row, `cu_k`) and each row's segment start (`starts`: its P's last token, which predicts the
+    completion's first)."""
+    width = attention_mask.size(1)
+    prompt_width = width - logits_to_keep
+    real = attention_mask.bool().cpu()
+    rows = input_ids.cpu().tolist()
+    prompts: dict[tuple[int, ...], list[int]] = {}
+    for r, row in enumerate(rows):
+        prompt = tuple(
+            t for t, m in zip(row[:prompt_width], real[r, :prompt_width].tolist(), strict=True) if m
+        )
+        prompts.setdefault(prompt, []).append(r)
+    ids: list[int] = []
+    positions: list[int] = []
+    cu_q, cu_k, key_index = [0], [0], []
+    starts = [0] * len(rows)
+    for prompt, members in prompts.items():
+        shared = list(range(len(ids), len(ids) + len(prompt) - 1))
+        if shared:  # the prompt but its last token: one segment
+            ids += prompt[:-1]
+            positions += range(len(prompt) - 1)
+            key_index += shared
+            cu_q.append(len(ids))
+            cu_k.append(len(key_index))
+        for r in members:
+            count = int(real[r, prompt_width:].sum())
+            starts[r] = len(ids)
+            own = list(range(len(ids), len(ids) + 1 + count))
+            ids += [prompt[-1], *rows[r][prompt_width : prompt_width + count]]
+            positions += range(len(prompt) - 1, len(prompt) + count)
+            key_index += shared + own
+            cu_q.append(len(ids))
+            cu_k.append(len(key_index))
+    device = input_ids.device
+
+    def tensor(values: list[int], dtype: torch.dtype = torch.long) -> torch.Tensor:
+        return torch.tensor(values, dtype=dtype, device=device)
+
+    return {
+        "ids": tensor(ids)[None],
+        "positions": tensor(positions)[None],
+        "cu_q": tensor(cu_q, torch.int32),
+        "cu_k": tensor(cu_k, torch.int32),
+        "key_index": tensor(key_index),
+        "starts": tensor(starts),
+    }
+
+
+def shared_logps(
+    forward: Callable[..., Any],
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    logits_to_keep: int,
+    compute_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`packed_logps` with each distinct prompt of the rows computed once (`pack_shared`): the
+    same log-probabilities, the shared prompts' tokens through the model once."""
+    packed = pack_shared(input_ids, attention_mask, logits_to_keep)
+    ids = packed["ids"]
+    completion = attention_mask[:, -logits_to_keep:].bool()
+    row_of, column = completion.nonzero(as_tuple=True)
+    # completion token j of row r is predicted at its segment's start + j (the start is the
+    # prompt's last token); every other position is unscored
+    source = packed["starts"][row_of] + column
+    shift = torch.full_like(ids[0], -100)
+    shift[source] = ids[0, source + 1]
+    q_lengths, k_lengths = packed["cu_q"].diff(), packed["cu_k"].diff()
+    with packed_forward():
+        outputs = forward(
+            input_ids=ids,
+            position_ids=packed["positions"],
+            shift_labels=shift[None],
+            fused_lm_head=True,
+            use_cache=False,
+            cu_seq_lens_q=packed["cu_q"],
+            cu_seq_lens_k=packed["cu_k"],
+            max_length_q=int(q_lengths.max()),
+            max_length_k=int(k_lengths.max()),
+            cobalt_key_index=packed["key_index"],
+        )
+    rows = attention_mask.size(0)
+    logps = outputs.log_probs[0].new_zeros((rows, logits_to_keep))
+    logps[row_of, column] = outputs.log_probs[0][source]
+    entropies = None
+    if compute_entropy and outputs.entropy is not None:
+        entropies = outputs.entropy[0].new_zeros((rows, logits_to_keep))
+        entropies[row_of, column] = outputs.entropy[0][source]
+    return logps, entropies
+
+
 def packed_logps(
     forward: Callable[..., Any],
     input_ids: torch.Tensor,
@@ -207,7 +304,14 @@ def packed_attention(
         )
     if query.size(0) != 1:
         raise ValueError("packed attention needs the sequences packed into one row")
-    return _attend_packed(query, key, value, cu, scaling, kwargs.get("max_length_q")), None
+    index = kwargs.get("cobalt_key_index")
+    if index is not None:  # shared prompts: each segment reads its keys through the index
+        key, value = key[:, :, index], value[:, :, index]
+    longest = (kwargs.get("max_length_q"), kwargs.get("max_length_k"))
+    cu_k = kwargs.get("cu_seq_lens_k")
+    return _attend_packed(
+        query, key, value, cu, cu if cu_k is None else cu_k, scaling, longest
+    ), None
 
 
 def _attend_packed(
@@ -215,10 +319,13 @@ def _attend_packed(
     key: torch.Tensor,
     value: torch.Tensor,
     cu: torch.Tensor,
+    cu_k: torch.Tensor,
     scaling: float | None,
-    longest: int | None,
+    longest: tuple[int | None, int | None] = (None, None),
 ) -> torch.Tensor:
-    """Causal attention inside each of the packed sequences: [1, T, H, D]."""
+    """Causal attention of each query segment (`cu`) over its key segment (`cu_k`), aligned at
+    the end (a segment's last query sees every key of its segment, as a continuation of the
+    keys before it does): [1, T, H, D]."""
     groups = query.size(1) // key.size(1)
     q, k, v = (x[0].transpose(0, 1) for x in (query, key, value))  # [T, heads, D]
     half = compute_dtype(query)
@@ -229,18 +336,28 @@ def _attend_packed(
         and _varlen() is not None
     ):
         q, k, v = (x.to(half) for x in (q, k, v))
-        out = _varlen_call(q, k, v, cu, int(longest or cu.diff().max()), scaling, groups)
+        max_q = int(longest[0] or cu.diff().max())
+        max_k = int(longest[1] or cu_k.diff().max())
+        out = _varlen_call(q, k, v, cu, cu_k, max_q, max_k, scaling, groups)
     else:
         out = torch.empty_like(q)
-        bounds = cu.tolist()
-        for start, end in pairwise(bounds):
+        for (start, end), (k_start, k_end) in zip(
+            pairwise(cu.tolist()), pairwise(cu_k.tolist()), strict=True
+        ):
             if end == start:
                 continue
+            extra = (k_end - k_start) - (end - start)  # keys before the segment's first query
+            mask = None
+            if extra:
+                rows = torch.arange(end - start, device=q.device)[:, None]
+                cols = torch.arange(k_end - k_start, device=q.device)[None, :]
+                mask = cols <= rows + extra
             part = torch.nn.functional.scaled_dot_product_attention(
                 query[:, :, start:end],
-                key[:, :, start:end],
-                value[:, :, start:end],
-                is_causal=True,
+                key[:, :, k_start:k_end],
+                value[:, :, k_start:k_end],
+                attn_mask=mask,
+                is_causal=mask is None,
                 scale=scaling,
                 enable_gqa=groups > 1,
             )
@@ -273,7 +390,9 @@ def _varlen_call(
     k: torch.Tensor,
     v: torch.Tensor,
     cu: torch.Tensor,
-    longest: int,
+    cu_k: torch.Tensor,
+    max_q: int,
+    max_k: int,
     scaling: float | None,
     groups: int,
 ) -> torch.Tensor:
@@ -297,5 +416,4 @@ def _varlen_call(
         else:
             k = k.repeat_interleave(groups, dim=1)
             v = v.repeat_interleave(groups, dim=1)
-    cu = cu.to(torch.int32)
-    return varlen(q, k, v, cu, cu, longest, longest, **options)
+    return varlen(q, k, v, cu.to(torch.int32), cu_k.to(torch.int32), max_q, max_k, **options)

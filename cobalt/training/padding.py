@@ -48,10 +48,13 @@ def optimizer_windows(
     windows: int,
     offset: int,
     by_length: bool,
+    by_prompt: bool = False,
 ) -> list[dict[str, Any]]:
     """A process's generation batch (rows `offset` .. `offset + n` of the global one) as
     `micro_batches` equal micro-batches, `micro_batches // windows` per optimizer step: global row
-    g goes to step g mod `windows`; within a step, longest completion first when `by_length`.
+    g goes to step g mod `windows`; within a step, longest completion first when `by_length`, and
+    the rows of one prompt together when `by_prompt` (prompts in order of first appearance), so
+    that a micro-batch's rows share their prompts (`cobalt.training.packing.shared_logps`).
     Scalars (TRL's `num_items_in_batch`) are kept in every micro-batch."""
     rows = _row_count(batch)
     if micro_batches < 1 or windows < 1 or micro_batches % windows or rows % micro_batches:
@@ -61,12 +64,12 @@ def optimizer_windows(
         )
     if offset % windows:
         raise ValueError(f"offset {offset} is not a multiple of {windows} optimizer steps")
-    lengths = batch["completion_mask"].sum(1).tolist() if by_length else None
+    lengths = batch["completion_mask"].sum(1).tolist() if by_length else [0] * rows
+    prompt = _prompt_ranks(batch) if by_prompt else [0] * rows
     order: list[int] = []
     for window in range(windows):
         members = [i for i in range(rows) if (offset + i) % windows == window]
-        if lengths is not None:
-            members.sort(key=lambda i: -lengths[i])  # stable: ties keep their order
+        members.sort(key=lambda i: (prompt[i], -lengths[i]))  # stable: ties keep their order
         order += members
     size = rows // micro_batches
     return [
@@ -76,6 +79,16 @@ def optimizer_windows(
         }
         for k in range(micro_batches)
     ]
+
+
+def _prompt_ranks(batch: dict[str, Any]) -> list[int]:
+    """Each row's prompt, as the rank of its first appearance in the batch."""
+    seen: dict[tuple[int, ...], int] = {}
+    ranks = []
+    for ids, mask in zip(batch["prompt_ids"].tolist(), batch["prompt_mask"].tolist(), strict=True):
+        key = tuple(t for t, m in zip(ids, mask, strict=True) if m)
+        ranks.append(seen.setdefault(key, len(seen)))
+    return ranks
 
 
 def _row_count(batch: dict[str, Any]) -> int:

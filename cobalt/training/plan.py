@@ -172,7 +172,15 @@ def plan_training(
         gpu_bytes=machine.gpu_bytes,
         plans_micro_batch=config.defaults().plan_micro_batch,
         generation=generation,
-        passes="packed" if config.packing else "trimmed" if config.trims_padding() else "padded",
+        passes=(
+            "packed (prompts shared)"
+            if config.share_prompts
+            else "packed"
+            if config.packing
+            else "trimmed"
+            if config.trims_padding()
+            else "padded"
+        ),
         host_bytes_free=machine.host_bytes,
         collective_timeout_s=config.collective_timeout_s,
     )

@@ -397,7 +397,7 @@ JSON
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
     python3 -c 'import inspect, torch; from torch.nn.attention.varlen import varlen_attn as v
 print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
-    timeout 330 python3 scripts/gpu/packing_cost.py --json "$OUT/packing_cost_8b.json" \
+    timeout 330 python3 scripts/gpu/packing_cost.py --profile --json "$OUT/packing_cost_8b.json" \
       >"$NODE/packing_cost.log" 2>&1
     echo "packing cost (8B shape) exit $? at $(elapsed) s"; grep -a '^{' "$NODE/packing_cost.log"
     tail -c 1500 "$NODE/packing_cost.log" >"$OUT/packing_cost_tail.log"
@@ -406,7 +406,7 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     setsid nohup bash -c "$(declare -f build_07b elapsed); started=$started NODE=$NODE
       [ -f /root/model-07b/config.json ] || build_07b
       timeout 900 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
-        --precision mixed --layouts 1 1+pack 1@8 --lr 1e-5 --step 32 --micro-batch 4 \
+        --precision mixed --layouts 1 1+pack 1+share 1@8 --lr 1e-5 --step 32 --micro-batch 4 \
         --prompts 64 --tolerance 0.1 --loss-abs 0.01 --json /root/parity_pack.json \
         >$NODE/parity-pack.log 2>&1; echo \$? >$NODE/parity-pack.rc" </dev/null >/dev/null 2>&1 &
     wait_for "$NODE/parity-pack.rc" 560

@@ -12,7 +12,8 @@ code the trainer runs:
   micro-batch cut to its own longest: `training.trim_padding`, on in the paper preset);
 - `packed`: `cobalt.training.packing` (each micro-batch's sequences end to end in one row:
   `training.packing`), PyTorch's varlen attention; `packed-sdpa`: the same, attention by SDPA one
-  sequence at a time.
+  sequence at a time; `shared`: packed with each prompt computed once for its samples
+  (`training.share_prompts`; `--samples` rows share a prompt, 5 as in verl's run).
 
 `--profile`: one more pass of each path under torch.profiler, its top operators by device time
 printed and kept in the JSON (where the packed path's time goes).
@@ -41,10 +42,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from cobalt.training import packing  # noqa: E402
-from cobalt.training.packing import packed_logps, use_packed_attention  # noqa: E402
+from cobalt.training.packing import (  # noqa: E402
+    pack_shared,
+    packed_logps,
+    shared_logps,
+    use_packed_attention,
+)
 from cobalt.training.padding import optimizer_windows, trimmed_logps  # noqa: E402
 
-PATHS = ("padded", "trimmed", "packed", "packed-sdpa")
+PATHS = ("padded", "trimmed", "packed", "packed-sdpa", "shared")
 
 
 def build(args: argparse.Namespace, device: torch.device) -> Any:
@@ -71,7 +77,9 @@ def build(args: argparse.Namespace, device: torch.device) -> Any:
 def batch(args: argparse.Namespace, device: torch.device) -> dict[str, torch.Tensor]:
     """TRL's generation batch: left-padded prompts, right-padded completions, at full width."""
     generator = torch.Generator().manual_seed(1)
-    prompts = torch.randint(args.prompt_min, args.prompt_max + 1, (args.rows,), generator=generator)
+    groups = args.rows // args.samples  # TRL's buffer: a prompt's samples in a row
+    prompts = torch.randint(args.prompt_min, args.prompt_max + 1, (groups,), generator=generator)
+    prompts = prompts.repeat_interleave(args.samples)
     # a constant chance of ending at each token: geometric lengths (the calibrated model's)
     uniform = torch.rand(args.rows, generator=generator)
     responses = 1 + torch.floor(
@@ -80,6 +88,7 @@ def batch(args: argparse.Namespace, device: torch.device) -> dict[str, torch.Ten
     responses = responses.clamp(1, args.response_cap).long()
     width_p, width_c = int(prompts.max()), int(responses.max())
     ids = torch.randint(5, args.vocab, (args.rows, width_p + width_c), generator=generator)
+    ids[:, :width_p] = ids[:: args.samples, :width_p].repeat_interleave(args.samples, 0)
     mask = torch.zeros_like(ids)
     for r in range(args.rows):
         mask[r, width_p - int(prompts[r]) : width_p + int(responses[r])] = 1
@@ -89,6 +98,8 @@ def batch(args: argparse.Namespace, device: torch.device) -> dict[str, torch.Ten
         "attention_mask": mask.to(device),
         "completion_mask": mask[:, width_p:].to(device),
         "row": torch.arange(args.rows, device=device),
+        "prompt_ids": ids[:, :width_p].to(device),
+        "prompt_mask": mask[:, :width_p].to(device),
         "keep": torch.tensor(width_c),
     }
 
@@ -111,6 +122,8 @@ def computed_tokens(path: str, micro: list[dict[str, Any]], keep: int) -> int:
         mask = part["attention_mask"]
         if path.startswith("packed"):
             total += int(mask.sum())
+        elif path == "shared":
+            total += pack_shared(part["input_ids"], mask, keep)["ids"].size(1)
         elif path == "padded":
             total += mask.numel()
         else:  # trimmed: each chunk cut to its own longest prompt and completion
@@ -143,7 +156,8 @@ def run(path: str, model: Any, micro: list[dict[str, Any]], keep: int, device: t
             else:  # packed: PyTorch's varlen kernel; packed-sdpa: SDPA a sequence at a time
                 packing.KERNEL = "sdpa" if path == "packed-sdpa" else "varlen"
                 use_packed_attention(model)
-                out, _ = packed_logps(model, ids, mask, keep)
+                logps_of = shared_logps if path == "shared" else packed_logps
+                out, _ = logps_of(model, ids, mask, keep)
         # normalised over the whole batch (dapo's way): the gradient does not depend on which
         # rows share a micro-batch, so every path's is comparable
         (-(out * real).sum() / total).backward()
@@ -188,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     arg("--heads", type=int, default=32)
     arg("--vocab", type=int, default=151936)
     arg("--rows", type=int, default=80, help="the process's generation batch (rows)")
+    arg("--samples", type=int, default=5, help="samples of one prompt (rows in a row share it)")
     arg("--micro-batch", type=int, default=16)
     arg("--windows", type=int, default=1, help="optimizer steps of the generation batch")
     arg("--prompt-min", type=int, default=100)
@@ -199,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     arg("--profile", action="store_true", help="+ each path's top GPU kernels (torch.profiler)")
     arg("--json", type=Path)
     args = parser.parse_args(argv)
+    if args.rows % args.samples or args.rows % args.micro_batch:
+        parser.error("--rows must be a multiple of --samples and of --micro-batch")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = build(args, device)
     full = batch(args, device)
@@ -211,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.paths:
         micro = optimizer_windows(
             full, micro_batches=micro_batches, windows=args.windows, offset=0,
-            by_length=path != "padded",
+            by_length=path != "padded", by_prompt=path == "shared",
         )  # fmt: skip
         if device.type == "cuda":  # each path from an empty cache: no order effect
             torch.cuda.empty_cache()

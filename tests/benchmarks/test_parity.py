@@ -127,7 +127,8 @@ def test_packed_forward_passes_train_what_padded_ones_train(fsdp_on_cpu, tmp_pat
     """The paper preset (gradient checkpointing: each layer recomputed in the backward pass, k2
     KL, a reference model) in fp32 on one process, its forwards packed (`+pack`: each
     micro-batch's sequences in one row, no padding) against trimmed padded ones; then packed
-    under FSDP on two processes. The same per-step losses and weights."""
+    under FSDP on two processes, and packed with each prompt computed once for its samples
+    (`+share`). The same per-step losses and weights."""
     fsdp_on_cpu("1")
     _, packed, fsdp = passing_rows(tmp_path, "--layouts", "1", "1+pack", "2:fsdp+pack",
                                    "--preset", "paper", "--precision", "fp32",
@@ -182,7 +183,9 @@ def test_a_layout_names_its_micro_batch_and_a_bad_one_is_refused():
     packed = parity.layout_config(base, "2:fsdp/bf16-linear@8+pack")
     assert (packed.packing, packed.fsdp_gather, packed.num_processes) == (True, "bf16-linear", 2)
     assert not parity.layout_config(base, "2:fsdp").packing
-    with pytest.raises(SystemExit, match=r"unknown \+packed"):
+    shared = parity.layout_config(base, "1+share")
+    assert shared.packing and shared.share_prompts
+    with pytest.raises(SystemExit, match=r"unknown \+packed; use \+pack, \+share or \+trim"):
         parity.layout_config(base, "1+packed")
     offline = parity.base_config(argparse.Namespace(**{**vars(args), "mode": "offline"}))
     config = parity.layout_config(offline, "1@2")

@@ -10,7 +10,14 @@ import torch
 from test_padding import padded_batch
 
 from cobalt.training import packing
-from cobalt.training.packing import pack, packable, packed_logps, use_packed_attention
+from cobalt.training.packing import (
+    pack,
+    pack_shared,
+    packable,
+    packed_logps,
+    shared_logps,
+    use_packed_attention,
+)
 
 
 def tiny(tmp_path, **config):
@@ -81,6 +88,50 @@ def test_packed_forward_gives_the_padded_forwards_log_probs_entropies_and_gradie
         assert difference < 1e-4, name
 
 
+def sharing(ids: torch.Tensor, mask: torch.Tensor, keep: int) -> None:
+    """Rows 1-2 take row 0's prompt and row 4 row 3's (in place): TRL's layout of a prompt's
+    samples."""
+    prompt = ids.size(1) - keep
+    for source, row in ((0, 1), (0, 2), (3, 4)):
+        ids[row, :prompt], mask[row, :prompt] = ids[source, :prompt], mask[source, :prompt]
+
+
+def test_pack_shared_lays_each_prompt_once_and_each_completion_after_its_last_token() -> None:
+    ids = torch.tensor([[0, 5, 6, 7, 8, 0], [0, 5, 6, 9, 0, 0], [4, 5, 6, 1, 2, 3]])
+    mask = (ids != 0).long()
+    packed = pack_shared(ids, mask, logits_to_keep=3)
+    # prompt (5, 6): 5 once, then 6 + each completion; prompt (4, 5, 6): 4 5, then 6 + 1 2 3
+    assert packed["ids"].tolist() == [[5, 6, 7, 8, 6, 9, 4, 5, 6, 1, 2, 3]]
+    assert packed["positions"].tolist() == [[0, 1, 2, 3, 1, 2, 0, 1, 2, 3, 4, 5]]
+    assert packed["cu_q"].tolist() == [0, 1, 4, 6, 8, 12]
+    assert packed["key_index"].tolist() == [0, 0, 1, 2, 3, 0, 4, 5, 6, 7, 6, 7, 8, 9, 10, 11]
+    assert packed["cu_k"].tolist() == [0, 1, 5, 8, 10, 16]
+    assert packed["starts"].tolist() == [1, 4, 8]
+
+
+@pytest.mark.parametrize("heads", [{}, {"num_key_value_heads": 1}], ids=["mha", "gqa"])
+def test_shared_prompts_give_the_padded_forwards_log_probs_and_gradients(tmp_path, heads) -> None:
+    """Rows of one prompt computed with the prompt once (gradient checkpointing on: the shared
+    keys are gathered again when each layer is recomputed)."""
+    model = tiny(tmp_path, **heads)
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    model.train()
+    ids, mask, keep = padded_batch(model.config.vocab_size)
+    sharing(ids, mask, keep)
+    real = mask[:, -keep:].bool()
+    logps, entropy = padded(model, ids, mask, keep)
+    logps[real].sum().backward()
+    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    use_packed_attention(model)
+    got, got_entropy = shared_logps(model, ids, mask, keep, compute_entropy=True)
+    got[real].sum().backward()
+    assert torch.allclose(got[real], logps[real], atol=2e-6)
+    assert torch.allclose(got_entropy[real], entropy[real], atol=2e-6)
+    for name, parameter in model.named_parameters():
+        assert (parameter.grad - expected[name]).norm() / expected[name].norm() < 1e-4, name
+
+
 def test_packed_calls_attend_packed_and_every_other_call_is_sdpa_as_before(
     tmp_path, monkeypatch
 ) -> None:
@@ -123,6 +174,16 @@ def test_rows_with_a_hole_or_a_right_padded_prompt_are_not_packable() -> None:
     assert packable(mask, keep)
     assert not packable(holed, keep)
     assert not packable(right_padded_prompt, keep)
+
+
+def test_shared_prompts_without_packing_and_packing_offline_are_refused_by_name() -> None:
+    from cobalt.training.config import TrainingConfig
+
+    with pytest.raises(ValueError, match=r"set training\.packing true too"):
+        TrainingConfig(share_prompts=True)
+    with pytest.raises(ValueError, match=r"training\.packing: packed passes are GRPO's"):
+        TrainingConfig(mode="offline", packing=True)
+    assert TrainingConfig(packing=True, share_prompts=True).share_prompts
 
 
 def test_a_sliding_window_model_is_refused_naming_the_setting() -> None:
@@ -189,14 +250,16 @@ def test_the_packing_cost_script_compares_every_path_on_cpu(tmp_path) -> None:
     out = tmp_path / "cost.json"
     argv = ["--hidden", "64", "--layers", "2", "--heads", "4", "--vocab", "512", "--rows", "8",
             "--micro-batch", "4", "--response-cap", "48", "--prompt-min", "8", "--prompt-max",
-            "24", "--response-mean", "16", "--repeats", "1", "--json", str(out)]  # fmt: skip
+            "24", "--response-mean", "16", "--repeats", "1", "--samples", "2",
+            "--json", str(out)]  # fmt: skip
     assert module.main(argv) == 0
     report = json.loads(out.read_text())
     rows = {r["path"]: r for r in report["results"]}
-    assert list(rows) == ["padded", "trimmed", "packed", "packed-sdpa"]
-    computed = [rows[p]["computed_tokens"] for p in ("padded", "trimmed", "packed")]
-    assert computed[0] > computed[1] > computed[2] == report["real_tokens"]
-    for path in ("trimmed", "packed", "packed-sdpa"):
+    assert list(rows) == ["padded", "trimmed", "packed", "packed-sdpa", "shared"]
+    computed = [rows[p]["computed_tokens"] for p in ("padded", "trimmed", "packed", "shared")]
+    assert computed[0] > computed[1] > computed[2] > computed[3]
+    assert computed[2] == report["real_tokens"]
+    for path in ("trimmed", "packed", "packed-sdpa", "shared"):
         assert rows[path]["logp_max_abs_diff"] < 0.02
         assert max(rows[path]["grad_rel_diff"].values()) < 0.05
 
@@ -208,15 +271,22 @@ def fake_varlen(signature: str):
 
     def attend(q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
         assert k.size(1) == q.size(1)  # the key/value heads were repeated: no enable_gqa
-        assert causal and torch.equal(cu_q, cu_k) and cu_q.dtype == torch.int32
+        assert causal and cu_q.dtype == cu_k.dtype == torch.int32
         out = torch.empty_like(q)
-        for start, end in zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), strict=True):
+        bounds = zip(cu_q[:-1].tolist(), cu_q[1:].tolist(), cu_k[:-1].tolist(), cu_k[1:].tolist(),
+                     strict=True)  # fmt: skip
+        for start, end, k_start, k_end in bounds:
+            # FlashAttention's causal mask is aligned at the end: a query segment shorter than
+            # its keys sees the keys before it whole
+            seen = torch.arange(k_end - k_start)[None, :] <= torch.arange(end - start)[:, None] + (
+                (k_end - k_start) - (end - start)
+            )
             part = torch.nn.functional.scaled_dot_product_attention(
-                *(x[start:end].transpose(0, 1)[None] for x in (q, k, v)), is_causal=True,
-                scale=scale,
+                q[start:end].transpose(0, 1)[None], k[k_start:k_end].transpose(0, 1)[None],
+                v[k_start:k_end].transpose(0, 1)[None], attn_mask=seen, scale=scale,
             )  # fmt: skip
             out[start:end] = part[0].transpose(0, 1)
-        calls.append({"dtype": q.dtype, "max_q": max_q})
+        calls.append({"dtype": q.dtype, "max_q": max_q, "max_k": max_k})
         return out
 
     if signature == "2.9":
@@ -234,9 +304,9 @@ def fake_varlen(signature: str):
     return varlen_attn, calls
 
 
-@pytest.mark.parametrize("signature", ["2.9", "2.11"])
+@pytest.mark.parametrize(("signature", "shared"), [("2.9", False), ("2.11", False), ("2.11", True)])
 def test_the_varlen_kernel_gets_half_precision_causal_packed_sequences(
-    tmp_path, monkeypatch, signature
+    tmp_path, monkeypatch, signature, shared
 ) -> None:
     """The GPU kernel's path, on CPU with a stand-in for PyTorch's varlen_attn: a Qwen3-shaped
     model (its q_norm leaves the query in float32 under bf16 autocast) over float32 weights
@@ -256,17 +326,24 @@ def test_the_varlen_kernel_gets_half_precision_causal_packed_sequences(
     add_fused_lm_head(model)
     use_packed_attention(model)
     ids, mask, keep = padded_batch(512)
+    logps_of = packed_logps
+    if shared:  # segments whose keys start before their queries: the kernel's alignment
+        sharing(ids, mask, keep)
+        logps_of = shared_logps
     with torch.autocast("cpu", dtype=torch.bfloat16):
         monkeypatch.setattr(packing, "KERNEL", "sdpa")
-        loop, _ = packed_logps(model, ids, mask, keep)
+        loop, _ = logps_of(model, ids, mask, keep)
         varlen, calls = fake_varlen(signature)
         monkeypatch.setattr(packing, "KERNEL", "varlen")
         monkeypatch.setattr(packing, "VARLEN_DEVICES", ("cpu",))
         monkeypatch.setattr(packing, "_varlen", lambda: varlen)
-        got, _ = packed_logps(model, ids, mask, keep)
+        got, _ = logps_of(model, ids, mask, keep)
     assert len(calls) == config.num_hidden_layers
     assert {c["dtype"] for c in calls} == {torch.bfloat16}
-    assert calls[0]["max_q"] == int(mask.sum(1).max())
+    if not shared:
+        assert calls[0]["max_q"] == calls[0]["max_k"] == int(mask.sum(1).max())
+    else:
+        assert calls[0]["max_q"] < calls[0]["max_k"] == int(mask.sum(1).max())
     real = mask[:, -keep:].bool()
     assert torch.allclose(got[real], loop[real], atol=1e-2)
     assert packing.compute_dtype(torch.zeros(1, dtype=torch.float32)) is None  # no autocast

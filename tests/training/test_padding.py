@@ -142,3 +142,23 @@ def test_a_grpo_step_with_trimmed_padding_trains_as_the_padded_one(tmp_path) -> 
         history = train(config, rows(), model, tmp_path / f"out-{trim}").history
         losses[trim] = [h["loss"] for h in history if "loss" in h]
     assert losses[True] == pytest.approx(losses[False], rel=1e-4, abs=1e-6)
+
+
+def test_rows_of_one_prompt_share_micro_batches_inside_their_own_step() -> None:
+    """`by_prompt` (shared prompts): TRL's buffer holds each prompt's samples in a row (4 here);
+    within each optimizer step the rows of one prompt sit together, longest first among them,
+    and each step keeps its own rows."""
+    batch = generation_batch(16)
+    prompts = torch.arange(16) // 4  # rows 4p .. 4p + 3 share prompt p
+    batch["prompt_ids"] = torch.stack([torch.tensor([0, 7, int(p) + 10]) for p in prompts])
+    batch["prompt_mask"] = torch.tensor([[0, 1, 1]] * 16)
+    plain = optimizer_windows(batch, micro_batches=4, windows=2, offset=0, by_length=True)
+    micro = optimizer_windows(
+        batch, micro_batches=4, windows=2, offset=0, by_length=True, by_prompt=True
+    )
+    assert steps_of(micro, 2) == steps_of(plain, 2)
+    rows = [r for b in micro for r in b["row"].tolist()]
+    assert [int(prompts[r]) for r in rows] == [0, 0, 1, 1, 2, 2, 3, 3] * 2
+    lengths = batch["completion_mask"].sum(1)
+    for first in range(0, 16, 2):  # longest first within a prompt's rows
+        assert lengths[rows[first]] >= lengths[rows[first + 1]]

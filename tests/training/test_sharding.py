@@ -326,6 +326,10 @@ def test_the_host_memory_of_the_processes_loads_is_planned(tmp_path) -> None:
     assert "trimmed forward passes" in plan.describe()  # the paper preset's
     packed = config.model_copy(update={"packing": True})
     assert "packed forward passes" in plan_training(packed, model, machine(4)).describe()
+    shared = packed.model_copy(update={"share_prompts": True})
+    assert "packed (prompts shared) forward passes" in (
+        plan_training(shared, model, machine(4)).describe()
+    )
     split = config.model_copy(update={"fsdp_gather": "bf16-linear"})
     assert "linear layers gathered in bfloat16, the rest in float32" in (
         plan_training(split, model, machine(4)).describe()
