@@ -200,6 +200,30 @@ def add_report_to(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_passes_args(parser: argparse.ArgumentParser) -> None:
+    """--packing and --share-prompts: GRPO's forward passes (training.packing, share_prompts)."""
+    parser.add_argument(
+        "--packing",
+        action="store_true",
+        help="packed training passes: each micro-batch's sequences in one row, no padding "
+        "computed (variable-length FlashAttention on a GPU; the same log-probabilities)",
+    )
+    parser.add_argument(
+        "--share-prompts",
+        action="store_true",
+        help="with packed passes, the completions of one prompt computed with the prompt once "
+        "(implies --packing; not yet measured on a GPU)",
+    )
+
+
+def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
+    """Put --packing / --share-prompts into the training values (over a --config file's)."""
+    if args.packing or args.share_prompts:
+        training["packing"] = True
+    if args.share_prompts:
+        training["share_prompts"] = True
+
+
 def report_to(args: argparse.Namespace) -> list[str] | None:
     """--report-to as training.report_to: None when not given, [] for `none`."""
     return None if not args.report_to else [n for n in args.report_to if n != "none"]

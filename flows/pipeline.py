@@ -35,8 +35,10 @@ from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_shared_storage, check_training, on_this_machine
 from engines.machine import detect
 from flows.cli import (
+    add_passes_args,
     add_report_to,
     add_storage_args,
+    passes_values,
     read_config,
     report_to,
     run_flow_cli,
@@ -224,18 +226,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
         "computes)",
     )
-    arg(
-        "--share-prompts",
-        action="store_true",
-        help="with packed passes, the completions of one prompt computed with the prompt once "
-        "(implies --packing; not yet measured on a GPU)",
-    )
-    arg(
-        "--packing",
-        action="store_true",
-        help="packed training passes: each micro-batch's sequences in one row, no padding "
-        "computed (variable-length FlashAttention on a GPU; the same log-probabilities)",
-    )
+    add_passes_args(parser)
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(
         "--nodes",
@@ -320,10 +311,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         training.setdefault("offline", {})["objective"] = args.objective
     if args.lora:
         training["lora"] = {}
-    if args.packing:
-        training["packing"] = True
-    if args.share_prompts:
-        training |= {"packing": True, "share_prompts": True}
+    passes_values(args, training)
     if report_to(args) is not None:
         training["report_to"] = report_to(args)
     for item in args.set:

@@ -37,8 +37,10 @@ from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
 from flows.cli import (
+    add_passes_args,
     add_report_to,
     add_storage_args,
+    passes_values,
     read_config,
     report_to,
     run_flow_cli,
@@ -133,18 +135,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
         "computes)",
     )
-    arg(
-        "--share-prompts",
-        action="store_true",
-        help="with packed passes, the completions of one prompt computed with the prompt once "
-        "(implies --packing; not yet measured on a GPU)",
-    )
-    arg(
-        "--packing",
-        action="store_true",
-        help="packed training passes: each micro-batch's sequences in one row, no padding "
-        "computed (variable-length FlashAttention on a GPU; the same log-probabilities)",
-    )
+    add_passes_args(parser)
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")
     arg("--node-rank", type=int, help="this machine's rank among --nodes (0 hosts the rendezvous)")
@@ -192,10 +183,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         training["report_to"] = report_to(args)
     if args.format_reward:
         training["use_format_reward"] = True
-    if args.packing:
-        training["packing"] = True
-    if args.share_prompts:
-        training |= {"packing": True, "share_prompts": True}
+    passes_values(args, training)
     if args.lora:
         training["lora"] = training.get("lora") or {}
     offline = training.setdefault("offline", {})

@@ -32,12 +32,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from cobalt.training.packing import (
-    packable,
-    packed_logps,
-    shared_logps,
-    use_packed_attention,
-)
+from cobalt.training.packing import packable, packed_logps, use_packed_attention
 from cobalt.training.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
 
 K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
@@ -127,15 +122,15 @@ class CobaltGRPOTrainer(GRPOTrainer):
         size = batch_size or rows
         logps, entropies = [], []
         use_packed_attention(model)
-        logps_of = shared_logps if self.share_prompts else packed_logps
         for start in range(0, rows, size):
             with self.accelerator.autocast():
-                part, part_entropy = logps_of(
+                part, part_entropy = packed_logps(
                     model,
                     input_ids[start : start + size],
                     attention_mask[start : start + size],
                     logits_to_keep,
                     compute_entropy=compute_entropy,
+                    share_prompts=self.share_prompts,
                 )
             logps.append(part)
             entropies.append(part_entropy)

@@ -63,38 +63,43 @@ def packable(attention_mask: torch.Tensor, logits_to_keep: int) -> bool:
 
 
 def pack(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The rows' real tokens end to end: (ids [1, T], position_ids [1, T], cu_seqlens [rows+1],
-    int32), each row's positions from 0."""
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
+) -> dict[str, Any]:
+    """The rows' real tokens end to end, each row one sequence with positions from 0: the packed
+    `ids` and `positions` [1, T], the sequences' bounds `cu_q` (int32) and each row's `starts`,
+    the index of its prompt's last token (which predicts the completion's first)."""
     real = attention_mask.bool()
     lengths = real.sum(1)
     ids = input_ids[real]  # row-major: each row's tokens in order, rows one after another
     cu = torch.zeros(len(lengths) + 1, dtype=torch.int32, device=input_ids.device)
     cu[1:] = lengths.cumsum(0)
-    starts = torch.repeat_interleave(cu[:-1], lengths)
-    positions = torch.arange(ids.numel(), device=ids.device) - starts
-    return ids[None], positions[None], cu
+    positions = torch.arange(ids.numel(), device=ids.device) - torch.repeat_interleave(
+        cu[:-1], lengths
+    )
+    prompt_real = attention_mask[:, :-logits_to_keep].sum(1)
+    return {
+        "ids": ids[None],
+        "positions": positions[None],
+        "cu_q": cu,
+        "starts": cu[:-1].long() + prompt_real - 1,
+    }
 
 
 def pack_shared(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int
 ) -> dict[str, Any]:
-    """The rows packed with each distinct prompt once: for the rows of one prompt P, P without its
-    last token (a segment attending to itself), then per row P's last token and its completion (a
-    segment attending to the shared part and to itself). Returns the packed ids and positions
-    [1, T], the query segments' `cu_q`, the keys each segment reads (`key_index` into the packed
-    row, `cu_k`) and each row's segment start (`starts`: its P's last token, which predicts the
-    completion's first)."""
+    """`pack` with each distinct prompt once: for the rows of one prompt P, P without its last
+    token (a segment attending to itself), then per row P's last token and its completion (a
+    segment attending to the shared part and to itself). Adds the keys each segment reads
+    (`key_index` into the packed row) and their bounds (`cu_k`)."""
     width = attention_mask.size(1)
     prompt_width = width - logits_to_keep
     real = attention_mask.bool().cpu()
     rows = input_ids.cpu().tolist()
     prompts: dict[tuple[int, ...], list[int]] = {}
     for r, row in enumerate(rows):
-        prompt = tuple(
-            t for t, m in zip(row[:prompt_width], real[r, :prompt_width].tolist(), strict=True) if m
-        )
+        kept = real[r, :prompt_width].tolist()
+        prompt = tuple(t for t, m in zip(row[:prompt_width], kept, strict=True) if m)
         prompts.setdefault(prompt, []).append(r)
     ids: list[int] = []
     positions: list[int] = []
@@ -132,25 +137,30 @@ def pack_shared(
     }
 
 
-def shared_logps(
+def packed_logps(
     forward: Callable[..., Any],
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     logits_to_keep: int,
     compute_entropy: bool = False,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`packed_logps` with each distinct prompt of the rows computed once (`pack_shared`): the
-    same log-probabilities, the shared prompts' tokens through the model once."""
-    packed = pack_shared(input_ids, attention_mask, logits_to_keep)
-    ids = packed["ids"]
+    """`forward(**inputs)` (a causal LM with TRL's fused head, `model(..., fused_lm_head=True)`)
+    once over the packed rows (`pack`; `share_prompts`: `pack_shared`, each distinct prompt's
+    tokens through the model once); each completion token's log-probability (and entropy) at
+    TRL's full width [rows, logits_to_keep], 0 where the row has no real token."""
+    layout = pack_shared if share_prompts else pack
+    packed = layout(input_ids, attention_mask, logits_to_keep)
+    ids, cu_q = packed["ids"], packed["cu_q"]
+    cu_k = packed.get("cu_k", cu_q)
     completion = attention_mask[:, -logits_to_keep:].bool()
     row_of, column = completion.nonzero(as_tuple=True)
-    # completion token j of row r is predicted at its segment's start + j (the start is the
-    # prompt's last token); every other position is unscored
+    # completion token j of row r is predicted at its row's start + j; every other position is
+    # unscored (prompt tokens, each sequence's last token)
     source = packed["starts"][row_of] + column
     shift = torch.full_like(ids[0], -100)
     shift[source] = ids[0, source + 1]
-    q_lengths, k_lengths = packed["cu_q"].diff(), packed["cu_k"].diff()
+    extra = {"cobalt_key_index": packed["key_index"]} if "key_index" in packed else {}
     with packed_forward():
         outputs = forward(
             input_ids=ids,
@@ -158,64 +168,13 @@ def shared_logps(
             shift_labels=shift[None],
             fused_lm_head=True,
             use_cache=False,
-            cu_seq_lens_q=packed["cu_q"],
-            cu_seq_lens_k=packed["cu_k"],
-            max_length_q=int(q_lengths.max()),
-            max_length_k=int(k_lengths.max()),
-            cobalt_key_index=packed["key_index"],
+            cu_seq_lens_q=cu_q,
+            cu_seq_lens_k=cu_k,
+            max_length_q=int(cu_q.diff().max()),
+            max_length_k=int(cu_k.diff().max()),
+            **extra,
         )
     rows = attention_mask.size(0)
-    logps = outputs.log_probs[0].new_zeros((rows, logits_to_keep))
-    logps[row_of, column] = outputs.log_probs[0][source]
-    entropies = None
-    if compute_entropy and outputs.entropy is not None:
-        entropies = outputs.entropy[0].new_zeros((rows, logits_to_keep))
-        entropies[row_of, column] = outputs.entropy[0][source]
-    return logps, entropies
-
-
-def packed_logps(
-    forward: Callable[..., Any],
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    logits_to_keep: int,
-    compute_entropy: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """`forward(**inputs)` (a causal LM with TRL's fused head, `model(..., fused_lm_head=True)`)
-    once over the packed rows; each completion token's log-probability (and entropy) at TRL's
-    full width [rows, logits_to_keep], 0 where the row has no real token."""
-    ids, positions, cu = pack(input_ids, attention_mask)
-    tokens = ids.size(1)
-    lengths = cu.diff()
-    # the next token's label inside each sequence: -100 on each sequence's last token, and on
-    # prompt tokens predicting prompt tokens (only the completion is scored)
-    completion = attention_mask[:, -logits_to_keep:].bool()
-    prompt_real = attention_mask[:, :-logits_to_keep].sum(1)
-    is_completion = torch.zeros_like(attention_mask, dtype=torch.bool)
-    is_completion[:, -logits_to_keep:] = completion
-    scored = is_completion[attention_mask.bool()]  # per packed token: a completion token
-    shift = torch.full((tokens,), -100, dtype=ids.dtype, device=ids.device)
-    target = scored[1:]
-    shift[:-1] = torch.where(target, ids[0, 1:], -100)
-    ends = cu[1:].long() - 1
-    shift[ends] = -100
-    with packed_forward():
-        outputs = forward(
-            input_ids=ids,
-            position_ids=positions,
-            shift_labels=shift[None],
-            fused_lm_head=True,
-            use_cache=False,
-            cu_seq_lens_q=cu,
-            cu_seq_lens_k=cu,
-            max_length_q=int(lengths.max()),
-            max_length_k=int(lengths.max()),
-        )
-    # completion token j of row r sits at packed index cu[r] + prompt_real[r] + j; its
-    # log-probability was computed at the index before it
-    rows = attention_mask.size(0)
-    row_of, column = completion.nonzero(as_tuple=True)
-    source = cu[:-1].long()[row_of] + prompt_real[row_of] + column - 1
     logps = outputs.log_probs[0].new_zeros((rows, logits_to_keep))
     logps[row_of, column] = outputs.log_probs[0][source]
     entropies = None

@@ -45,7 +45,6 @@ from cobalt.training import packing  # noqa: E402
 from cobalt.training.packing import (  # noqa: E402
     pack_shared,
     packed_logps,
-    shared_logps,
     use_packed_attention,
 )
 from cobalt.training.padding import optimizer_windows, trimmed_logps  # noqa: E402
@@ -156,8 +155,7 @@ def run(path: str, model: Any, micro: list[dict[str, Any]], keep: int, device: t
             else:  # packed: PyTorch's varlen kernel; packed-sdpa: SDPA a sequence at a time
                 packing.KERNEL = "sdpa" if path == "packed-sdpa" else "varlen"
                 use_packed_attention(model)
-                logps_of = shared_logps if path == "shared" else packed_logps
-                out, _ = logps_of(model, ids, mask, keep)
+                out, _ = packed_logps(model, ids, mask, keep, share_prompts=path == "shared")
         # normalised over the whole batch (dapo's way): the gradient does not depend on which
         # rows share a micro-batch, so every path's is comparable
         (-(out * real).sum() / total).backward()

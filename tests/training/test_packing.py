@@ -10,14 +10,7 @@ import torch
 from test_padding import padded_batch
 
 from cobalt.training import packing
-from cobalt.training.packing import (
-    pack,
-    pack_shared,
-    packable,
-    packed_logps,
-    shared_logps,
-    use_packed_attention,
-)
+from cobalt.training.packing import pack, pack_shared, packable, packed_logps, use_packed_attention
 
 
 def tiny(tmp_path, **config):
@@ -50,10 +43,11 @@ def padded(model, ids, mask, keep):
 def test_pack_lays_each_rows_real_tokens_end_to_end() -> None:
     ids = torch.tensor([[0, 0, 5, 6, 7, 0], [0, 8, 9, 10, 11, 12]])
     mask = (ids != 0).long()
-    packed, positions, cu = pack(ids, mask)
-    assert packed.tolist() == [[5, 6, 7, 8, 9, 10, 11, 12]]
-    assert positions.tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
-    assert cu.tolist() == [0, 3, 8] and cu.dtype == torch.int32
+    packed = pack(ids, mask, logits_to_keep=3)  # prompts (5,) and (8, 9)
+    assert packed["ids"].tolist() == [[5, 6, 7, 8, 9, 10, 11, 12]]
+    assert packed["positions"].tolist() == [[0, 1, 2, 0, 1, 2, 3, 4]]
+    assert packed["cu_q"].tolist() == [0, 3, 8] and packed["cu_q"].dtype == torch.int32
+    assert packed["starts"].tolist() == [0, 4]  # each prompt's last token
 
 
 @pytest.mark.parametrize(
@@ -70,16 +64,21 @@ def test_packed_forward_gives_the_padded_forwards_log_probs_entropies_and_gradie
         model.train()
     ids, mask, keep = padded_batch(model.config.vocab_size)
     assert packable(mask, keep)
-    real = mask[:, -keep:].bool()
+    assert_packed_is_padded(model, ids, mask, keep)
 
+
+def assert_packed_is_padded(model, ids, mask, keep, share_prompts: bool = False) -> None:
+    """The packed forward's log-probabilities, entropies and gradients are the padded one's."""
+    real = mask[:, -keep:].bool()
     logps, entropy = padded(model, ids, mask, keep)
     logps[real].sum().backward()
     expected = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
     use_packed_attention(model)
-    got, got_entropy = packed_logps(model, ids, mask, keep, compute_entropy=True)
+    got, got_entropy = packed_logps(
+        model, ids, mask, keep, compute_entropy=True, share_prompts=share_prompts
+    )
     got[real].sum().backward()
-
     assert torch.allclose(got[real], logps[real], atol=2e-6)
     assert torch.allclose(got_entropy[real], entropy[real], atol=2e-6)
     assert got[~real].abs().max() == 0  # no real token: 0, as padding is for every loss
@@ -118,18 +117,7 @@ def test_shared_prompts_give_the_padded_forwards_log_probs_and_gradients(tmp_pat
     model.train()
     ids, mask, keep = padded_batch(model.config.vocab_size)
     sharing(ids, mask, keep)
-    real = mask[:, -keep:].bool()
-    logps, entropy = padded(model, ids, mask, keep)
-    logps[real].sum().backward()
-    expected = {n: p.grad.clone() for n, p in model.named_parameters()}
-    model.zero_grad()
-    use_packed_attention(model)
-    got, got_entropy = shared_logps(model, ids, mask, keep, compute_entropy=True)
-    got[real].sum().backward()
-    assert torch.allclose(got[real], logps[real], atol=2e-6)
-    assert torch.allclose(got_entropy[real], entropy[real], atol=2e-6)
-    for name, parameter in model.named_parameters():
-        assert (parameter.grad - expected[name]).norm() / expected[name].norm() < 1e-4, name
+    assert_packed_is_padded(model, ids, mask, keep, share_prompts=True)
 
 
 def test_packed_calls_attend_packed_and_every_other_call_is_sdpa_as_before(
@@ -326,18 +314,16 @@ def test_the_varlen_kernel_gets_half_precision_causal_packed_sequences(
     add_fused_lm_head(model)
     use_packed_attention(model)
     ids, mask, keep = padded_batch(512)
-    logps_of = packed_logps
     if shared:  # segments whose keys start before their queries: the kernel's alignment
         sharing(ids, mask, keep)
-        logps_of = shared_logps
     with torch.autocast("cpu", dtype=torch.bfloat16):
         monkeypatch.setattr(packing, "KERNEL", "sdpa")
-        loop, _ = logps_of(model, ids, mask, keep)
+        loop, _ = packed_logps(model, ids, mask, keep, share_prompts=shared)
         varlen, calls = fake_varlen(signature)
         monkeypatch.setattr(packing, "KERNEL", "varlen")
         monkeypatch.setattr(packing, "VARLEN_DEVICES", ("cpu",))
         monkeypatch.setattr(packing, "_varlen", lambda: varlen)
-        got, _ = logps_of(model, ids, mask, keep)
+        got, _ = packed_logps(model, ids, mask, keep, share_prompts=shared)
     assert len(calls) == config.num_hidden_layers
     assert {c["dtype"] for c in calls} == {torch.bfloat16}
     if not shared:
