@@ -17,8 +17,9 @@ generation batch trains on the same completions whatever the number of processes
 step g mod W, in place of TRL's per-process shuffle); with `trim_padding`, rows of similar length
 share a micro-batch within an optimizer step, and each forward is cut to its chunk's own longest
 sequence; with `packing`, a micro-batch's sequences are laid end to end in one row with no
-padding at all (`cobalt.training.packing`; rows it cannot pack keep the other paths). Checkpoints fall between generation batches (`cobalt.training.sharding.
-check_save_steps`), where a resumed run trains as the uninterrupted one did.
+padding at all (`cobalt.training.packing`; rows it cannot pack keep the other paths).
+Checkpoints fall between generation batches (`cobalt.training.sharding.check_save_steps`),
+where a resumed run trains as the uninterrupted one did.
 
 It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
 prompts to a `rollout_func`): the multi-turn rollout finds each conversation's problem by them,
