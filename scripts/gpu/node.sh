@@ -60,8 +60,8 @@
 #       .gpu/vllm.part-00: scripts/gpu/packing_cost.py at the 8B shape (add --profile for each
 #       path's top GPU operators), then the 0.7B parity of `1+pack` (detached, ~5 minutes)
 #   bash scripts/gpu/node.sh pack-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the 8B shape, then
-#       (detached) verl's shape with LoRA through flows.training, trimmed then --packing, then the
-#       embedded default with --packing
+#       (detached) verl's shape with LoRA through flows.training with --packing, the embedded
+#       default with --packing, then verl's shape with today's trimmed passes
 #   bash scripts/gpu/node.sh pack-collect  # their step reports (~5 minutes each run)
 # 2026-11-28 noon: `pack` ran (458 s); the machine was given back before `pack-train` (a tool
 # error between the calls), which then ran on a fresh machine without the first call's pieces;
@@ -413,9 +413,7 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     echo "parity (packed) exit $(cat "$NODE/parity-pack.rc" 2>/dev/null || echo running)"
     grep -A6 "^| layout" "$NODE/parity-pack.log" ;;
   pack-train)  # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the parity if it was still
-    # running; the 8B shape; then, detached, verl's shape through flows.training with LoRA on the
-    # GPU (the paper preset's trimmed passes, then --packing), then the embedded default with
-    # --packing (flows.pipeline); `pack-collect` reports them
+    # running; the 8B shape; then, detached, the chain below (`pack-collect` reports it)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     if [ -f "$NODE/parity-pack.log" ]; then  # the same machine as `pack`
       wait_for "$NODE/parity-pack.rc" 300; grep -A6 "^| layout" "$NODE/parity-pack.log"
@@ -428,26 +426,28 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     rm -f "$NODE/pack-chain.done"
     setsid nohup bash scripts/gpu/node.sh pack-chain </dev/null >"$NODE/pack-chain.out" 2>&1 &
     wait_for "$NODE/pack-chain.done" 560; tail -5 "$NODE/pack-chain.out" ;;
-  pack-chain)  # (detached by pack-train) the three product runs, one after another
+  pack-chain)  # (detached by pack-train) the three product runs, one after another: the new
+    # flag's two runs first (device time is short), today's trimmed passes last
     verl_sampling
     echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
     lora=(--config "$NODE/lora.json" --set num_generations=5 \
       --set "max_completion_length=$CAP" --set generation_batch_size=320 \
       --set "generation_kwargs=$KWARGS")
     cp -r /root/runs-verl /root/runs-verl-packed
-    GPUS=1 SHARDING=ddp train lora-trimmed /root/runs-verl-1 "${lora[@]}"
     GPUS=1 SHARDING=ddp train lora-packed /root/runs-verl-packed "${lora[@]}" --packing
-    touch "$NODE/pack-lora.done"
     mkdir -p /root/out-chain  # this detached run outlives its call's $OUT
     OUT=/root/out-chain PIPELINE_TAG=pipeline-packed timeout 560 \
       bash scripts/gpu/worker.sh pipeline --packing >"$NODE/pipeline-packed.out" 2>&1
+    echo $? >"$NODE/pipeline-packed.rc"
+    GPUS=1 SHARDING=ddp train lora-trimmed /root/runs-verl-1 "${lora[@]}"
     touch "$NODE/pack-chain.done" ;;
   pack-collect)  # call 3: the chain's runs (waits for them within the call)
-    wait_for "$NODE/pack-lora.done" 400
-    GPUS=1 report lora-trimmed /root/runs-verl-1 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/lora-packed.rc" 200
     GPUS=1 report lora-packed /root/runs-verl-packed 1544 "verl (published, 8x H100)"
-    wait_for "$NODE/pack-chain.done" 570; tail -25 "$NODE/pipeline-packed.out"
-    cp -r /root/out-chain/. "$OUT/" 2>/dev/null ;;
+    wait_for "$NODE/pipeline-packed.rc" 400; tail -25 "$NODE/pipeline-packed.out"
+    cp -r /root/out-chain/. "$OUT/" 2>/dev/null
+    wait_for "$NODE/pack-chain.done" 575
+    GPUS=1 report lora-trimmed /root/runs-verl-1 1544 "verl (published, 8x H100)" ;;
   c)
     bash infra/gpu-bundle/install.sh
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \
