@@ -412,6 +412,25 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     wait_for "$NODE/parity-pack.rc" 560
     echo "parity (packed) exit $(cat "$NODE/parity-pack.rc" 2>/dev/null || echo running)"
     grep -A6 "^| layout" "$NODE/parity-pack.log" ;;
+  pack-parity)  # issue 46 on ONE fresh GPU, the correctness half alone (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz): packing_cost's padded, trimmed, packed
+    # (varlen) and shared paths at the 8B shape, then, detached, the 0.7B parity of `pack`
+    bash infra/gpu-bundle/install.sh >/dev/null
+    timeout 300 python3 scripts/gpu/packing_cost.py --paths padded trimmed packed shared \
+      --json "$OUT/packing_cost_8b.json" >"$NODE/packing_cost.log" 2>&1
+    echo "packing cost (8B shape) exit $? at $(elapsed) s"; grep -a '^{' "$NODE/packing_cost.log"
+    rm -f "$NODE/parity-pack.rc"
+    setsid nohup bash -c "$(declare -f build_07b elapsed); started=$started NODE=$NODE
+      [ -f /root/model-07b/config.json ] || build_07b
+      timeout 900 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+        --precision mixed --layouts 1 1+pack 1+share 1@8 --lr 1e-5 --step 32 --micro-batch 4 \
+        --prompts 64 --tolerance 0.1 --loss-abs 0.01 --json /root/parity_pack.json \
+        >$NODE/parity-pack.log 2>&1; echo \$? >$NODE/parity-pack.rc" </dev/null >/dev/null 2>&1 &
+    wait_for "$NODE/parity-pack.rc" 585; cat "$NODE/parity-pack.rc" 2>/dev/null
+    grep -A6 "^| layout" "$NODE/parity-pack.log" ;;
+  pack-parity-collect)  # its next call: the parity's table and JSON
+    wait_for "$NODE/parity-pack.rc" 500; echo "parity exit $(cat "$NODE/parity-pack.rc")"
+    tail -c 3000 "$NODE/parity-pack.log"; cp /root/parity_pack.json "$OUT/" ;;
   pack-train)  # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the parity if it was still
     # running; the 8B shape; then, detached, the chain below (`pack-collect` reports it)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
