@@ -212,7 +212,7 @@ def add_passes_args(parser: argparse.ArgumentParser) -> None:
         "--share-prompts",
         action="store_true",
         help="with packed passes, the completions of one prompt computed with the prompt once "
-        "(implies --packing; not yet measured on a GPU)",
+        "(implies --packing)",
     )
 
 
