@@ -47,7 +47,8 @@
 # 2026-11-28 evening, one 4x H200 machine, four calls back to back: parity (410 s, the embedded
 # default beside it), b (466 s), cost-hybrid (408 s), cost-paper (44 s): 24 of the 30 minutes.
 #   bash scripts/gpu/node.sh b          # carry .gpu/vllm.part-00 .gpu/vllm.part-01 .gpu/PARTS
-#       verl's shape again, after the changes (`vllm`: the same carry, installed, nothing run)
+#       verl's shape again, after the changes (`vllm`: the same carry, installed, nothing run);
+#       PASSES=shared (or packed) bash scripts/gpu/node.sh b: with --share-prompts (--packing)
 #   bash scripts/gpu/node.sh pipeline8b # carry .gpu/site-remote.tar.xz
 #       python -m flows.pipeline --model <8B shape> --gpus 4 --sharding fsdp --mode single_turn
 #       with small limits, every GPU traced, each stage's GPUs from the trace; it needs ~16
@@ -357,12 +358,15 @@ print("training processes:", s.get("processes"), "peaks by process (GiB):",
     # 5 samples; 256 prompts x 5 a step (verl's run: 1,024 x 5)
     # through the training-multi-gpu deployment of prefect.yaml: a Prefect server, `prefect
     # deploy`, `prefect deployment run`, a gpu-pool worker (the options as a deployment takes them)
+    # PASSES=packed / shared: the same run with --packing / --share-prompts (issue 46, goal 1)
+    packing=false share=false; case "${PASSES:-}" in packed) packing=true ;;
+      shared) packing=true share=true ;; esac
     verl_sampling; pid=$(trace "$NODE/verl.mem.csv")
     cat >"$NODE/verl.params.json" <<JSON
 {"params": {"trajectories": "latest", "model": "$MODEL", "storage": {"url": "/root/runs-verl"},
  "sandbox": {"backend": "namespace"},
  "training": {"preset": "paper", "mode": "single_turn", "num_processes": 4, "sharding": "fsdp",
-   "fsdp_gather": "${GATHER:-float32}",
+   "fsdp_gather": "${GATHER:-float32}", "packing": $packing, "share_prompts": $share,
    "max_steps": 3, "max_prompt_length": 512, "report_to": [],
    "overrides": {"num_generations": 5, "max_completion_length": $CAP,
                  "generation_batch_size": 1280, "save_strategy": "no",
