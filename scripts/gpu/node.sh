@@ -58,15 +58,18 @@
 #
 # Issue 46 (packed training passes) on ONE GPU, three calls on one warm machine:
 #   bash scripts/gpu/node.sh pack        # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
-#       .gpu/vllm.part-00: scripts/gpu/packing_cost.py at the 8B shape (add --profile for each
-#       path's top GPU operators), then the 0.7B parity of `1+pack` (detached, ~5 minutes)
+#       .gpu/vllm.part-00: the runs' data and the 8B shape's weights
 #   bash scripts/gpu/node.sh pack-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the 8B shape, then
-#       (detached) verl's shape with LoRA through flows.training with --packing, the embedded
-#       default with --packing, then verl's shape with today's trimmed passes
+#       (detached) verl's shape with LoRA through flows.training: --share-prompts, trimmed,
+#       --packing
 #   bash scripts/gpu/node.sh pack-collect  # their step reports (~5 minutes each run)
-# 2026-11-28 noon: `pack` ran (458 s); the machine was given back before `pack-train` (a tool
-# error between the calls), which then ran on a fresh machine without the first call's pieces;
-# the one-GPU machine counted its whole held time: the --packing run did not finish in budget.
+#   bash scripts/gpu/node.sh pack-parity  # a fresh GPU, carry .gpu/site-train.tar.xz
+#       .gpu/site-core.tar.xz: packing_cost's four paths, then the parity (~7 min, detached);
+#   bash scripts/gpu/node.sh pack-parity-collect  # its table and JSON
+# The machine goes back 30 s after a call ends: send the calls of one plan in ONE message (they
+# run back to back), never one call, read, then the next. 2026-11-28: `pack` (567 s) and then,
+# in one message, `pack-parity` (448 s) + `pack-parity-collect`; the embedded default with
+# --packing (216 s); two other calls found a fresh machine (sent after reading the previous one).
 #
 # Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
 # rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
@@ -151,11 +154,15 @@ M.from_pretrained("/root/model-07b", dtype=torch.float32).save_pretrained("/root
     >"$NODE/model-07b.log" 2>&1
   echo "0.7B shape built at $(elapsed) s: $(du -sh /root/model-07b | cut -f1)"
 }
-build_8b() {  # the 8B shape on GPU 0, then its mean response length set (~200 tokens, cap 1,024)
-  CUDA_VISIBLE_DEVICES=0 python3 -c 'from engines.tiny import build_tiny_model as b
+build_8b_weights() {  # the 8B shape (Qwen3-8B's, 152k vocabulary) on GPU 0, once
+  [ -f /root/model-8b/config.json ] || CUDA_VISIBLE_DEVICES=0 python3 -c '
+from engines.tiny import build_tiny_model as b
 b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
   intermediate_size=12288, max_position_embeddings=32768, pad_vocab_to=151936, device="cuda",
-  dtype="bfloat16")' && CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" \
+  dtype="bfloat16")'
+}
+build_8b() {  # the 8B shape, then its mean response length set (~200 tokens, cap 1,024; vLLM)
+  build_8b_weights && CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" \
     --mean 200 --cap 1024
   echo $? >"$NODE/model.rc"
 }
@@ -393,29 +400,12 @@ JSON
       --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
       --json "$OUT/parity_linear.json" >"$NODE/parity-linear.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-linear.log" ;;
-  pack)  # issue 46 on ONE GPU, call 1 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
-    # .gpu/vllm.part-00): PyTorch's varlen attention here; the training passes padded, trimmed
-    # and packed at the 8B shape (scripts/gpu/packing_cost.py); then, detached, the 0.7B parity
-    # of packed against trimmed passes (and the regrouping yardstick) and the runs' data (CPU)
+  pack)  # issue 46's product runs on ONE GPU, call 1 (carry .gpu/site-train.tar.xz
+    # .gpu/site-core.tar.xz .gpu/vllm.part-00): the runs' data (CPU) and the 8B shape's weights
     bash infra/gpu-bundle/install.sh >/dev/null
-    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
-    python3 -c 'import inspect, torch; from torch.nn.attention.varlen import varlen_attn as v
-print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
-    timeout 330 python3 scripts/gpu/packing_cost.py --profile --json "$OUT/packing_cost_8b.json" \
-      >"$NODE/packing_cost.log" 2>&1
-    echo "packing cost (8B shape) exit $? at $(elapsed) s"; grep -a '^{' "$NODE/packing_cost.log"
-    tail -c 1500 "$NODE/packing_cost.log" >"$OUT/packing_cost_tail.log"
     (prep_runs) >"$NODE/prep.log" 2>&1 &
-    rm -f "$NODE/parity-pack.rc"
-    setsid nohup bash -c "$(declare -f build_07b elapsed); started=$started NODE=$NODE
-      [ -f /root/model-07b/config.json ] || build_07b
-      timeout 900 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
-        --precision mixed --layouts 1 1+pack 1+share 1@8 --lr 1e-5 --step 32 --micro-batch 4 \
-        --prompts 64 --tolerance 0.1 --loss-abs 0.01 --json /root/parity_pack.json \
-        >$NODE/parity-pack.log 2>&1; echo \$? >$NODE/parity-pack.rc" </dev/null >/dev/null 2>&1 &
-    wait_for "$NODE/parity-pack.rc" 560
-    echo "parity (packed) exit $(cat "$NODE/parity-pack.rc" 2>/dev/null || echo running)"
-    grep -A6 "^| layout" "$NODE/parity-pack.log" ;;
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
+    wait_for "$NODE/prep.done" 560; [ -f "$NODE/prep.done" ] || tail -5 "$NODE/prep.log" ;;
   pack-parity)  # issue 46 on ONE fresh GPU, the correctness half alone (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz): packing_cost's padded, trimmed, packed
     # (varlen) and shared paths at the 8B shape, then, detached, the 0.7B parity of `pack`
@@ -435,13 +425,9 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
   pack-parity-collect)  # its next call: the parity's table and JSON
     wait_for "$NODE/parity-pack.rc" 500; echo "parity exit $(cat "$NODE/parity-pack.rc")"
     tail -c 3000 "$NODE/parity-pack.log"; cp /root/parity_pack.json "$OUT/" ;;
-  pack-train)  # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the parity if it was still
-    # running; the 8B shape; then, detached, the chain below (`pack-collect` reports it)
+  pack-train)  # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape's response
+    # lengths calibrated; then, detached, the chain below (`pack-collect` reports it)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
-    if [ -f "$NODE/parity-pack.log" ]; then  # the same machine as `pack`
-      wait_for "$NODE/parity-pack.rc" 300; grep -A6 "^| layout" "$NODE/parity-pack.log"
-      cp /root/parity_pack.json "$OUT/" 2>/dev/null
-    fi
     [ -f "$NODE/prep.log" ] || (prep_runs) >"$NODE/prep.log" 2>&1 &  # a fresh machine
     build_8b >"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
     tail -3 "$NODE/model.log"
@@ -449,28 +435,23 @@ print("torch", torch.__version__, "varlen_attn", inspect.signature(v))'
     rm -f "$NODE/pack-chain.done"
     setsid nohup bash scripts/gpu/node.sh pack-chain </dev/null >"$NODE/pack-chain.out" 2>&1 &
     wait_for "$NODE/pack-chain.done" 560; tail -5 "$NODE/pack-chain.out" ;;
-  pack-chain)  # (detached by pack-train) the three product runs, one after another: the new
-    # flag's two runs first (device time is short), today's trimmed passes last
+  pack-chain)  # (detached by pack-train) verl's shape with LoRA through flows.training, one
+    # run after another: --share-prompts, today's trimmed passes, --packing
     verl_sampling
     echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
     lora=(--config "$NODE/lora.json" --set num_generations=5 \
       --set "max_completion_length=$CAP" --set generation_batch_size=320 \
       --set "generation_kwargs=$KWARGS")
-    cp -r /root/runs-verl /root/runs-verl-packed
+    for run in shared trimmed packed; do cp -r /root/runs-verl "/root/runs-verl-$run"; done
+    GPUS=1 SHARDING=ddp train lora-shared /root/runs-verl-shared "${lora[@]}" --share-prompts
+    GPUS=1 SHARDING=ddp train lora-trimmed /root/runs-verl-trimmed "${lora[@]}"
     GPUS=1 SHARDING=ddp train lora-packed /root/runs-verl-packed "${lora[@]}" --packing
-    mkdir -p /root/out-chain  # this detached run outlives its call's $OUT
-    OUT=/root/out-chain PIPELINE_TAG=pipeline-packed timeout 560 \
-      bash scripts/gpu/worker.sh pipeline --packing >"$NODE/pipeline-packed.out" 2>&1
-    echo $? >"$NODE/pipeline-packed.rc"
-    GPUS=1 SHARDING=ddp train lora-trimmed /root/runs-verl-1 "${lora[@]}"
     touch "$NODE/pack-chain.done" ;;
   pack-collect)  # call 3: the chain's runs (waits for them within the call)
-    wait_for "$NODE/lora-packed.rc" 200
-    GPUS=1 report lora-packed /root/runs-verl-packed 1544 "verl (published, 8x H100)"
-    wait_for "$NODE/pipeline-packed.rc" 400; tail -25 "$NODE/pipeline-packed.out"
-    cp -r /root/out-chain/. "$OUT/" 2>/dev/null
-    wait_for "$NODE/pack-chain.done" 575
-    GPUS=1 report lora-trimmed /root/runs-verl-1 1544 "verl (published, 8x H100)" ;;
+    for run in shared:300 trimmed:450 packed:575; do
+      wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
+      GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
+    done ;;
   c)
     bash infra/gpu-bundle/install.sh
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \
