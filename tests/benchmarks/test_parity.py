@@ -126,17 +126,17 @@ def test_fsdp_in_mixed_precision_computes_what_ddp_computes(fsdp_on_cpu, tmp_pat
 def test_packed_forward_passes_train_what_padded_ones_train(fsdp_on_cpu, tmp_path):
     """The paper preset (gradient checkpointing: each layer recomputed in the backward pass, k2
     KL, a reference model) in fp32 on one process, its forwards packed (`+pack`: each
-    micro-batch's sequences in one row, no padding) against trimmed padded ones; then packed
-    under FSDP on two processes, and packed with each prompt computed once for its samples
-    (`+share`). The same per-step losses and weights."""
+    micro-batch's sequences in one row, no padding) against trimmed padded ones; then under FSDP
+    on two processes, packed with each prompt computed once for its samples (`+share`, the
+    layout verl's shape runs on 4 GPUs). The same per-step losses and weights."""
     fsdp_on_cpu("1")
-    _, packed, fsdp = passing_rows(tmp_path, "--layouts", "1", "1+pack", "2:fsdp+pack",
-                                   "--preset", "paper", "--precision", "fp32",
-                                   "--lr", "1e-5")  # fmt: skip
+    _, packed, shared = passing_rows(tmp_path, "--layouts", "1", "1+pack", "2:fsdp+share",
+                                     "--preset", "paper", "--precision", "fp32",
+                                     "--lr", "1e-5")  # fmt: skip
     assert (
         packed["steps"] == 4 and packed["weights_rel"] <= 1e-3 and packed["update_max_abs"] > 1e-6
     )
-    assert fsdp["wrapped"] == "fsdp" and fsdp["steps"] == 4 and fsdp["weights_rel"] <= 1e-3
+    assert shared["wrapped"] == "fsdp" and shared["steps"] == 4 and shared["weights_rel"] <= 1e-3
 
 
 @pytest.mark.slow
