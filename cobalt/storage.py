@@ -72,6 +72,12 @@ class StorageConfig(BaseModel):
         description="Name of a saved Prefect RemoteFileSystem block whose settings are the fsspec "
         "options (credentials, endpoint); without it credentials come from AWS_* env vars.",
     )
+    shared: bool = Field(
+        False,
+        description="The local directory is on a filesystem every node mounts (NFS, Lustre, a "
+        "cluster's shared disk), so training on several nodes may keep its checkpoints there; "
+        "checked when the training starts (each node must see the others' files).",
+    )
 
     @field_validator("url")
     @classmethod

@@ -146,6 +146,12 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     arg("--storage", metavar="URL", help="local directory or s3://bucket/prefix (default ./runs)")
     arg("--endpoint-url", metavar="URL", help="S3-compatible endpoint, e.g. http://minio:9000")
     arg("--storage-block", metavar="NAME", help="Prefect RemoteFileSystem block with S3 settings")
+    arg(
+        "--shared-storage",
+        action="store_true",
+        help="the local --storage directory is on a filesystem every node mounts (NFS, Lustre): "
+        "training on several nodes may use it",
+    )
 
 
 def add_running_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
@@ -188,6 +194,8 @@ def storage_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
     for flag, field in STORAGE_FLAGS:
         if getattr(args, flag, None) is not None:
             storage[field] = getattr(args, flag)
+    if getattr(args, "shared_storage", False):
+        storage["shared"] = True
 
 
 def add_report_to(parser: argparse.ArgumentParser) -> None:

@@ -10,6 +10,7 @@ rewards -> an offline objective (transformers' Trainer), no generation and no sa
         --model /models/Qwen3-8B --preset paper --gpus 4 --sharding fsdp
     python -m flows.training --storage s3://bucket/runs --preset paper --gpus 4 --nodes 2 \\
         --node-rank R --rdzv-endpoint 10.0.0.1:29500 ...    # the same command on each node
+    python -m flows.training --storage /nfs/runs --shared-storage --nodes 2 ...  # one mount
 
 Stages, each a cached task with a content-addressed result in storage (MANIFEST.json last):
 `bandit` (<storage>/bandit/<key>/data.parquet) -> `training` (<storage>/training/<key>/: the

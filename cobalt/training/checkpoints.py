@@ -13,7 +13,8 @@ On several nodes each node writes its own processes' part of a checkpoint (their
 random states; node 0 also the trainer's state), so each node's first process uploads its part
 into the same directory and marks it `COMPLETE-node<R>`; a checkpoint is complete when every
 node's part is, and a resumed run (on the same nodes, or after one was replaced) downloads all
-of it on every node."""
+of it on every node. A local directory every node mounts (storage.shared) is written in place by
+every node's processes, once `shared_directory_check` has seen each node's file in it."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from cobalt.storage import Logger, Storage
+from cobalt.storage import Logger, Storage, StorageError
 
 
 def last_checkpoint(output_dir: str | Path) -> str | None:
@@ -92,6 +93,60 @@ def uploader(st: Storage, local: Path, directory: str, node_rank: int = 0, nodes
                 ) from failed
 
     return Uploader()
+
+
+SHARED_WAIT_S = 90  # NFS caches a directory's entries for up to 60 s (acdirmax)
+
+
+def shared_directory_check(output: Path, node_rank: int, nodes: int, wait_s: float) -> Any:
+    """A TrainerCallback that, before the first step, proves every node sees one `output`
+    directory (storage.shared): each node's first process writes a file named for its node in
+    a probe directory of this run, then every process waits up to `wait_s` for all of them. Every process reaches the same verdict (a collective), so a directory that is not
+    shared stops the job on every node with StorageError naming what each node saw, rather
+    than checkpoints landing on each node's own disk."""
+    from transformers import TrainerCallback
+
+    class SharedDirectoryCheck(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            import time
+            import uuid
+
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                return
+            token = [uuid.uuid4().hex if dist.get_rank() == 0 else None]
+            dist.broadcast_object_list(token, src=0)
+            probe = output / ".nodes" / str(token[0])
+            if state.is_local_process_zero:
+                probe.mkdir(parents=True, exist_ok=True)
+                (probe / f"node{node_rank}").touch()
+            dist.barrier()
+            deadline = time.monotonic() + wait_s
+            while (seen := _nodes_seen(probe, nodes)) != list(range(nodes)):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(1.0)
+            views: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(views, (node_rank, seen))
+            dist.barrier()
+            if dist.get_rank() == 0:
+                shutil.rmtree(probe, ignore_errors=True)
+            blind = sorted({(r, tuple(v)) for r, v in views if list(v) != list(range(nodes))})
+            if blind:
+                what = "; ".join(f"node {r} sees the files of nodes {list(v)}" for r, v in blind)
+                raise StorageError(
+                    f"storage.shared: {output} is not one directory for all {nodes} nodes "
+                    f"({what} only): use a directory every node mounts (NFS, Lustre) or "
+                    "--storage s3://bucket/prefix"
+                )
+
+    return SharedDirectoryCheck()
+
+
+def _nodes_seen(probe: Path, nodes: int) -> list[int]:
+    """The node ranks whose probe files this process sees."""
+    return [r for r in range(nodes) if (probe / f"node{r}").exists()]
 
 
 def _snapshot(source: Path, target: Path) -> Path:

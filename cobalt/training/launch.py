@@ -56,6 +56,7 @@ class Job(BaseModel):
     model: str
     output_dir: str
     upload_dir: str | None = None  # checkpoints uploaded here as they are saved (S3 runs)
+    launch_dir: str | None = None  # the job file, logs and result (default output_dir/.launch)
     problems: ProblemSource | None = None  # multi_turn: whose public tests give the feedback
     plan: TrainingPlan | None = None  # None: planned for this machine when the job runs
 
@@ -92,7 +93,7 @@ def _on_gpu() -> bool:
 def train_here(job: Job, processes: int = 1) -> Result:
     """This process's part of the job (all of it when it runs alone)."""
     cap_cpu_threads()  # torch's CPU threads: a few, not one per core (engines.cpu_threads)
-    from cobalt.training.checkpoints import uploader
+    from cobalt.training.checkpoints import SHARED_WAIT_S, shared_directory_check, uploader
     from cobalt.training.grpo import train
     from cobalt.training.offline import train_offline
     from cobalt.training.step_timing import StepTimer
@@ -113,6 +114,12 @@ def train_here(job: Job, processes: int = 1) -> Result:
                 job.config.node_rank,
                 job.config.nodes,
             )
+        )
+    elif job.config.nodes > 1 and job.storage.is_local and job.storage.shared:
+        # the nodes have met already: their files show within NFS's cache time, or never
+        wait = min(SHARED_WAIT_S, job.config.rendezvous_timeout_s)
+        callbacks.append(
+            shared_directory_check(output, job.config.node_rank, job.config.nodes, wait)
         )
     extra: dict[str, Any] = {}
     with callbacks[0] as timer:
@@ -166,7 +173,7 @@ def launch_command(job_file: Path, plan: TrainingPlan) -> list[str]:
 
 def launch(job: Job, logger: Logger = log) -> Result:
     """Run the job on `num_processes` processes and wait; LaunchError if any of them fails."""
-    work = Path(job.output_dir, LAUNCH_DIR)
+    work = Path(job.launch_dir or Path(job.output_dir, LAUNCH_DIR))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     job_file = work / "job.json"

@@ -160,12 +160,13 @@ class Ready(BaseModel):
 
 def check_shared_storage(training: TrainingConfig, storage: StorageConfig) -> None:
     """Training on several nodes keeps its checkpoints and policy where every node reaches them:
-    raises StorageError for local storage."""
-    if training.nodes > 1 and storage.is_local:
+    raises StorageError for local storage not declared shared (`storage.shared`)."""
+    if training.nodes > 1 and storage.is_local and not storage.shared:
         raise StorageError(
             f"training on {training.nodes} nodes needs storage every node shares: pass "
             "--storage s3://bucket/prefix (each node uploads its part of every checkpoint there, "
-            "node 0 the trained policy)"
+            "node 0 the trained policy), or a directory every node mounts (NFS, Lustre) with "
+            "--shared-storage (storage.shared)"
         )
 
 
@@ -314,8 +315,9 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         if runtime.storage.is_local
         else Path(runtime.work_dir, "training", spec.key)
     )
-    if runtime.refresh and local.exists():
-        shutil.rmtree(local)
+    shared = runtime.storage.is_local and nodes > 1  # one directory for every node
+    if runtime.refresh and local.exists() and not (shared and node > 0):
+        shutil.rmtree(local)  # (a shared one: node 0's alone, above, before any node trains)
     if not runtime.storage.is_local:
         download_last_checkpoint(st, directory, local, logger, nodes)
     plan = plan_training(spec.config, runtime.model)  # the machine this stage runs on
@@ -331,6 +333,11 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
         model=runtime.model,
         output_dir=str(local),
         upload_dir=None if runtime.storage.is_local else directory,
+        # a node > 0 of a shared directory keeps its launch files on its own disk: node 0's
+        # --refresh may empty the directory after that node has written them
+        launch_dir=str(Path(runtime.work_dir, "training", spec.key, f"launch-node{node}"))
+        if shared and node > 0
+        else None,
         problems=spec.problems,
         plan=plan,
     )

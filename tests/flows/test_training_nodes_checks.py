@@ -1,5 +1,5 @@
 """The training-nodes flow's checks before it places any job (flows/training_nodes.py): one
-node, local storage, a per-node deployment the server does not have."""
+node, local storage (unless declared shared), a per-node deployment the server does not have."""
 
 from __future__ import annotations
 
@@ -26,9 +26,14 @@ def test_one_node_and_local_storage_are_refused_naming_the_fix(tmp_path) -> None
         check_nodes(TrainingParams(training=TrainingConfig()))
     local = TrainingParams(training=TrainingConfig(**TWO), storage={"url": str(tmp_path)})
     with pytest.raises(
-        StorageError, match=r"needs storage every node shares: pass --storage s3://"
+        StorageError,
+        match=r"needs storage every node shares: pass --storage s3://.*--shared-storage",
     ):
         check_nodes(local)
+    mounted = TrainingParams(
+        training=TrainingConfig(**TWO), storage={"url": str(tmp_path), "shared": True}
+    )
+    check_nodes(mounted)  # a directory every node mounts (checked again when training starts)
     shared = TrainingParams(training=TrainingConfig(**TWO), storage={"url": "s3://b/runs"})
     check_nodes(shared)
     ranks = [node_params(shared, r).training.node_rank for r in range(2)]
@@ -53,6 +58,8 @@ def test_the_pipeline_takes_nodes_and_refuses_local_storage_before_any_work(tmp_
     ):
         preflight(params)
     assert not (tmp_path / "runs" / "datasets").exists()  # nothing ran
+    mounted = parse_params([*argv, "--storage", str(tmp_path / "runs"), "--shared-storage"])
+    assert mounted.storage.shared and not params.storage.shared
 
 
 @pytest.mark.usefixtures("prefect_harness")

@@ -5,7 +5,12 @@ failing launch says why."""
 
 from __future__ import annotations
 
+import os
 import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
@@ -286,3 +291,124 @@ def test_a_node_alone_fails_naming_the_rendezvous(tmp_path, rank, message) -> No
         run_job(the_job)
     first = str(failed.value).splitlines()[0]
     assert re.search(message, first), first
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# one node's training stage in a process of its own: TrainingSpec and Runtime JSON files in
+STAGE = (
+    "import sys; from cobalt.training.stages import Runtime, TrainingSpec, training_stage; "
+    "spec = TrainingSpec.model_validate_json(open(sys.argv[1]).read()); "
+    "runtime = Runtime.model_validate_json(open(sys.argv[2]).read()); "
+    "print(training_stage(spec, runtime).model_dump_json())"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_two_nodes_train_in_one_directory_they_both_mount(tmp_path) -> None:
+    """Two nodes (two launchers, one rendezvous, one CPU process each) on a local storage
+    directory declared shared (storage.shared: an NFS mount on a cluster), through the training
+    stage with --refresh: node 0 alone empties the directory, node 1 keeps its launch files on
+    its own disk, both train in the directory, node 0 commits and node 1 returns its commit."""
+    import json
+
+    from transformers import AutoModelForCausalLM
+
+    from cobalt.training.stages import PolicyRef, Runtime, TrainingSpec, training_stage
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    storage = StorageConfig(url=str(tmp_path / "runs"), shared=True)
+    dataset = bandit_dataset(storage)
+    stage = tmp_path / "runs" / "training" / "k"
+    (stage / "checkpoint-9").mkdir(parents=True)  # an earlier run's, which --refresh removes
+    endpoint = f"127.0.0.1:{_free_port()}"
+
+    def node(rank: int) -> tuple[TrainingSpec, Runtime]:
+        config = TrainingConfig(
+            preset="tiny", mode="cobalt", max_steps=2, nodes=2, node_rank=rank,
+            rdzv_endpoint=endpoint, rendezvous_timeout_s=120,
+            overrides={"save_strategy": "steps", "save_steps": 1},
+        )  # fmt: skip
+        spec = TrainingSpec(key="k", dataset=dataset, model="tiny", config=config)
+        runtime = Runtime(model=str(model), sandbox=SANDBOX, storage=storage,
+                          work_dir=str(tmp_path / f"work{rank}"), refresh=True)  # fmt: skip
+        return spec, runtime
+
+    files = []
+    for i, part in enumerate(node(1)):
+        files.append(tmp_path / f"node1-{i}.json")
+        files[-1].write_text(part.model_dump_json())
+    env = {"PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    other = subprocess.Popen(
+        [sys.executable, "-c", STAGE, *map(str, files)], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env={**os.environ, **env},
+    )  # fmt: skip
+    try:
+        ref = training_stage(*node(0))
+    finally:
+        out, _ = other.communicate(timeout=300)
+    assert other.returncode == 0, out[-3000:]
+    theirs = PolicyRef.model_validate_json(out.strip().splitlines()[-1])
+    assert theirs.uri == ref.uri and theirs.steps == ref.steps == 2
+    assert not (stage / "checkpoint-9").exists()
+    checkpoint = stage / "checkpoint-2"
+    assert sorted(p.name for p in checkpoint.glob("rng_state_*.pth")) == [
+        "rng_state_0.pth", "rng_state_1.pth",
+    ]  # fmt: skip
+    assert "process 0 of 2 starts" in (stage / ".launch" / "launch.log").read_text()
+    theirs_log = tmp_path / "work1" / "training" / "k" / "launch-node1" / "launch.log"
+    assert "process 1 of 2 starts" in theirs_log.read_text()
+    assert not any((stage / ".nodes").iterdir())  # the probe cleaned up after itself
+    assert json.loads((stage / "MANIFEST.json").read_text())
+    AutoModelForCausalLM.from_pretrained(ref.uri)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_sees(
+    tmp_path,
+) -> None:
+    """storage.shared declared, but each node writes a directory of its own (two machines'
+    local disks): every node stops before its first step, saying what each node saw."""
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    the_job = job(
+        tmp_path, str(model), nodes=2, node_rank=0, rdzv_endpoint=f"127.0.0.1:{_free_port()}",
+        rendezvous_timeout_s=10, max_steps=1,
+    )  # fmt: skip
+    the_job = the_job.model_copy(
+        update={"storage": the_job.storage.model_copy(update={"shared": True})}
+    )
+    config = the_job.config.model_copy(update={"node_rank": 1})
+    theirs = the_job.model_copy(update={"config": config, "output_dir": str(tmp_path / "out1")})
+    job_file = tmp_path / "node1.json"
+    job_file.write_text(theirs.model_dump_json())
+    code = (
+        "import sys; from cobalt.training.launch import Job, run_job; "
+        "run_job(Job.model_validate_json(open(sys.argv[1]).read()))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    other = subprocess.Popen(
+        [sys.executable, "-c", code, str(job_file)], stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True, env=env,
+    )  # fmt: skip
+    try:
+        with pytest.raises(LaunchError) as failed:
+            run_job(the_job)
+    finally:
+        out, _ = other.communicate(timeout=200)
+    expected = (
+        r"storage\.shared: \S+ is not one directory for all 2 nodes \(node 0 sees the files "
+        r"of nodes \[0\]; node 1 sees the files of nodes \[1\] only\): use a directory every "
+        r"node mounts"
+    )
+    first = str(failed.value).splitlines()[0]
+    assert re.search(expected, first), first
+    assert other.returncode != 0 and re.search(expected, out), out[-3000:]
