@@ -42,6 +42,9 @@
 #       hybrid, against 1 node x 4 (issue 47)
 #   bash scripts/gpu/node.sh linear     # --fsdp-gather bf16-linear: its cost at 8B and its 0.7B
 #       parity (carry the first call's bundle); then GATHER=bf16-linear bash scripts/gpu/node.sh b
+#   bash scripts/gpu/node.sh nodes      # (after parity or a: the 8B shape and verl's data) verl's
+#       shape through flows.training on 2 "nodes" x 2 GPUs (--shared-storage, NODE_SHARDING=fsdp
+#       or hybrid) then 1 x 4, detached; `nodes-collect` reports both (issue 47, item 5)
 #   bash scripts/gpu/node.sh cost-hybrid  # (after parity) fsdp_gather_cost.py at the 8B shape,
 #       then `hybrid`; `cost-paper`: the cost at the paper's lengths (one 16,384-token sequence)
 # 2026-11-28 evening, one 4x H200 machine, four calls back to back: parity (410 s, the embedded
@@ -289,6 +292,34 @@ case "${1:-}" in
       --loss-abs 0.01 --json "$OUT/parity_hybrid.json" >"$NODE/parity-hybrid.log" 2>&1
     echo "parity hybrid exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-hybrid.log"
     tail -c 2000 "$NODE/parity-hybrid.log" >"$OUT/parity_hybrid_tail.log" ;;
+  nodes)  # issue 47 item 5 on a 4-GPU host, after `parity`/`a` (the 8B shape, verl's data):
+    # verl's shape through flows.training, full fine-tuning, 2 "nodes" x 2 GPUs (two launchers,
+    # GPUs 0-1 and 2-3, one rendezvous, a storage directory both use: --shared-storage) under
+    # $NODE_SHARDING (fsdp; hybrid), then 1 node x 4 (detached: ~12 minutes; `nodes-collect`)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    rm -f "$NODE/nodes.done"
+    setsid nohup bash scripts/gpu/node.sh nodes-chain </dev/null >"$NODE/nodes-chain.out" 2>&1 &
+    wait_for "$NODE/nodes.done" 570; tail -5 "$NODE/nodes-chain.out" ;;
+  nodes-chain)  # (detached by `nodes`)
+    verl_sampling
+    echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
+    verl=(--config "$NODE/verl.json" --set num_generations=5 --set "max_completion_length=$CAP" \
+      --set generation_batch_size=1280 --set "generation_kwargs=$KWARGS")
+    for run in nodes one; do rm -rf "/root/runs-verl-$run"; cp -r /root/runs-verl "/root/runs-verl-$run"; done
+    port=$((29000 + RANDOM % 1000)) sharding=${NODE_SHARDING:-fsdp}
+    for r in 1 0; do
+      CUDA_VISIBLE_DEVICES=$((2 * r)),$((2 * r + 1)) GPUS=2 SHARDING=$sharding \
+        train "nodes-$r" /root/runs-verl-nodes "${verl[@]}" --shared-storage --nodes 2 \
+        --node-rank "$r" --rdzv-endpoint "127.0.0.1:$port" &
+    done
+    wait; touch "$NODE/nodes-2x2.done"
+    GPUS=4 train one-node /root/runs-verl-one "${verl[@]}"
+    touch "$NODE/nodes.done" ;;
+  nodes-collect)  # the 2 x 2 run's and the 1 x 4 run's step reports
+    wait_for "$NODE/nodes-2x2.done" 300; tail -3 "$NODE/nodes-1.log"
+    GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/nodes.done" 580
+    GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
   cost-paper)  # the gather's cost at the 8B shape and the paper's lengths (one 16,384-token
     # sequence a micro-batch): the memory the float32 gather adds where an H100 is tightest
     timeout 240 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py --hidden 4096 \
@@ -493,6 +524,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|linear|pack|pack-train|pack-collect|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh a|b|linear|pack|pack-train|pack-collect|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect|nodes|nodes-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"
