@@ -101,9 +101,10 @@ SHARED_WAIT_S = 90  # NFS caches a directory's entries for up to 60 s (acdirmax)
 def shared_directory_check(output: Path, node_rank: int, nodes: int, wait_s: float) -> Any:
     """A TrainerCallback that, before the first step, proves every node sees one `output`
     directory (storage.shared): each node's first process writes a file named for its node in
-    a probe directory of this run, then every process waits up to `wait_s` for all of them. Every process reaches the same verdict (a collective), so a directory that is not
-    shared stops the job on every node with StorageError naming what each node saw, rather
-    than checkpoints landing on each node's own disk."""
+    a probe directory of this run, then every process waits up to `wait_s` for all of them.
+    Every process reaches the same verdict (a collective), so a directory that is not shared
+    stops the job on every node with StorageError naming what each node saw, rather than
+    checkpoints landing on each node's own disk."""
     from transformers import TrainerCallback
 
     class SharedDirectoryCheck(TrainerCallback):
