@@ -200,6 +200,12 @@ def train(
         "the micro-batch", (args.per_device_train_batch_size, args.gradient_accumulation_steps)
     )
     check_generation_batch(len(rows), args.generation_batch_size, args.num_generations)
+    if config.share_prompts and args.per_device_train_batch_size < 2:
+        logger.warning(
+            "training.share_prompts: micro-batches of 1 row share no prompt, so the passes are "
+            "packed only; a micro-batch holds more rows with shorter max_completion_length, "
+            "LoRA (--lora) or more GPUs (--gpus N --sharding fsdp)"
+        )
     model = load_policy(model_path, numerics, lora=config.lora is not None, **attention)
     dataset = Dataset.from_list(rows)
 

@@ -333,3 +333,30 @@ def test_the_varlen_kernel_gets_half_precision_causal_packed_sequences(
     real = mask[:, -keep:].bool()
     assert torch.allclose(got[real], loop[real], atol=1e-2)
     assert packing.compute_dtype(torch.zeros(1, dtype=torch.float32)) is None  # no autocast
+
+
+@pytest.mark.timeout(300)
+def test_sharing_prompts_in_micro_batches_of_one_row_says_it_shares_nothing(
+    tmp_path, caplog
+) -> None:
+    """--share-prompts where each micro-batch holds one row (the paper's lengths on an 80 GB
+    card): the run trains, and its log says the passes are packed only and what would help."""
+    from test_grpo_tiny import SANDBOX, rows
+
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.grpo import train
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    said = "training.share_prompts: micro-batches of 1 row share no prompt"
+    for micro in (1, 2):
+        caplog.clear()
+        config = TrainingConfig(
+            preset="tiny", mode="cobalt", sandbox=SANDBOX, max_steps=1, packing=True,
+            share_prompts=True, report_to=[],
+            overrides={"per_device_train_batch_size": micro, "gradient_accumulation_steps": 4 // micro},
+        )  # fmt: skip
+        with caplog.at_level("WARNING", logger="cobalt"):
+            history = train(config, rows(), model, tmp_path / f"out-{micro}").history
+        assert any("loss" in h for h in history)
+        assert (said in caplog.text) == (micro == 1), caplog.text[-2000:]
