@@ -25,6 +25,17 @@ from cobalt.training.launch import Job, LaunchError, launch_command, run_job
 from cobalt.training.sharding import config_file
 
 SANDBOX = SandboxRuntime(backend="namespace", concurrency=2)
+# a job file's run in a process of its own (another node, or a launcher to kill)
+RUN_JOB = (
+    "import sys; from cobalt.training.launch import Job, run_job; "
+    "run_job(Job.model_validate_json(open(sys.argv[1]).read()))"
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def bandit_dataset(storage: StorageConfig) -> BanditRef:
@@ -187,12 +198,8 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> N
     directory that transformers loads. A checkpoint the kill cut short (no trainer_state.json)
     is skipped."""
     import json
-    import os
     import signal
-    import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     from transformers import AutoModelForCausalLM
 
@@ -204,13 +211,9 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> N
     the_job = job(tmp_path, str(model), num_processes=2, max_steps=steps, save_steps=2)
     job_file = tmp_path / "job.json"
     job_file.write_text(the_job.model_dump_json())
-    code = (
-        "import sys; from cobalt.training.launch import Job, run_job; "
-        "run_job(Job.model_validate_json(open(sys.argv[1]).read()))"
-    )
     out = Path(the_job.output_dir)
     first = subprocess.Popen(
-        [sys.executable, "-c", code, str(job_file)],
+        [sys.executable, "-c", RUN_JOB, str(job_file)],
         start_new_session=True,  # its own process group: the launcher and both trainers
         stdout=(tmp_path / "first.log").open("wb"),
         stderr=subprocess.STDOUT,
@@ -275,28 +278,17 @@ def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path) ->
 def test_a_node_alone_fails_naming_the_rendezvous(tmp_path, rank, message) -> None:
     """Training on two nodes where only one ever starts: it gives up after the rendezvous
     timeout with one line naming the endpoint and what to do, on either side."""
-    import socket
-
     from engines.tiny import build_tiny_model
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     model = build_tiny_model(tmp_path / "tiny", seed=0)
     the_job = job(
-        tmp_path, str(model), nodes=2, node_rank=rank, rdzv_endpoint=f"127.0.0.1:{port}",
+        tmp_path, str(model), nodes=2, node_rank=rank, rdzv_endpoint=f"127.0.0.1:{_free_port()}",
         rendezvous_timeout_s=8, max_steps=1,
     )  # fmt: skip
     with pytest.raises(LaunchError) as failed:
         run_job(the_job)
     first = str(failed.value).splitlines()[0]
     assert re.search(message, first), first
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # one node's training stage in a process of its own: TrainingSpec and Runtime JSON files in
@@ -390,13 +382,9 @@ def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_se
     theirs = the_job.model_copy(update={"config": config, "output_dir": str(tmp_path / "out1")})
     job_file = tmp_path / "node1.json"
     job_file.write_text(theirs.model_dump_json())
-    code = (
-        "import sys; from cobalt.training.launch import Job, run_job; "
-        "run_job(Job.model_validate_json(open(sys.argv[1]).read()))"
-    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     other = subprocess.Popen(
-        [sys.executable, "-c", code, str(job_file)], stdout=subprocess.PIPE,
+        [sys.executable, "-c", RUN_JOB, str(job_file)], stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, env=env,
     )  # fmt: skip
     try:
