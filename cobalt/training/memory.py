@@ -23,6 +23,13 @@ config, `engines.memory` for the per-layer shapes):
                  + length x activation bytes per token x 2         (one layer recomputed + grads)
                  + completion x vocabulary x 3 x compute bytes     (logits, scaled, their grad)
 
+The micro-batch holds at most `PADDED_ROWS` rows when rows are padded (a bigger one pads more
+rows to its longest) and `PACKED_ROWS` with packed passes (no padding: a bigger micro-batch only
+means fewer, larger kernels and fewer FSDP gathers a step, and more of a prompt's samples in one
+micro-batch to share it); either way every row is counted at its longest, so a packed micro-batch
+never holds more than the estimate. The loss is a token mean over the whole optimizer step
+("dapo"), so how a step's rows are cut into micro-batches changes only the rounding.
+
 `TrainingMemoryError` names the settings to change when even one sequence does not fit;
 `check_holds` fails before any work when a strategy cannot hold the model's state at all.
 """
@@ -41,6 +48,8 @@ from engines.memory import (
 )
 
 GIB = 1 << 30
+PADDED_ROWS = 16  # the most rows in a padded or trimmed micro-batch
+PACKED_ROWS = 64  # the most rows in a packed micro-batch (training.packing)
 
 
 class TrainingMemoryError(UserError):
@@ -187,7 +196,7 @@ def plan_micro_batch(
     fixed: int,
     compute_dtype: str,
     residual_dtype: str,
-    largest: int = 16,
+    largest: int = PADDED_ROWS,
 ) -> MicroBatchPlan:
     """The largest divisor of `sequences_per_step` (at most `largest`) whose estimate fits
     `free_bytes`; `TrainingMemoryError` when not even 1 does."""
@@ -274,6 +283,7 @@ def fit_micro_batch(
         fixed=fixed,
         compute_dtype=compute,
         residual_dtype="bfloat16" if numerics.trainable == "bfloat16" else "float32",
+        largest=PACKED_ROWS if config.packing else PADDED_ROWS,
     )
 
 

@@ -69,6 +69,16 @@
 #   bash scripts/gpu/node.sh pack-parity  # a fresh GPU, carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz: packing_cost's four paths, then the parity (~7 min, detached);
 #   bash scripts/gpu/node.sh pack-parity-collect  # its table and JSON
+# Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
+#   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the
+#       embedded default with --share-prompts on GPU 1 (no vLLM yet: transformers generation)
+#   bash scripts/gpu/node.sh goal1-train   # carry .gpu/vllm.part-01 .gpu/PARTS: vLLM, the
+#       response lengths calibrated, then detached one after another through flows.training at
+#       verl's shape, full fine-tuning under fsdp: 1 x 4 with --share-prompts, 1 x 4 trimmed
+#       (today's default), 2 "nodes" x 2 GPUs trimmed (--shared-storage)
+#   bash scripts/gpu/node.sh goal1-collect # the two 1 x 4 runs' step reports
+#   bash scripts/gpu/node.sh nodes-collect # the 2 x 2 run's against the 1 x 4 trimmed one
 # The machine goes back 30 s after a call ends: send the calls of one plan in ONE message (they
 # run back to back), never one call, read, then the next. 2026-11-28: `pack` (567 s) and then,
 # in one message, `pack-parity` (448 s) + `pack-parity-collect`; the embedded default with
@@ -141,7 +151,7 @@ host_run() {  # GPU TAG [ARGS]: the embedded default on one GPU (issue 40), its 
   local gpu="$1" tag="$2"; shift 2
   mkdir -p "$OUT/$tag"
   OUT="$OUT/$tag" CUDA_VISIBLE_DEVICES="$gpu" PIPELINE_TAG="$tag" PREFECT_HOME="/tmp/prefect-$tag" \
-    timeout 540 bash scripts/gpu/worker.sh pipeline "$@" >"$OUT/$tag/step.log" 2>&1
+    timeout "${HOST_TIMEOUT:-540}" bash scripts/gpu/worker.sh pipeline "$@" >"$OUT/$tag/step.log" 2>&1
   echo "[$tag] exit $? on GPU $gpu at $(elapsed) s"; grep -E "Elapsed|engine auto" "$OUT/$tag/step.log"
 }
 wait_for() {  # FILE SECONDS: until FILE exists or the call's time (since start) passes SECONDS
@@ -177,6 +187,25 @@ prep_runs() {  # the runs' problems: 4 of ~9,600-token statements; 340 of ~100 t
   prep verl /root/short.jsonl --system-prompt ''
   for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g"; done  # the scaling runs'
   touch "$NODE/prep.done"
+}
+verl_args() {  # verl's shape as flows.training options, in the array `verl`
+  verl_sampling
+  echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
+  verl=(--config "$NODE/verl.json" --set num_generations=5 --set "max_completion_length=$CAP" \
+    --set generation_batch_size=1280 --set "generation_kwargs=$KWARGS")
+}
+fresh_runs() {  # NAME...: /root/runs-verl-NAME, each a fresh copy of verl's prepared storage
+  for run in "$@"; do rm -rf "/root/runs-verl-$run"; cp -r /root/runs-verl "/root/runs-verl-$run"; done
+}
+two_nodes() {  # verl's shape on 2 "nodes" x 2 GPUs (two launchers, GPUs 0-1 and 2-3, one
+  # rendezvous, one storage directory: --shared-storage) under $NODE_SHARDING (fsdp)
+  local port=$((29000 + RANDOM % 1000)) r
+  for r in 1 0; do
+    CUDA_VISIBLE_DEVICES=$((2 * r)),$((2 * r + 1)) GPUS=2 SHARDING=${NODE_SHARDING:-fsdp} \
+      train "nodes-$r" /root/runs-verl-nodes "${verl[@]}" --shared-storage --nodes 2 \
+      --node-rank "$r" --rdzv-endpoint "127.0.0.1:$port" &
+  done
+  wait
 }
 gpu_trace() {  # NAME: every GPU's memory and utilisation every 0.5 s into $OUT/NAME.gpus.csv
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
@@ -301,22 +330,45 @@ case "${1:-}" in
     setsid nohup bash scripts/gpu/node.sh nodes-chain </dev/null >"$NODE/nodes-chain.out" 2>&1 &
     wait_for "$NODE/nodes.done" 570; tail -5 "$NODE/nodes-chain.out" ;;
   nodes-chain)  # (detached by `nodes`)
-    verl_sampling
-    echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
-    verl=(--config "$NODE/verl.json" --set num_generations=5 --set "max_completion_length=$CAP" \
-      --set generation_batch_size=1280 --set "generation_kwargs=$KWARGS")
-    for run in nodes one; do rm -rf "/root/runs-verl-$run"; cp -r /root/runs-verl "/root/runs-verl-$run"; done
-    port=$((29000 + RANDOM % 1000)) sharding=${NODE_SHARDING:-fsdp}
-    for r in 1 0; do
-      CUDA_VISIBLE_DEVICES=$((2 * r)),$((2 * r + 1)) GPUS=2 SHARDING=$sharding \
-        train "nodes-$r" /root/runs-verl-nodes "${verl[@]}" --shared-storage --nodes 2 \
-        --node-rank "$r" --rdzv-endpoint "127.0.0.1:$port" &
-    done
-    wait; touch "$NODE/nodes-2x2.done"
+    verl_args; fresh_runs nodes one
+    two_nodes; touch "$NODE/nodes-2x2.done"
     GPUS=4 train one-node /root/runs-verl-one "${verl[@]}"
     touch "$NODE/nodes.done" ;;
+  goal1)  # issue 46 goal 1 + issue 47 item 5, call 1 of 4 (header)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
+    rm -f "$NODE/prep.done"
+    setsid nohup bash scripts/gpu/node.sh prep </dev/null >"$NODE/prep.log" 2>&1 &
+    (HOST_TIMEOUT=330 host_run 1 default-shared --share-prompts) & host=$!
+    CUDA_VISIBLE_DEVICES=0 build_8b_weights >"$NODE/model.log" 2>&1
+    echo "8B weights exit $? at $(elapsed) s"; wait "$host"
+    tr '\r' '\n' <"$OUT/default-shared/default-shared.log" | grep -a -E "forward passes|Pass@1|rewards|Error" | tail -8
+    wait_for "$NODE/prep.done" 300; tail -3 "$NODE/prep.log" ;;
+  prep)  # (detached by goal1) the runs' problem sets and trajectories on the CPU
+    prep_runs ;;
+  goal1-train)  # call 2 of 4: vLLM, the 8B shape calibrated, then the chain (detached)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b >>"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    tail -3 "$NODE/model.log"
+    wait_for "$NODE/prep.done" 300; [ -f "$NODE/prep.done" ] || tail -5 "$NODE/prep.log"
+    rm -f "$NODE/goal1.done" "$NODE/nodes-2x2.done" "$NODE/nodes.done"
+    setsid nohup bash scripts/gpu/node.sh goal1-chain </dev/null >"$NODE/goal1-chain.out" 2>&1 &
+    wait_for "$NODE/shared.rc" 585
+    [ -f "$NODE/shared.rc" ] && report shared /root/runs-verl-shared 1544 "verl (published, 8x H100)" ;;
+  goal1-chain)  # (detached by goal1-train) one run after another on every GPU
+    verl_args; fresh_runs shared one nodes
+    GPUS=4 train shared /root/runs-verl-shared "${verl[@]}" --share-prompts
+    GPUS=4 train one-node /root/runs-verl-one "${verl[@]}"
+    touch "$NODE/goal1.done"
+    two_nodes; touch "$NODE/nodes-2x2.done" "$NODE/nodes.done" ;;
+  goal1-collect)  # call 3 of 4: the two 1 x 4 runs (the shared one again if call 2 had it)
+    wait_for "$NODE/shared.rc" 300
+    GPUS=4 report shared /root/runs-verl-shared 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/one-node.rc" 585
+    GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
   nodes-collect)  # the 2 x 2 run's and the 1 x 4 run's step reports
-    wait_for "$NODE/nodes-2x2.done" 300; tail -3 "$NODE/nodes-1.log"
+    wait_for "$NODE/nodes-2x2.done" 560; tail -3 "$NODE/nodes-1.log"
     GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
     wait_for "$NODE/nodes.done" 580
     GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
@@ -524,6 +576,6 @@ JSON
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
     report paper /root/runs-paper ;;
-  *) echo "usage: bash scripts/gpu/node.sh a|b|linear|pack|pack-train|pack-collect|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect|nodes|nodes-collect"; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/node.sh goal1|goal1-train|goal1-collect|a|b|linear|pack|pack-train|pack-collect|c|scaling|scaling4|rollouts|rollouts4|paper|parity|fsdp-fp32|hybrid|cost-hybrid|vllm|default4|pipeline8b|pipeline8b-collect|nodes|nodes-collect"; exit 2 ;;
 esac
 echo "node.sh $1 done at $(elapsed) s"

@@ -283,6 +283,33 @@ def test_every_process_plans_the_same_micro_batch_whatever_its_gpu_holds(monkeyp
     assert plans[0] == plans[1] and plans[0].micro_batch >= 1
 
 
+def test_packed_passes_plan_micro_batches_of_more_rows_within_the_same_estimate() -> None:
+    """verl's shape (prompts of 200 tokens, completions up to 1,024, 1,280 a step over 4 fsdp
+    processes) on an H200: padded rows stop at 16 a micro-batch (20 micro-batches a step, each
+    gathering the sharded model); packed rows go up to 64 and the plan takes 40 (8 micro-batches,
+    each 8 whole groups of 5 samples), every row still counted at its longest. On an H100 the
+    memory, not the cap, decides: both plan the same."""
+    from cobalt.training.memory import PADDED_ROWS, fit_micro_batch
+    from cobalt.training.precision import decide
+
+    numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    model = qwen3_8b()
+    verl = {"num_generations": 5, "max_completion_length": 1024, "generation_batch_size": 1280}
+    plans = {}
+    for packing in (False, True):
+        for gpu in (H100, H200):
+            config = TrainingConfig(preset="paper", num_processes=4, sharding="fsdp",
+                                    packing=packing, overrides=verl)  # fmt: skip
+            kwargs = config.grpo_kwargs("out")
+            plan = fit_micro_batch(config, kwargs, model, parameter_count(model), numerics, 200,
+                                   shards=4, gpu_bytes=gpu)  # fmt: skip
+            assert plan.estimate_gib <= plan.free_gib
+            plans[packing, gpu] = (plan.micro_batch, plan.gradient_accumulation_steps)
+    assert plans[False, H200] == (PADDED_ROWS, 20)
+    assert plans[True, H200] == (40, 8)
+    assert plans[False, H100] == plans[True, H100] and plans[True, H100][0] < PADDED_ROWS
+
+
 def test_a_multi_turn_conversation_is_planned_with_every_turn(tmp_path) -> None:
     """Three assistant turns and two feedback turns per sequence: the memory plan sized one turn
     (a micro-batch that then ran out of memory); it sizes the whole conversation now."""
