@@ -334,6 +334,19 @@ case "${1:-}" in
     two_nodes; touch "$NODE/nodes-2x2.done"
     GPUS=4 train one-node /root/runs-verl-one "${verl[@]}"
     touch "$NODE/nodes.done" ;;
+  vllm-nodes)  # (after the bundle's two calls) vLLM colocated as TRL starts it, over 2 "nodes"
+    # (two launchers, GPUs split between them) with the tiny model: every process's own outcome
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    half=$((G / 2)); port=$((29000 + RANDOM % 1000))
+    for r in 1 0; do
+      devices=$(seq -s, $((r * half)) $((r * half + half - 1)))
+      CUDA_VISIBLE_DEVICES=$devices timeout 240 torchrun --nnodes 2 --node-rank "$r" \
+        --nproc-per-node "$half" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+        scripts/gpu/vllm_nodes_check.py /root/tiny-random --out "$OUT/vllm-nodes" \
+        >"$OUT/vllm-nodes-$r.log" 2>&1 &
+    done
+    wait; for f in "$OUT"/vllm-nodes/rank*.txt; do echo "== $f"; tail -25 "$f"; done
+    grep -a -E "Error|error" "$OUT"/vllm-nodes-*.log | grep -v errors.html | sort | uniq -c | head -20 ;;
   goal1)  # issue 46 goal 1 + issue 47 item 5, call 1 of 4 (header)
     bash infra/gpu-bundle/install.sh >/dev/null
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
@@ -368,7 +381,9 @@ case "${1:-}" in
     wait_for "$NODE/one-node.rc" 585
     GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
   nodes-collect)  # the 2 x 2 run's and the 1 x 4 run's step reports
-    wait_for "$NODE/nodes-2x2.done" 560; tail -3 "$NODE/nodes-1.log"
+    wait_for "$NODE/nodes-2x2.done" 560; tail -3 "$NODE/nodes-1.log"; cp "$NODE/nodes-1.log" "$OUT/"
+    log=$(find /root /tmp -path "*launch-node1/*.log" 2>/dev/null | head -1)
+    [ -n "$log" ] && tail -c 20000 "$log" >"$OUT/nodes-1.launch.log"
     GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
     wait_for "$NODE/nodes.done" 580
     GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
