@@ -79,6 +79,10 @@
 #       (today's default), 2 "nodes" x 2 GPUs trimmed (--shared-storage)
 #   bash scripts/gpu/node.sh goal1-collect # the two 1 x 4 runs' step reports
 #   bash scripts/gpu/node.sh nodes-collect # the 2 x 2 run's against the 1 x 4 trimmed one
+# 2026-11-28 evening: goal1 258 s, goal1-train 469 s, goal1-collect 341 s, nodes-collect 281 s
+# (the 2 x 2 run failed at colocated vLLM's start, docs/SCALING.md). Next, in one message:
+# goal1 (carry 1), `vllm-nodes` (carry .gpu/vllm.part-01 .gpu/PARTS: vLLM as TRL starts it on
+# 2 x 2 with the tiny model, each process's own traceback, ~2 min), `nodes`, `nodes-collect`.
 # The machine goes back 30 s after a call ends: send the calls of one plan in ONE message (they
 # run back to back), never one call, read, then the next. 2026-11-28: `pack` (567 s) and then,
 # in one message, `pack-parity` (448 s) + `pack-parity-collect`; the embedded default with
@@ -335,13 +339,14 @@ case "${1:-}" in
     GPUS=4 train one-node /root/runs-verl-one "${verl[@]}"
     touch "$NODE/nodes.done" ;;
   vllm-nodes)  # (after the bundle's two calls) vLLM colocated as TRL starts it, over 2 "nodes"
-    # (two launchers, GPUs split between them) with the tiny model: every process's own outcome
+    # (two launchers, GPUs split between them, the static rendezvous accelerate uses: ranks by
+    # --node-rank) with the tiny model: every process's own outcome
     python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
     half=$((G / 2)); port=$((29000 + RANDOM % 1000))
     for r in 1 0; do
       devices=$(seq -s, $((r * half)) $((r * half + half - 1)))
       CUDA_VISIBLE_DEVICES=$devices timeout 240 torchrun --nnodes 2 --node-rank "$r" \
-        --nproc-per-node "$half" --rdzv-backend c10d --rdzv-endpoint "127.0.0.1:$port" \
+        --nproc-per-node "$half" --master-addr 127.0.0.1 --master-port "$port" \
         scripts/gpu/vllm_nodes_check.py /root/tiny-random --out "$OUT/vllm-nodes" \
         >"$OUT/vllm-nodes-$r.log" 2>&1 &
     done

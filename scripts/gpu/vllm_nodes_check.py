@@ -5,8 +5,8 @@ its engine and generate? Each process writes its outcome (or its traceback) to
 `<out>/rank<R>.txt`, so a process that dies is seen from its own words, not only as a peer's
 "Connection closed by peer".
 
-    torchrun --nnodes 2 --node-rank R --nproc-per-node 1 --rdzv-backend c10d \\
-        --rdzv-endpoint 127.0.0.1:29511 scripts/gpu/vllm_nodes_check.py MODEL --out DIR
+    torchrun --nnodes 2 --node-rank R --nproc-per-node 2 --master-addr 127.0.0.1 \\
+        --master-port 29511 scripts/gpu/vllm_nodes_check.py MODEL --out DIR
 """
 
 from __future__ import annotations
