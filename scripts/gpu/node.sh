@@ -83,6 +83,14 @@
 # (the 2 x 2 run failed at colocated vLLM's start, docs/SCALING.md). Next, in one message:
 # goal1 (carry 1), `vllm-nodes` (carry .gpu/vllm.part-01 .gpu/PARTS: vLLM as TRL starts it on
 # 2 x 2 with the tiny model, each process's own traceback, ~2 min), `nodes`, `nodes-collect`.
+# Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
+#   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1
+#       (detached), the 8B weights on GPU 0, the runs' data on the CPU
+#   bash scripts/gpu/node.sh two-train    # carry .gpu/vllm.part-01 .gpu/PARTS: vLLM, the 8B
+#       shape calibrated, the tiny model on 2 "nodes" x 1 GPU with vLLM colocated, then
+#       (detached) verl's shape at 8B on 2 "nodes" x 1 GPU and on 1 node x 2
+#   bash scripts/gpu/node.sh two-collect  # both 8B runs' step reports, node 1's logs
 # The machine goes back 30 s after a call ends: send the calls of one plan in ONE message (they
 # run back to back), never one call, read, then the next. 2026-11-28: `pack` (567 s) and then,
 # in one message, `pack-parity` (448 s) + `pack-parity-collect`; the embedded default with
@@ -196,20 +204,33 @@ verl_args() {  # verl's shape as flows.training options, in the array `verl`
   verl_sampling
   echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
   verl=(--config "$NODE/verl.json" --set num_generations=5 --set "max_completion_length=$CAP" \
-    --set generation_batch_size=1280 --set "generation_kwargs=$KWARGS")
+    --set "generation_batch_size=${VERL_BATCH:-1280}" --set "generation_kwargs=$KWARGS")
 }
 fresh_runs() {  # NAME...: /root/runs-verl-NAME, each a fresh copy of verl's prepared storage
   for run in "$@"; do rm -rf "/root/runs-verl-$run"; cp -r /root/runs-verl "/root/runs-verl-$run"; done
 }
-two_nodes() {  # verl's shape on 2 "nodes" x 2 GPUs (two launchers, GPUs 0-1 and 2-3, one
-  # rendezvous, one storage directory: --shared-storage) under $NODE_SHARDING (fsdp)
-  local port=$((29000 + RANDOM % 1000)) r
+two_nodes() {  # verl's shape on 2 "nodes" (two launchers, this machine's GPUs cut in halves:
+  # 0-1 and 2-3 on four, 0 and 1 on two; one rendezvous, one storage directory: --shared-storage)
+  # under $NODE_SHARDING (fsdp); $NODES_NAME names the runs (nodes), $NODES_ARGS the options
+  local port=$((29000 + RANDOM % 1000)) r half=$((G / 2)) name=${NODES_NAME:-nodes}
+  local args=("${verl[@]}"); [ -n "${NODES_ARGS+x}" ] && args=("${NODES_ARGS[@]}")
   for r in 1 0; do
-    CUDA_VISIBLE_DEVICES=$((2 * r)),$((2 * r + 1)) GPUS=2 SHARDING=${NODE_SHARDING:-fsdp} \
-      train "nodes-$r" /root/runs-verl-nodes "${verl[@]}" --shared-storage --nodes 2 \
-      --node-rank "$r" --rdzv-endpoint "127.0.0.1:$port" &
+    CUDA_VISIBLE_DEVICES=$(seq -s, $((r * half)) $((r * half + half - 1))) GPUS=$half \
+      SHARDING=${NODE_SHARDING:-fsdp} train "$name-$r" "/root/runs-verl-$name" \
+      "${args[@]}" --shared-storage --nodes 2 --node-rank "$r" \
+      --rdzv-endpoint "127.0.0.1:$port" &
   done
   wait
+}
+node_logs() {  # NAME: node 1's flow log and its launch log (each process's output) into $OUT
+  cp "$NODE/$1-1.log" "$OUT/" 2>/dev/null
+  local log; log=$(find /root /tmp -path "*launch-node1/launch.log" -newer "$NODE/$1-1.log" \
+    2>/dev/null | head -1)
+  [ -n "$log" ] || log=$(ls -t $(find /root /tmp -path "*launch-node1/launch.log" 2>/dev/null) \
+    2>/dev/null | head -1)
+  [ -n "$log" ] && tail -c 20000 "$log" >"$OUT/$1-1.launch.log"
+  echo "[$1-1] exit $(cat "$NODE/$1-1.rc" 2>/dev/null || echo running)"
+  tr '\r' '\n' <"$NODE/$1-1.log" | grep -a -E "Error|error|exit" | grep -v errors.html | tail -5
 }
 gpu_trace() {  # NAME: every GPU's memory and utilisation every 0.5 s into $OUT/NAME.gpus.csv
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
@@ -386,12 +407,57 @@ case "${1:-}" in
     wait_for "$NODE/one-node.rc" 585
     GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
   nodes-collect)  # the 2 x 2 run's and the 1 x 4 run's step reports
-    wait_for "$NODE/nodes-2x2.done" 560; tail -3 "$NODE/nodes-1.log"; cp "$NODE/nodes-1.log" "$OUT/"
-    log=$(find /root /tmp -path "*launch-node1/*.log" 2>/dev/null | head -1)
-    [ -n "$log" ] && tail -c 20000 "$log" >"$OUT/nodes-1.launch.log"
-    GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/nodes-2x2.done" 560; node_logs nodes
+    GPUS=$G report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
     wait_for "$NODE/nodes.done" 580
-    GPUS=4 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
+    GPUS=$G report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
+  two)  # issues 46-47 on a 2-GPU machine, call 1 of 3 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): on GPU 1 (detached) the
+    # 0.7B parity of packed micro-batches of 40 rows (`1@40+share` and its regrouping yardstick
+    # `1@40` against 1 process in micro-batches of 4); the 8B weights on GPU 0; the runs' data
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    rm -f "$NODE/prep.done" "$NODE/parity40.rc"
+    setsid nohup bash scripts/gpu/node.sh prep </dev/null >"$NODE/prep.log" 2>&1 &
+    setsid nohup bash -c "$(declare -f build_07b elapsed); started=$started NODE=$NODE
+      export CUDA_VISIBLE_DEVICES=1; build_07b
+      timeout 1200 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
+        --precision mixed --layouts 1 1@40+share 1@40 --lr 1e-5 --step 40 --micro-batch 4 \
+        --prompts 64 --tolerance 0.1 --loss-abs 0.01 --json /root/parity40.json \
+        >$NODE/parity40.log 2>&1; echo \$? >$NODE/parity40.rc" </dev/null >/dev/null 2>&1 &
+    CUDA_VISIBLE_DEVICES=0 build_8b_weights >"$NODE/model.log" 2>&1
+    echo "8B weights exit $? at $(elapsed) s"
+    wait_for "$NODE/prep.done" 420; tail -3 "$NODE/prep.log"; tail -3 "$NODE/parity40.log" ;;
+  two-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape's lengths
+    # calibrated (GPU 0); the tiny model through flows.training on 2 "nodes" x 1 GPU with vLLM
+    # colocated (issue 47's failing case at its smallest); then (detached) verl's shape at 8B on
+    # 2 "nodes" x 1 GPU and on 1 node x 2 (each GPU the rows one GPU of the 1 x 4 runs had)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b >>"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    tail -2 "$NODE/model.log"
+    wait_for "$NODE/parity40.rc" 240; echo "parity40 exit $(cat "$NODE/parity40.rc" 2>/dev/null)"
+    grep -A5 "^| layout" "$NODE/parity40.log"; cp /root/parity40.json "$OUT/" 2>/dev/null
+    wait_for "$NODE/prep.done" 250; fresh_runs tiny
+    echo '{"training": {"max_prompt_length": 512, "generation": "vllm_colocate"}}' >"$NODE/tiny.json"
+    (NODES_NAME=tiny MODEL=/root/tiny-random; NODES_ARGS=(--config "$NODE/tiny.json" \
+      --set num_generations=5 --set max_completion_length=64 --set generation_batch_size=80)
+      two_nodes)
+    for r in 0 1; do echo "[tiny-$r] exit $(cat "$NODE/tiny-$r.rc") at $(elapsed) s"; done
+    tr '\r' '\n' <"$NODE/tiny-0.log" | grep -a -E "training plan|Error|steps? " | tail -6
+    node_logs tiny
+    rm -f "$NODE/two.done"
+    setsid nohup bash scripts/gpu/node.sh two-chain </dev/null >"$NODE/two-chain.out" 2>&1 &
+    wait_for "$NODE/nodes-0.rc" 585; [ -f "$NODE/nodes-0.rc" ] && node_logs nodes ;;
+  two-chain)  # (detached by two-train) 640 completions a step: 320 a GPU, as 1,280 on 4
+    VERL_BATCH=640 verl_args; fresh_runs nodes one
+    two_nodes; touch "$NODE/nodes-2x2.done"
+    GPUS=2 train one-node /root/runs-verl-one "${verl[@]}"
+    touch "$NODE/two.done" "$NODE/nodes.done" ;;
+  two-collect)  # call 3 of 3: both 8B runs' step reports (2 x 1 against 1 x 2)
+    wait_for "$NODE/nodes-2x2.done" 300; node_logs nodes
+    GPUS=2 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/two.done" 585
+    GPUS=2 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
   cost-paper)  # the gather's cost at the 8B shape and the paper's lengths (one 16,384-token
     # sequence a micro-batch): the memory the float32 gather adds where an H100 is tightest
     timeout 240 torchrun --nproc_per_node "$G" scripts/gpu/fsdp_gather_cost.py --hidden 4096 \
