@@ -193,6 +193,7 @@ def launch(job: Job, logger: Logger = log) -> Result:
         first = (
             _rendezvous_failed(text, job.plan)
             or _timed_out(text, job.config.collective_timeout_s, output)
+            or _first_failure(text, output)
             or _last_error(text[-4000:])
         )
         raise LaunchError(
@@ -246,6 +247,33 @@ def _timed_out(output: str, timeout_s: int, log_path: Path) -> str | None:
     return None
 
 
+# torch's elastic agent names the process that failed first; each process's traceback lines
+# carry its rank once the process group exists
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S
+)
+_ERROR = r"(?:[\w.]+\.)?(\w*(?:Error|Exception): .+)$"
+
+
+def _first_failure(output: str, log_path: Path) -> str | None:
+    """The error of the process that failed first, not of one that died of it: when a process
+    dies, the others' collectives fail too ("Connection closed by peer") and their tracebacks
+    come last in the log. None when the launcher named no first failure."""
+    found = _ROOT_CAUSE.search(output)
+    if not found:
+        return None
+    rank, code = found.groups()
+    own = re.findall(rf"^\[rank{rank}\]: {_ERROR}", output, re.MULTILINE)
+    # lines without a rank prefix cannot be told apart; other ranks' are the consequences
+    plain = re.findall(rf"^{_ERROR}", output, re.MULTILINE)
+    if own or plain:
+        return f"{(own or plain)[-1]} (process {rank} failed first)"
+    return (
+        f"process {rank} failed first (exit code {code}) without a Python error in the output; "
+        f"each process's output: {log_path}"
+    )
+
+
 def _last_error(output: str) -> str:
     """The last `SomeError: message` line of a traceback in the output (first in the message, so
     a clear error such as the memory plan's is the line a user reads), or a pointer to the log."""
@@ -290,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_launcher()
     _indexed_cpu_locations()
     _own_gpu()
+    _vllm_cache_per_device()
     _cpu_group(processes, job.config.collective_timeout_s)
     history, timing, extra = train_here(job, processes)
     peaks = _peaks(processes)  # every process takes part (a collective)
@@ -339,6 +368,30 @@ def _own_gpu() -> None:
 
     if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+
+
+def vllm_cache_root(device: int, environ: dict[str, str]) -> str:
+    """The vLLM cache directory of a process on logical GPU `device`: vLLM's own
+    (VLLM_CACHE_ROOT, else XDG_CACHE_HOME or ~/.cache, then vllm) with `cuda<device>` under it.
+
+    vLLM 0.26 keys its torch.compile artifacts by rank only (rank_<rank>_<dp>), yet the compiled
+    code names the logical GPU it was built on: a later run whose rank R sits on another GPU
+    (1 node x 2 after 2 nodes x 1, 2 x 2 after 1 x 4) loads rank R's artifact and that process
+    dies starting vLLM (the others then see "Connection closed by peer"). One directory per GPU
+    index keeps every artifact on the GPU it was built for (vLLM's fix upstream: PR 38962)."""
+    root = environ.get("VLLM_CACHE_ROOT") or os.path.join(
+        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vllm"
+    )
+    return os.path.join(os.path.expanduser(root), f"cuda{device}")
+
+
+def _vllm_cache_per_device() -> None:
+    """This process's vLLM cache under its own GPU's index (vllm_cache_root), set before vLLM is
+    imported; the launcher's environment, and so the next launch's, keeps the user's value."""
+    import torch
+
+    if torch.cuda.is_available():
+        os.environ["VLLM_CACHE_ROOT"] = vllm_cache_root(torch.cuda.current_device(), os.environ)
 
 
 def _cpu_group(processes: int, timeout_s: int) -> None:

@@ -91,6 +91,10 @@
 #       shape calibrated, the tiny model on 2 "nodes" x 1 GPU with vLLM colocated, then
 #       (detached) verl's shape at 8B on 2 "nodes" x 1 GPU and on 1 node x 2
 #   bash scripts/gpu/node.sh two-collect  # both 8B runs' step reports, node 1's logs
+# 2026-11-28 night: two 199 s, two-train 546 s, two-collect 241 s (1 x 2 failed: a vLLM compile
+# artifact of another GPU, fixed by the per-GPU cache); then, on a fresh machine, in ONE message:
+#   bash scripts/gpu/node.sh fix          # carry call 1's bundle: the tiny model, verl's data
+#   bash scripts/gpu/node.sh fix-train    # carry call 2's: tiny on 2 x 1, then 1 x 2
 # The machine goes back 30 s after a call ends: send the calls of one plan in ONE message (they
 # run back to back), never one call, read, then the next. 2026-11-28: `pack` (567 s) and then,
 # in one message, `pack-parity` (448 s) + `pack-parity-collect`; the embedded default with
@@ -453,6 +457,25 @@ case "${1:-}" in
     two_nodes; touch "$NODE/nodes-2x2.done"
     GPUS=2 train one-node /root/runs-verl-one "${verl[@]}"
     touch "$NODE/two.done" "$NODE/nodes.done" ;;
+  fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
+    bash infra/gpu-bundle/install.sh >/dev/null
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
+    prep verl /root/short.jsonl --system-prompt '' ;;
+  fix-train)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): what failed twice before the
+    # per-GPU cache (1 node x 2 after 2 nodes x 1, vLLM colocated), with the tiny model
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    fresh_runs tiny tiny-one
+    echo '{"training": {"max_prompt_length": 512, "generation": "vllm_colocate"}}' >"$NODE/tiny.json"
+    tiny=(--config "$NODE/tiny.json" --set num_generations=5 --set max_completion_length=64 \
+      --set generation_batch_size=80 --max-steps 2)
+    (NODES_NAME=tiny MODEL=/root/tiny-random; NODES_ARGS=("${tiny[@]}"); two_nodes)
+    for r in 0 1; do echo "[tiny-$r] exit $(cat "$NODE/tiny-$r.rc") at $(elapsed) s"; done
+    MODEL=/root/tiny-random GPUS=2 train tiny-one /root/runs-verl-tiny-one "${tiny[@]}"
+    echo "[tiny-one] exit $(cat "$NODE/tiny-one.rc") at $(elapsed) s"
+    tr '\r' '\n' <"$NODE/tiny-one.log" | grep -a -E "failed|Error" | cut -c1-300 | tail -3
+    cp "$NODE/tiny-one.log" "$OUT/"; find /root/.cache/vllm -maxdepth 5 -name "rank_*" | sort ;;
   two-collect)  # call 3 of 3: both 8B runs' step reports (2 x 1 against 1 x 2)
     wait_for "$NODE/nodes-2x2.done" 300; node_logs nodes
     GPUS=2 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"

@@ -270,6 +270,51 @@ def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path) ->
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_a_failed_process_is_named_with_its_own_error(tmp_path) -> None:
+    """Process 1's rollout raises while process 0 waits for it: the error's first line is
+    process 1's own exception, naming that process."""
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    failing = "tests.training.hanging_rollout:fail_on_the_second_process"
+    the_job = job(tmp_path, str(model), num_processes=2, max_steps=1, rollout=failing)
+    with pytest.raises(LaunchError) as failed:
+        run_job(the_job)
+    first = str(failed.value).splitlines()[0]
+    assert first.endswith(
+        "ValueError: the second process's rollout failed (process 1 failed first)"
+    ), first
+
+
+def test_the_first_failure_wins_over_the_errors_it_caused() -> None:
+    """What a GPU run's log looked like (1 node x 2, vLLM colocated): process 1 died starting
+    vLLM, process 0's collective then failed and its traceback came last. The first line names
+    process 1's error, not process 0's consequence; without a traceback of its own, the
+    process and where its output is."""
+    from cobalt.training.launch import _first_failure
+
+    root = (
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-28_21:51:07\n"
+        "  host      : localhost\n  rank      : 1 (local_rank: 1)\n  exitcode  : 1 (pid: 12497)\n"
+    )
+    own = "[rank1]: Traceback (most recent call last):\n[rank1]: RuntimeError: CUDA error: invalid argument\n"
+    victim = (
+        "[rank0]:     dist.all_reduce(memory_tensor, group=cpu_group, op=dist.ReduceOp.MIN)\n"
+        "[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:547] Connection closed by peer\n"
+    )
+    log = Path("launch.log")
+    assert _first_failure(own + victim + root, log) == (
+        "RuntimeError: CUDA error: invalid argument (process 1 failed first)"
+    )
+    assert _first_failure(victim + root, log) == (
+        "process 1 failed first (exit code 1) without a Python error in the output; each "
+        "process's output: launch.log"
+    )
+    assert _first_failure(own + victim, log) is None  # no launcher verdict: the last error
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize(("rank", "message"), [
     (0, r"only 1 of 2 nodes joined at the rendezvous 127\.0\.0\.1:\d+ within 8 s: start the same "
         r"job on every node \(--node-rank 0 to 1, the same --rdzv-endpoint\)"),

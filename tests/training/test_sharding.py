@@ -408,3 +408,16 @@ def test_a_step_trains_as_many_completions_on_any_number_of_processes() -> None:
     with pytest.raises(ShardingError, match=r"a step of 2 completions .* over 4 processes: use "
                        r"--gpus 1 or 2"):  # fmt: skip
         step(4)
+
+
+def test_each_gpu_index_compiles_vllm_into_a_cache_of_its_own() -> None:
+    """vLLM names its compiled artifacts by rank only; a process on GPU 1 that loaded what rank
+    1 built on GPU 0 (1 node x 2 after 2 nodes x 1) died starting vLLM. Each launched process
+    now caches under its GPU's index, below the user's VLLM_CACHE_ROOT or XDG cache."""
+    from cobalt.training.launch import vllm_cache_root
+
+    home = {"VLLM_CACHE_ROOT": "/data/vllm"}
+    assert vllm_cache_root(0, home) == "/data/vllm/cuda0"
+    assert vllm_cache_root(1, home) == "/data/vllm/cuda1"
+    assert vllm_cache_root(1, {"XDG_CACHE_HOME": "/xdg"}) == "/xdg/vllm/cuda1"
+    assert vllm_cache_root(0, {}).endswith("/.cache/vllm/cuda0")
