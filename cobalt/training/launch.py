@@ -421,8 +421,9 @@ def _indexed_cpu_locations() -> None:
 
 def _peaks(processes: int) -> list[list[float]]:
     """[allocated, reserved] peak GiB of the PyTorch allocator in each process (its GPU), for
-    all processes; [] on CPU. A colocated vLLM's sleep-mode pool is not in it: the whole GPU's
-    memory is nvidia-smi's (scripts/gpu)."""
+    all processes; [] on CPU. A colocated vLLM's sleep-mode pool counts whole in it even while
+    asleep (158 GiB on a 141 GiB H200 at verl's 8B shape): the card's own peak is NVML's
+    (`cost.gpu_peak_used_gib`, nvidia-smi in scripts/gpu)."""
     import torch
 
     if not torch.cuda.is_available():
