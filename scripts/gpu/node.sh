@@ -80,9 +80,10 @@
 #   bash scripts/gpu/node.sh goal1-collect # the two 1 x 4 runs' step reports
 #   bash scripts/gpu/node.sh nodes-collect # the 2 x 2 run's against the 1 x 4 trimmed one
 # 2026-11-28 evening: goal1 258 s, goal1-train 469 s, goal1-collect 341 s, nodes-collect 281 s
-# (the 2 x 2 run failed at colocated vLLM's start, docs/SCALING.md). Next, in one message:
-# goal1 (carry 1), `vllm-nodes` (carry .gpu/vllm.part-01 .gpu/PARTS: vLLM as TRL starts it on
-# 2 x 2 with the tiny model, each process's own traceback, ~2 min), `nodes`, `nodes-collect`.
+# (the 2 x 2 run failed at colocated vLLM's start: a compiled artifact of another GPU, fixed
+# since by the per-GPU vLLM cache, docs/SCALING.md). Next on a 4-GPU machine, in one message:
+# goal1, goal1-train, goal1-collect, nodes-collect (the 2 x 2 run after the 1 x 4 ones: the
+# sequence that failed).
 # Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
 #   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1
