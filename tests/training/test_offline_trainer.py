@@ -219,14 +219,16 @@ def test_a_step_is_the_token_mean_over_its_rows_whatever_its_micro_batches(
     tiny: Path, tmp_path: Path
 ) -> None:
     """Four rows of different lengths per optimizer step, as one micro-batch of 4 or as two of
-    2 accumulated: the same update (the old mean of micro-batch means weighted the short rows'
-    tokens more in the second layout: the weights parted by ~1e-3)."""
+    2 accumulated: the same update. Plain SGD, so the update is the gradient itself (Adam's
+    first step is ~lr x sign(gradient), which turns float rounding of near-zero gradients into
+    differences up to lr and hides what the test is for). The old mean of micro-batch means
+    weighted the short rows' tokens more in the second layout: its update parted by 9%."""
     from safetensors.torch import load_file
 
     rows4 = rows() * 2
     rows4[1] = {**rows4[1], "completion": BAD + " " + BAD + " " + BAD}
     start = load_file(str(tiny / "model.safetensors"))
-    weights = {}
+    updates = {}
     for name, batch, accumulation in (("one", 4, 1), ("two", 2, 2)):
         settings = OfflineSettings(
             objective="reinforce_loo",
@@ -235,12 +237,13 @@ def test_a_step_is_the_token_mean_over_its_rows_whatever_its_micro_batches(
             learning_rate=3e-3,
         )
         cfg = TrainingConfig(mode="offline", offline=settings, max_steps=1, report_to=[])
-        cfg = cfg.model_copy(update={"overrides": {"data_seed": 0}})
+        cfg = cfg.model_copy(update={"overrides": {"data_seed": 0, "optim": "sgd"}})
         train_offline(cfg, rows4, tiny, tmp_path / name)
-        weights[name] = load_file(str(tmp_path / name / "model.safetensors"))
-    moved = max(float((weights["one"][k] - start[k]).abs().max()) for k in start)
-    parted = max(float((weights["one"][k] - weights["two"][k]).abs().max()) for k in start)
-    assert moved > 1e-3 and parted < 1e-6 * max(1.0, moved * 1e3), (moved, parted)
+        trained = load_file(str(tmp_path / name / "model.safetensors"))
+        updates[name] = {k: trained[k] - start[k] for k in start}
+    moved = max(float(updates["one"][k].abs().max()) for k in start)
+    parted = max(float((updates["one"][k] - updates["two"][k]).abs().max()) for k in start)
+    assert moved > 0 and parted < 1e-4 * moved, (moved, parted)
 
 
 def test_the_rows_of_a_step_are_the_same_on_any_number_of_processes() -> None:
