@@ -237,6 +237,11 @@ node_logs() {  # NAME: node 1's flow log and its launch log (each process's outp
   echo "[$1-1] exit $(cat "$NODE/$1-1.rc" 2>/dev/null || echo running)"
   tr '\r' '\n' <"$NODE/$1-1.log" | grep -a -E "Error|error|exit" | grep -v errors.html | tail -5
 }
+tiny_args() {  # the tiny model through flows.training with vLLM colocated, in the array `tiny`
+  echo '{"training": {"max_prompt_length": 512, "generation": "vllm_colocate"}}' >"$NODE/tiny.json"
+  tiny=(--config "$NODE/tiny.json" --set num_generations=5 --set max_completion_length=64 \
+    --set generation_batch_size=80 "$@")
+}
 gpu_trace() {  # NAME: every GPU's memory and utilisation every 0.5 s into $OUT/NAME.gpus.csv
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
     --format=csv,noheader,nounits -lms 500 >"$OUT/$1.gpus.csv" 2>/dev/null </dev/null & echo $!
@@ -443,10 +448,7 @@ case "${1:-}" in
     wait_for "$NODE/parity40.rc" 240; echo "parity40 exit $(cat "$NODE/parity40.rc" 2>/dev/null)"
     grep -A5 "^| layout" "$NODE/parity40.log"; cp /root/parity40.json "$OUT/" 2>/dev/null
     wait_for "$NODE/prep.done" 250; fresh_runs tiny
-    echo '{"training": {"max_prompt_length": 512, "generation": "vllm_colocate"}}' >"$NODE/tiny.json"
-    (NODES_NAME=tiny MODEL=/root/tiny-random; NODES_ARGS=(--config "$NODE/tiny.json" \
-      --set num_generations=5 --set max_completion_length=64 --set generation_batch_size=80)
-      two_nodes)
+    tiny_args; (NODES_NAME=tiny MODEL=/root/tiny-random; NODES_ARGS=("${tiny[@]}"); two_nodes)
     for r in 0 1; do echo "[tiny-$r] exit $(cat "$NODE/tiny-$r.rc") at $(elapsed) s"; done
     tr '\r' '\n' <"$NODE/tiny-0.log" | grep -a -E "training plan|Error|steps? " | tail -6
     node_logs tiny
@@ -468,9 +470,7 @@ case "${1:-}" in
     # per-GPU cache (1 node x 2 after 2 nodes x 1, vLLM colocated), with the tiny model
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     fresh_runs tiny tiny-one
-    echo '{"training": {"max_prompt_length": 512, "generation": "vllm_colocate"}}' >"$NODE/tiny.json"
-    tiny=(--config "$NODE/tiny.json" --set num_generations=5 --set max_completion_length=64 \
-      --set generation_batch_size=80 --max-steps 2)
+    tiny_args --max-steps 2
     (NODES_NAME=tiny MODEL=/root/tiny-random; NODES_ARGS=("${tiny[@]}"); two_nodes)
     for r in 0 1; do echo "[tiny-$r] exit $(cat "$NODE/tiny-$r.rc") at $(elapsed) s"; done
     MODEL=/root/tiny-random GPUS=2 train tiny-one /root/runs-verl-tiny-one "${tiny[@]}"
