@@ -54,6 +54,20 @@ MISSING = (
     "use kind='litellm' with api_base"
 )
 SERVE_START_TIMEOUT_S = 1200  # N engines load, compile and capture CUDA graphs side by side
+DAEMONIC = (
+    "EngineConfig(kind='vllm') cannot start vLLM in this daemonic process (a Dask worker under "
+    "its nanny: vLLM starts its engine core as a child process, which a daemonic process may "
+    "not have): start the workers with DASK_DISTRIBUTED__WORKER__DAEMON=False dask worker ..."
+)
+
+
+def check_can_start_children() -> None:
+    """Raises `RuntimeError(DAEMONIC)` in a daemonic process, before vLLM would fail there on
+    an AssertionError naming neither the engine nor the fix."""
+    import multiprocessing
+
+    if multiprocessing.current_process().daemon:
+        raise RuntimeError(DAEMONIC)
 
 
 def make_vllm_engine(config: EngineConfig) -> Engine:
@@ -67,6 +81,7 @@ def make_vllm_engine(config: EngineConfig) -> Engine:
         raise ImportError(MISSING)
     engines = resolve_data_parallel(config)
     if engines == 1:
+        check_can_start_children()
         return VLLMEngine(config)
     from .served_engine import ServedEngine
 

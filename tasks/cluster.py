@@ -20,10 +20,12 @@ log = logging.getLogger(__name__)
 @contextmanager
 def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
     """None without a cluster; else a started DaskTaskRunner: 'local:N' starts N single-threaded
-    worker processes on this machine, any other value is a scheduler address."""
+    worker processes on this machine, not daemonic (`WORKER_DAEMON`), any other value is a
+    scheduler address."""
     if not cluster:
         yield None
         return
+    import dask
     from prefect_dask import DaskTaskRunner
 
     if cluster.startswith("local:"):
@@ -33,8 +35,14 @@ def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
         )
     else:
         runner = DaskTaskRunner(address=cluster)
-    with runner:
+    with dask.config.set(WORKER_DAEMON), runner:
         yield runner
+
+
+# Dask's nanny starts worker processes daemonic by default, and a daemonic process may not start
+# child processes: vLLM's in-process engine starts its engine core as one, so a GPU worker must
+# not be daemonic (`dask worker` on other hosts: DASK_DISTRIBUTED__WORKER__DAEMON=False).
+WORKER_DAEMON = {"distributed.worker.daemon": False}
 
 
 def on_every_worker(runner: TaskRunner | None, fn: Callable[[], Any]) -> dict[str, Any]:

@@ -69,6 +69,9 @@
 #   bash scripts/gpu/node.sh pack-parity  # a fresh GPU, carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz: packing_cost's four paths, then the parity (~7 min, detached);
 #   bash scripts/gpu/node.sh pack-parity-collect  # its table and JSON
+#   bash scripts/gpu/node.sh cluster     # (after pack-collect) the embedded default with its
+#       generating stages on a Dask worker running vLLM (--cluster local:1 --engine vllm);
+#   bash scripts/gpu/node.sh cluster-collect  # its outcome, each stage's time and GPU memory
 # Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
 #   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the
@@ -645,6 +648,28 @@ JSON
       wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
       GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
     done ;;
+  cluster|cluster-collect)  # issue 47 item 3 on ONE GPU, after pack-collect (vLLM installed):
+    # the embedded default through flows.pipeline with every generating stage's shards on a Dask
+    # worker (--cluster local:1) running vLLM there (--engine vllm), then training on the GPU the
+    # worker gave back; detached by `cluster`, collected by `cluster-collect`
+    if [ "$1" = cluster ]; then
+      wait_for "$NODE/pack-chain.done" 300  # the LoRA runs own the GPU until then
+      rm -f "$NODE/cluster.rc"
+      setsid nohup bash -c 'nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
+          --format=csv,noheader,nounits -lms 500 >"$0/cluster.gpus.csv" 2>/dev/null & pid=$!
+        PREFECT_HOME="$0/prefect-cluster" timeout 1500 python3 -m flows.pipeline --engine vllm \
+          --cluster local:1 --storage /root/runs-cluster --backend namespace \
+          >"$0/cluster.log" 2>&1; echo $? >"$0/cluster.rc"; kill $pid' "$NODE" \
+        >/dev/null 2>&1 </dev/null &
+    fi
+    wait_for "$NODE/cluster.rc" 560
+    echo "[cluster] exit $(cat "$NODE/cluster.rc" 2>/dev/null || echo "running: collect it with cluster-collect") at $(elapsed) s"
+    cp "$NODE/cluster.log" "$NODE/cluster.gpus.csv" "$OUT/" 2>/dev/null
+    tr '\r' '\n' <"$NODE/cluster.log" | grep -a -E "engine|daemonic|Pass@1|Error|error|Finished in state" \
+      | grep -v errors.html | tail -20
+    gpus_used cluster
+    PREFECT_HOME="$NODE/prefect-cluster" python3 scripts/gpu/flow_times.py \
+      --mem "$OUT/cluster.gpus.csv" --json "$OUT/cluster.stages.json" 2>&1 | tail -14 ;;
   c)
     bash infra/gpu-bundle/install.sh
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \

@@ -1,0 +1,45 @@
+"""A GPU worker of the cluster can start vLLM: vLLM's in-process engine starts its engine core as
+a child process, which Dask's nanny-started (daemonic) workers may not have. `--cluster local:N`
+starts workers that can; a daemonic one gets a one-line error naming the fix instead of vLLM's
+bare AssertionError (vLLM itself needs a GPU: the check runs before it, and the child process
+here is the same `multiprocessing` start vLLM makes)."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from engines.vllm_engine import DAEMONIC, check_can_start_children
+from tasks.cluster import on_every_worker, task_runner
+
+
+def start_a_child() -> str:
+    """What vLLM's engine needs of its process: the vLLM check, then a child process started."""
+    try:
+        check_can_start_children()
+        child = multiprocessing.get_context("spawn").Process(target=int)
+        child.start()
+        child.join(timeout=60)
+        return f"child exit {child.exitcode}"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def test_local_cluster_workers_can_start_vllm_engine_processes() -> None:
+    with task_runner("local:1") as runner:
+        [outcome] = on_every_worker(runner, start_a_child).values()
+    assert outcome == "child exit 0"
+
+
+def test_a_daemonic_worker_is_told_how_to_start_its_workers() -> None:
+    from distributed import Client, LocalCluster
+
+    # a nanny's default, as `dask worker` without DASK_DISTRIBUTED__WORKER__DAEMON=False
+    with (
+        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
+        as cluster,
+        Client(cluster) as client,
+    ):
+        [outcome] = client.run(start_a_child).values()
+    assert outcome == f"RuntimeError: {DAEMONIC}"
+    assert "DASK_DISTRIBUTED__WORKER__DAEMON=False" in outcome
+
