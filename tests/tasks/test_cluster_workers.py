@@ -35,11 +35,11 @@ def test_a_daemonic_worker_is_told_how_to_start_its_workers() -> None:
 
     # a nanny's default, as `dask worker` without DASK_DISTRIBUTED__WORKER__DAEMON=False
     with (
-        LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None)
-        as cluster,
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None
+        ) as cluster,
         Client(cluster) as client,
     ):
         [outcome] = client.run(start_a_child).values()
     assert outcome == f"RuntimeError: {DAEMONIC}"
     assert "DASK_DISTRIBUTED__WORKER__DAEMON=False" in outcome
-
