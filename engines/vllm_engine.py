@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -158,6 +159,10 @@ class VLLMEngine(Engine):
         except ImportError as exc:
             raise ImportError(MISSING) from exc
         self._vllm = vllm
+        # vLLM forks its engine core unless it sees CUDA initialised, but `torch.cuda.device_count()`
+        # (any GPU count taken before, e.g. in a Dask worker that has not used its GPU yet) already
+        # marks a forked child unable to use CUDA: "Cannot re-initialize CUDA in forked subprocess"
+        os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self.llm = vllm.LLM(model=config.model, **engine_kwargs(config))
         self._think_close_id = self.llm.get_tokenizer().get_added_vocab().get("</think>")
 

@@ -653,7 +653,16 @@ JSON
     # worker (--cluster local:1) running vLLM there (--engine vllm), then training on the GPU the
     # worker gave back; detached by `cluster`, collected by `cluster-collect`
     if [ "$1" = cluster ]; then
-      wait_for "$NODE/pack-chain.done" 300  # the LoRA runs own the GPU until then
+      bash infra/gpu-bundle/install.sh  # a fresh machine: call 1 carries .gpu/site-train.tar.xz
+      # .gpu/site-core.tar.xz .gpu/vllm.part-00 (`bash infra/gpu-bundle/install.sh`), this one the rest
+      [ -f "$NODE/pack-chain.out" ] && wait_for "$NODE/pack-chain.done" 300  # LoRA runs' GPU
+      python3 -c 'import os, torch  # a GPU counted, not used: can a forked child use CUDA?
+torch.cuda.device_count(); print("CUDA initialised after device_count:", torch.cuda.is_initialized())
+if (pid := os.fork()) == 0:
+    try: torch.zeros(1, device="cuda"); print("forked child: CUDA works")
+    except RuntimeError as e: print("forked child:", str(e)[:60])
+    os._exit(0)
+os.waitpid(pid, 0)'
       rm -f "$NODE/cluster.rc"
       setsid nohup bash -c 'nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
           --format=csv,noheader,nounits -lms 500 >"$0/cluster.gpus.csv" 2>/dev/null & pid=$!

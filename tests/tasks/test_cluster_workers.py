@@ -2,7 +2,8 @@
 a child process, which Dask's nanny-started (daemonic) workers may not have. `--cluster local:N`
 starts workers that can; a daemonic one gets a one-line error naming the fix instead of vLLM's
 bare AssertionError (vLLM itself needs a GPU: the check runs before it, and the child process
-here is the same `multiprocessing` start vLLM makes)."""
+here is the same `multiprocessing` start vLLM makes), and vLLM spawns that process rather than
+forking it."""
 
 from __future__ import annotations
 
@@ -43,3 +44,32 @@ def test_a_daemonic_worker_is_told_how_to_start_its_workers() -> None:
         [outcome] = client.run(start_a_child).values()
     assert outcome == f"RuntimeError: {DAEMONIC}"
     assert "DASK_DISTRIBUTED__WORKER__DAEMON=False" in outcome
+
+
+def test_vllm_starts_its_engine_core_by_spawn(monkeypatch) -> None:
+    """A worker that has only counted its GPUs (`torch.cuda.device_count()`) has not initialised
+    CUDA in vLLM's eyes, so vLLM would fork, and the forked engine core could not use CUDA; the
+    engine has vLLM spawn it (a user's own setting wins). vLLM stood in by a module that records
+    the setting its `LLM` finds."""
+    import os
+    import sys
+    import types
+
+    from engines import EngineConfig
+    from engines.vllm_engine import VLLMEngine
+
+    seen = []
+
+    class LLM:
+        def __init__(self, **kwargs):
+            seen.append(os.environ.get("VLLM_WORKER_MULTIPROC_METHOD"))
+
+        def get_tokenizer(self):
+            return types.SimpleNamespace(get_added_vocab=dict)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
+    monkeypatch.delenv("VLLM_WORKER_MULTIPROC_METHOD", raising=False)
+    VLLMEngine(EngineConfig(kind="vllm", model="m"))
+    monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
+    VLLMEngine(EngineConfig(kind="vllm", model="m"))
+    assert seen == ["spawn", "fork"]
