@@ -72,6 +72,8 @@
 #   bash scripts/gpu/node.sh cluster     # (after pack-collect) the embedded default with its
 #       generating stages on a Dask worker running vLLM (--cluster local:1 --engine vllm);
 #   bash scripts/gpu/node.sh cluster-collect  # its outcome, each stage's time and GPU memory
+#   bash scripts/gpu/node.sh cluster-prep  # its short form on a fresh GPU: the trajectory stage
+#   bash scripts/gpu/node.sh cluster-traj  # alone over --cluster local:1 with vLLM (2 calls)
 # Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
 #   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the
@@ -262,6 +264,15 @@ for line in open(sys.argv[1]):
 for gpu in sorted(seen):
     print(f"GPU {gpu}: peak {peak[gpu]} MiB, busy in {busy[gpu]} of {seen[gpu]} samples")
 PY
+}
+fork_probe() {  # a GPU counted, not used (as a Dask worker before vLLM): can a forked child use CUDA?
+  python3 -c 'import os, torch
+torch.cuda.device_count(); print("CUDA initialised after device_count:", torch.cuda.is_initialized())
+if (pid := os.fork()) == 0:
+    try: torch.zeros(1, device="cuda"); print("forked child: CUDA works")
+    except RuntimeError as e: print("forked child:", str(e)[:60])
+    os._exit(0)
+os.waitpid(pid, 0)'
 }
 case "${1:-}" in
   parity)
@@ -648,6 +659,26 @@ JSON
       wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
       GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
     done ;;
+  cluster-prep)  # the short form of `cluster` on a fresh machine, call 1 of 2 (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model and
+    # the embedded default's problem sets
+    bash infra/gpu-bundle/install.sh >/dev/null
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    PREFECT_HOME="$NODE/prefect-ctraj" CUDA_VISIBLE_DEVICES="" python3 -m flows.data \
+      --storage /root/runs-ctraj --backend namespace >"$NODE/ctraj-data.log" 2>&1
+    echo "data exit $? at $(elapsed) s" ;;
+  cluster-traj)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): the trajectory stage's
+    # shards on a Dask worker running vLLM (--cluster local:1 --engine vllm), the GPU traced
+    bash infra/gpu-bundle/install.sh; fork_probe
+    pid=$(gpu_trace ctraj)
+    PREFECT_HOME="$NODE/prefect-ctraj" timeout 480 python3 -m flows.trajectories \
+      --storage /root/runs-ctraj --model /root/tiny-random --engine vllm --cluster local:1 \
+      --limit 32 --n 4 --turns 1 --max-new-tokens 128 --shard-size 16 --chunk-size 8 \
+      --backend namespace >"$OUT/ctraj.log" 2>&1
+    echo "[cluster-traj] exit $? at $(elapsed) s"; sleep 2; kill "$pid"
+    tr '\r' '\n' <"$OUT/ctraj.log" | grep -a -E "Pass@1|daemonic|spawn|Error|Finished in state" \
+      | grep -v errors.html | tail -12
+    gpus_used ctraj; echo "GPU memory now: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)" ;;
   cluster|cluster-collect)  # issue 47 item 3 on ONE GPU, after pack-collect (vLLM installed):
     # the embedded default through flows.pipeline with every generating stage's shards on a Dask
     # worker (--cluster local:1) running vLLM there (--engine vllm), then training on the GPU the
@@ -656,13 +687,7 @@ JSON
       bash infra/gpu-bundle/install.sh  # a fresh machine: call 1 carries .gpu/site-train.tar.xz
       # .gpu/site-core.tar.xz .gpu/vllm.part-00 (`bash infra/gpu-bundle/install.sh`), this one the rest
       [ -f "$NODE/pack-chain.out" ] && wait_for "$NODE/pack-chain.done" 300  # LoRA runs' GPU
-      python3 -c 'import os, torch  # a GPU counted, not used: can a forked child use CUDA?
-torch.cuda.device_count(); print("CUDA initialised after device_count:", torch.cuda.is_initialized())
-if (pid := os.fork()) == 0:
-    try: torch.zeros(1, device="cuda"); print("forked child: CUDA works")
-    except RuntimeError as e: print("forked child:", str(e)[:60])
-    os._exit(0)
-os.waitpid(pid, 0)'
+      fork_probe
       rm -f "$NODE/cluster.rc"
       setsid nohup bash -c 'nvidia-smi --query-gpu=index,timestamp,memory.used,utilization.gpu \
           --format=csv,noheader,nounits -lms 500 >"$0/cluster.gpus.csv" 2>/dev/null & pid=$!
