@@ -159,9 +159,9 @@ class VLLMEngine(Engine):
         except ImportError as exc:
             raise ImportError(MISSING) from exc
         self._vllm = vllm
-        # vLLM forks its engine core unless it sees CUDA initialised, but `torch.cuda.device_count()`
-        # (any GPU count taken before, e.g. in a Dask worker that has not used its GPU yet) already
-        # marks a forked child unable to use CUDA: "Cannot re-initialize CUDA in forked subprocess"
+        # vLLM forks its engine core unless it sees CUDA initialised; in the pipeline's Dask worker
+        # it saw none, forked, and the child failed ("Cannot re-initialize CUDA in forked
+        # subprocess", docs/SCALING.md): a spawned engine core inherits nothing of its parent's
         os.environ.setdefault("VLLM_WORKER_MULTIPROC_METHOD", "spawn")
         self.llm = vllm.LLM(model=config.model, **engine_kwargs(config))
         self._think_close_id = self.llm.get_tokenizer().get_added_vocab().get("</think>")

@@ -74,6 +74,11 @@
 #   bash scripts/gpu/node.sh cluster-collect  # its outcome, each stage's time and GPU memory
 #   bash scripts/gpu/node.sh cluster-prep  # its short form on a fresh GPU: the trajectory stage
 #   bash scripts/gpu/node.sh cluster-traj  # alone over --cluster local:1 with vLLM (2 calls)
+# 2026-11-29, one H200, one message: pack 158 s, pack-train 566 s, pack-collect 231 s, cluster
+# 185 s + cluster-collect 17 s (the pipeline failed: vLLM's forked engine core in the worker);
+# then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0). Next: `cluster` again
+# (the whole pipeline, ~10 minutes: detached, then cluster-collect), and beside it
+# `python3 scripts/gpu/worker_fork_check.py /root/tiny-random fork spawn` after cluster-prep.
 # Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
 #   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the

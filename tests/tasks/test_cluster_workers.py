@@ -47,10 +47,9 @@ def test_a_daemonic_worker_is_told_how_to_start_its_workers() -> None:
 
 
 def test_vllm_starts_its_engine_core_by_spawn(monkeypatch) -> None:
-    """A worker that has only counted its GPUs (`torch.cuda.device_count()`) has not initialised
-    CUDA in vLLM's eyes, so vLLM would fork, and the forked engine core could not use CUDA; the
-    engine has vLLM spawn it (a user's own setting wins). vLLM stood in by a module that records
-    the setting its `LLM` finds."""
+    """vLLM forks its engine core unless it sees CUDA initialised, and in the pipeline's Dask
+    worker the forked core could not use CUDA (docs/SCALING.md); the engine has vLLM spawn it (a
+    user's own setting wins). vLLM stood in by a module that records the setting its `LLM` finds."""
     import os
     import sys
     import types
