@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 @contextmanager
 def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
     """None without a cluster; else a started DaskTaskRunner: 'local:N' starts N single-threaded
-    worker processes on this machine, not daemonic (`WORKER_DAEMON`), any other value is a
-    scheduler address."""
+    worker processes on this machine, not daemonic (`WORKER_DAEMON`), reporting to this
+    process's Prefect API; any other value is a scheduler address."""
     if not cluster:
         yield None
         return
@@ -30,13 +30,25 @@ def task_runner(cluster: str | None) -> Iterator[TaskRunner | None]:
 
     if cluster.startswith("local:"):
         workers = int(cluster.removeprefix("local:"))
-        runner = DaskTaskRunner(
-            cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True}
-        )
+        kwargs: dict[str, Any] = {"n_workers": workers, "threads_per_worker": 1, "processes": True}
+        if (api := _temporary_api_url()) is not None:
+            kwargs["env"] = {"PREFECT_API_URL": api}  # else each worker starts its own server
+        runner = DaskTaskRunner(cluster_kwargs=kwargs)
     else:
         runner = DaskTaskRunner(address=cluster)
     with dask.config.set(WORKER_DAEMON), runner:
         yield runner
+
+
+def _temporary_api_url() -> str | None:
+    """The API of the temporary server this process started (no PREFECT_API_URL set), else
+    None: local workers given it report their task runs to it instead of each starting one."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    if PREFECT_API_URL.value():
+        return None
+    return str(get_client(sync_client=True).api_url)
 
 
 # Dask's nanny starts worker processes daemonic by default, and a daemonic process may not start

@@ -72,3 +72,45 @@ def test_vllm_starts_its_engine_core_by_spawn(monkeypatch) -> None:
     monkeypatch.setenv("VLLM_WORKER_MULTIPROC_METHOD", "fork")
     VLLMEngine(EngineConfig(kind="vllm", model="m"))
     assert seen == ["spawn", "fork"]
+
+
+PROBE = """
+import json
+from prefect import flow
+from prefect.client.orchestration import get_client
+from tasks.cluster import on_every_worker, task_runner
+
+def api():
+    from prefect.client.orchestration import get_client
+    return str(get_client(sync_client=True).api_url)
+
+@flow
+def probe():
+    with task_runner("local:1") as runner:
+        return api(), list(on_every_worker(runner, api).values())
+
+print("RESULT", json.dumps(probe()))
+"""
+
+
+def test_local_workers_report_to_the_flows_temporary_server(tmp_path) -> None:
+    """Without a Prefect server (the embedded default), the flow's process starts a temporary
+    one; `local:N` workers report to it rather than each starting its own on the same
+    database."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), PYTHONPATH=str(repo))
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE], env=env, cwd=repo, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    results = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert results, done.stdout[-2000:] + done.stderr[-2000:]
+    flow_api, worker_apis = json.loads(results[0].removeprefix("RESULT "))
+    assert flow_api.startswith("http://127.0.0.1:") and worker_apis == [flow_api]
