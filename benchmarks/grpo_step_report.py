@@ -14,7 +14,9 @@ model's forward (2 x parameters, when the KL term is on and training is full), a
 attention (4 x layers x hidden x mean length / 2 per pass, 3 passes for the policy, 1 for the
 reference); gradient checkpointing's recomputation is not model work and is not counted.
 Step 1 pays one-time costs (vLLM's first wake-up, lazy allocations): the medians are over the
-steps after it when there are more than one.
+steps after it when there are more than one. A stage trained under torch's flight recorder
+(`TORCH_FR_BUFFER_SIZE=20000`, `cobalt.training.collectives`) also gives the GB each process put
+through collectives a step, in total and by collective.
 """
 
 from __future__ import annotations
@@ -110,6 +112,9 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
                 "mfu_training_phase": round(flops / (optimisation * gpus * peak_tflops * 1e12), 3)
                 if optimisation
                 else None,
+                "collective_gb_per_process": (timing.get("collective_gb_step") or [None] * (i + 1))[
+                    i
+                ],
             }
         )
     settled = rows[1:] if len(rows) > 1 else rows
@@ -140,8 +145,14 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
                 "mfu_training_phase",
                 "prompt_mean_tokens",
                 "response_mean_tokens",
+                "collective_gb_per_process",
             )
         },
+        "collective_gb_per_process_by_op": {
+            op: round(statistics.median(gb[1:] if len(gb) > 1 else gb), 3)
+            for op, gb in (timing.get("collective_gb_step_by_op") or {}).items()
+        }
+        or None,
         "gpu_peak_used_gib": gpu_peaks(trace) if trace else None,
         "trainer_peaks_by_process_gib": stats.get("gpu_peaks_by_process_gib"),
         "memory_plan": stats.get("memory_plan"),
@@ -186,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.anchor:
         line += f"; {found['anchor']['ratio']}x {args.anchor_name} ({args.anchor})"
+    if m["collective_gb_per_process"] is not None:
+        line += f"; collectives {m['collective_gb_per_process']} GB a process a step"
     print(line, file=sys.stderr)
     return 0
 

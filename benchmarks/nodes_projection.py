@@ -9,11 +9,19 @@ count and link (400 Gb/s InfiniBand, 100 Gb/s Ethernet, one link a node at `--ef
 rate), the step time and tokens/s/GPU of:
 
 - `full`: FSDP full shard over every GPU of every node. Per micro-batch a process gathers the
-  bf16 weights twice (forward; backward, as the weights are freed after the forward) and
-  reduce-scatters the fp32 gradients; of each collective a node receives and sends (n-1)/n of its
-  size across its link. Counted without overlap with compute (an upper bound on the step).
+  bf16 weights twice (forward; backward, as the weights are freed after the forward); the fp32
+  gradients are reduce-scattered once a step (accelerate holds FSDP2's gradient sync back on the
+  micro-batches before the last of an optimizer step: `Accelerator.no_sync`); of each collective
+  a node receives and sends (n-1)/n of its size across its link. Counted without overlap with
+  compute (an upper bound on the step). The reference model's and the weight sync's gathers are
+  not in this model of the bytes (`--measured` has them).
 - `hybrid`: shard within a node, replicate across nodes (HSDP): only the fp32 gradients cross
   the links, one all-reduce a step, 2 (n-1)/n of their size a node.
+
+`--measured` takes `full`'s bytes from the report instead: what each process put through
+collectives a step (a stage run with torch's flight recorder on, `TORCH_FR_BUFFER_SIZE`), of
+which (n-1)/n crosses a node's link: every gather, reduce and the weight sync's gathers as they
+ran, where the formula above is a model of them.
 
 Two ways to use the nodes: `strong` keeps the measured step's prompts (each GPU's share of the
 optimisation shrinks by n; generation does not: its time is set by the longest response, the
@@ -31,19 +39,38 @@ from pathlib import Path
 LINKS = {"400 Gb/s InfiniBand": 400e9 / 8, "100 Gb/s Ethernet": 100e9 / 8}
 
 
-def project(report: dict, nodes: int, link_bytes_s: float, sharding: str, scaling: str) -> dict:
+def formula_bytes(report: dict) -> float:
+    """`full`'s modelled collective bytes a process a step (see the module docstring)."""
+    params = report["model_parameters"]
+    micro_batches = report["memory_plan"]["gradient_accumulation_steps"]
+    return micro_batches * 2 * params * 2 + params * 4  # two bf16 gathers each, one fp32 reduce
+
+
+def measured_bytes(report: dict) -> float:
+    """The collective bytes a process a step the report measured; ValueError without them."""
+    gb = report["median_after_step_1"].get("collective_gb_per_process")
+    if gb is None:
+        raise ValueError(
+            f"{report.get('stage', 'the report')} has no measured collectives: train the stage "
+            "with TORCH_FR_BUFFER_SIZE=20000 set (torch's flight recorder), or leave out --measured"
+        )
+    return gb * 1e9
+
+
+def project(
+    report: dict, nodes: int, link_bytes_s: float, sharding: str, scaling: str,
+    measured: bool = False,
+) -> dict:  # fmt: skip
     """The projected step (seconds, its communication part) and tokens/s/GPU on `nodes` nodes
-    like the measured one."""
+    like the measured one; `measured`: full sharding's bytes as the report measured them."""
     step = report["median_after_step_1"]
     gpus = report["gpus"]
     params = report["model_parameters"]
-    micro_batches = report["memory_plan"]["gradient_accumulation_steps"]
     tokens = step["prompt_mean_tokens"] + step["response_mean_tokens"]
     completions = report["steps"][-1]["completions"]
     share = (nodes - 1) / nodes
     if sharding == "full":
-        per_micro = 2 * params * 2 + params * 4  # two bf16 gathers, one fp32 reduce-scatter
-        crossing = micro_batches * per_micro * share
+        crossing = (measured_bytes(report) if measured else formula_bytes(report)) * share
     else:
         crossing = 2 * params * 4 * share  # one fp32 all-reduce of the gradients
     comm_s = crossing / link_bytes_s
@@ -73,22 +100,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("report", type=Path, help="a grpo_step_report JSON of one node")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--efficiency", type=float, default=0.8, help="of a link's rate")
+    parser.add_argument(
+        "--measured", action="store_true",
+        help="full sharding's bytes as the report measured them (torch's flight recorder)",
+    )  # fmt: skip
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     report = json.loads(args.report.read_text())
+    if args.measured:
+        try:
+            measured = measured_bytes(report)
+        except ValueError as exc:
+            parser.error(str(exc))
+        print(f"full sharding a process a step: {measured / 1e9:.1f} GB measured, "
+              f"{formula_bytes(report) / 1e9:.1f} GB modelled")  # fmt: skip
     rows = []
     for scaling in ("strong", "weak"):
         for sharding in ("full", "hybrid"):
             for link, rate in LINKS.items():
                 for n in args.nodes:
-                    p = project(report, n, rate * args.efficiency, sharding, scaling)
+                    p = project(report, n, rate * args.efficiency, sharding, scaling, args.measured)
                     rows.append({"scaling": scaling, "sharding": sharding, "link": link,
                                  "nodes": n, **{k: round(v, 1) for k, v in p.items()}})  # fmt: skip
     from cobalt.tables import markdown_table
 
     print(markdown_table(rows))
     if args.json:
-        args.json.write_text(json.dumps({"report": str(args.report), "rows": rows}, indent=1))
+        found = {"report": str(args.report), "measured": args.measured, "rows": rows}
+        args.json.write_text(json.dumps(found, indent=1))
     return 0
 
 

@@ -185,3 +185,22 @@ def dask_cluster(prefect_harness, tmp_path) -> Iterator[dict[str, Any]]:
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+FSDP_ON_CPU = REPO / "tests" / "support" / "fsdp_on_cpu"
+
+
+@pytest.fixture
+def fsdp_on_cpu(monkeypatch):
+    """FSDP on CPU processes (tests/support/fsdp_on_cpu): `fsdp_on_cpu(mode)` with mode "1"
+    (accelerate's gate and the plan's refusal lifted) or "plan" (the refusal only)."""
+
+    def lift(mode: str) -> None:
+        from cobalt.training import plan
+
+        path = os.environ.get("PYTHONPATH", "")
+        monkeypatch.setenv("PYTHONPATH", f"{FSDP_ON_CPU}:{REPO}:{path}")
+        monkeypatch.setenv("COBALT_TEST_FSDP_ON_CPU", mode)
+        monkeypatch.setattr(plan, "check_fsdp_devices", lambda sharding, gpus: None)
+
+    return lift

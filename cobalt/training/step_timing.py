@@ -9,7 +9,8 @@ completion of a batch), weight sync = `sync_weights` (the policy's weights loade
 engine; gathered from the shards first under fsdp / zero3), optimisation = the rest of the
 optimizer step (the policy's and the reference model's forward and backward passes, the step). Each step is also logged
 as it ends (a run cut short still shows its step times and, on a GPU, its peak memory so far).
-Plain Python, no Prefect.
+With torch's flight recorder on (`cobalt.training.collectives`), each step also records the GB
+its process put through collectives, by collective. Plain Python, no Prefect.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from collections import defaultdict
 from typing import Any
 
 from transformers import TrainerCallback
+
+from cobalt.training.collectives import CollectiveMeter
 
 GENERATION = "generation"
 REWARD = "reward"
@@ -47,6 +50,7 @@ class StepTimer(TrainerCallback):
         self._current: dict[str, float] = defaultdict(float)
         self._started: float | None = None
         self._original: Any = None
+        self._collectives = CollectiveMeter()
 
     # --- listening to TRL's profiling contexts --------------------------------------------------
     def __enter__(self) -> StepTimer:
@@ -79,6 +83,8 @@ class StepTimer(TrainerCallback):
         step = {bucket: self._current[bucket] for bucket in BUCKETS}
         step[OPTIMISATION] = max(0.0, total - sum(step.values()))
         step["total"] = total
+        if (moved := self._collectives.read()) is not None:  # outside the step's timed span
+            step["collectives"] = moved
         self.steps.append(step)
         self._current.clear()
         self._started = None
@@ -95,7 +101,8 @@ class StepTimer(TrainerCallback):
 
     def summary(self) -> dict[str, Any]:
         """Seconds per bucket over all steps, their share of step time, the step count and
-        torch's CPU threads in the process (engines.cpu_threads)."""
+        torch's CPU threads in the process (engines.cpu_threads); with the flight recorder on,
+        the GB each step put through collectives (`collective_gb_step`, and by collective)."""
         import torch
 
         total = sum(s["total"] for s in self.steps)
@@ -107,6 +114,19 @@ class StepTimer(TrainerCallback):
             seconds = sum(s[bucket] for s in self.steps)
             out[f"{bucket}_s"] = round(seconds, 3)
             out[f"{bucket}_share"] = round(seconds / total, 4) if total else 0.0
+        moved = [s.get("collectives") for s in self.steps]
+        if any(moved):  # GB a step through collectives, in total and by collective
+            ops = sorted({op for m in moved if m for op in m["gb"]})
+            out["collective_gb_step"] = [
+                round(sum(m["gb"].values()), 6) if m else None for m in moved
+            ]
+            out["collective_gb_step_by_op"] = {
+                op: [round(m["gb"].get(op, 0.0), 6) if m else None for m in moved] for op in ops
+            }
+            out["collective_calls_step_by_op"] = {
+                op: [m["calls"].get(op, 0) if m else None for m in moved] for op in ops
+            }
+            out["collectives_complete"] = all(m["complete"] for m in moved if m)
         return out
 
 

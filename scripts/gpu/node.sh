@@ -135,6 +135,8 @@ train() {  # NAME STORAGE ARGS...: flows.training on $GPUS GPUs (4) with $SHARDI
   local name="$1" storage="$2"; shift 2
   rm -f "$NODE/$name.rc"
   local pid; pid=$(trace "$NODE/$name.mem.csv")
+  # torch's flight recorder on: each step's collective GB in the stage's timing (FR=0: off)
+  TORCH_FR_BUFFER_SIZE=${FR:-20000} TORCH_NCCL_TRACE_BUFFER_SIZE=${FR:-20000} \
   PREFECT_HOME="$NODE/prefect-$name" python3 -m flows.training --storage "$storage" \
     --model "$MODEL" --preset paper --mode single_turn --gpus "${GPUS:-4}" \
     --sharding "${SHARDING:-fsdp}" --max-steps 3 --backend namespace --report-to none \

@@ -36,10 +36,11 @@ def test_one_node_is_the_measured_step() -> None:
 
 
 def test_the_bytes_across_a_link() -> None:
-    # full shard, 2 nodes: 10 micro-batches x (2 bf16 gathers + 1 fp32 reduce-scatter) of 1e9
-    # parameters, 8e9 B each: 80e9 B a step, half of it across the link: 40e9 B at 10e9 B/s = 4 s
+    # full shard, 2 nodes: 10 micro-batches x 2 bf16 gathers of 1e9 parameters (40e9 B) and one
+    # fp32 reduce-scatter of the gradients a step (4e9 B): 44e9 B, half of it across the link:
+    # 22e9 B at 10e9 B/s = 2.2 s
     full = nodes_projection.project(report(), 2, 10e9, "full", "weak")
-    assert full["comm_s"] == pytest.approx(4.0)
+    assert full["comm_s"] == pytest.approx(2.2)
     # hybrid: one fp32 all-reduce of the gradients, 2 x (n-1)/n of 4e9 B = 4e9 B: 0.4 s
     hybrid = nodes_projection.project(report(), 2, 10e9, "hybrid", "weak")
     assert hybrid["comm_s"] == pytest.approx(0.4)
@@ -55,3 +56,23 @@ def test_the_table_prints(tmp_path, capsys) -> None:
     assert nodes_projection.main([str(REPORT), "--nodes", "1", "2", "--json", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
     assert len(rows) == 2 * 2 * 2 * 2 and "| scaling |" in capsys.readouterr().out
+
+
+def test_measured_collectives_replace_the_model_of_them(tmp_path, capsys) -> None:
+    # 8 GB a process a step measured (the flight recorder's), half across the link on 2 nodes
+    measured = report()
+    measured["median_after_step_1"]["collective_gb_per_process"] = 8.0
+    full = nodes_projection.project(measured, 2, 10e9, "full", "weak", measured=True)
+    assert full["comm_s"] == pytest.approx(0.4)
+    hybrid = nodes_projection.project(measured, 2, 10e9, "hybrid", "weak", measured=True)
+    assert hybrid["comm_s"] == pytest.approx(0.4)  # the gradients' all-reduce, as modelled
+    with pytest.raises(ValueError, match="TORCH_FR_BUFFER_SIZE"):
+        nodes_projection.project(report(), 2, 10e9, "full", "weak", measured=True)
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(measured))
+    assert nodes_projection.main([str(path), "--nodes", "2", "--measured"]) == 0
+    assert "8.0 GB measured, 44.0 GB modelled" in capsys.readouterr().out
+    path.write_text(json.dumps(report()))
+    with pytest.raises(SystemExit):
+        nodes_projection.main([str(path), "--measured"])
+    assert "TORCH_FR_BUFFER_SIZE" in capsys.readouterr().err

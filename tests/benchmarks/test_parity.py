@@ -8,30 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from benchmarks import parity
-from cobalt.training import plan
 
 ROOT = Path(__file__).resolve().parents[2]
-FSDP_ON_CPU = ROOT / "tests" / "support" / "fsdp_on_cpu"
-
-
-@pytest.fixture
-def fsdp_on_cpu(monkeypatch):
-    """FSDP on CPU processes (tests/support/fsdp_on_cpu): `fsdp_on_cpu(mode)` with mode "1"
-    (accelerate's gate and the plan's refusal lifted) or "plan" (the refusal only)."""
-
-    def lift(mode: str) -> None:
-        path = os.environ.get("PYTHONPATH", "")
-        monkeypatch.setenv("PYTHONPATH", f"{FSDP_ON_CPU}:{ROOT}:{path}")
-        monkeypatch.setenv("COBALT_TEST_FSDP_ON_CPU", mode)
-        monkeypatch.setattr(plan, "check_fsdp_devices", lambda sharding, gpus: None)
-
-    return lift
 
 
 def passing_rows(tmp_path: Path, *argv: str) -> list[dict]:

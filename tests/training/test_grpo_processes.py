@@ -445,3 +445,35 @@ def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_se
     first = str(failed.value).splitlines()[0]
     assert re.search(expected, first), first
     assert other.returncode != 0 and re.search(expected, out), out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_each_step_reports_the_bytes_its_collectives_moved(tmp_path, monkeypatch, fsdp_on_cpu):
+    """With torch's flight recorder on, the step timing holds the GB each step put through
+    collectives: under fsdp (float32 on CPU processes), the whole model gathered at least twice a
+    step (forward, backward) and its gradients reduced at least once (gloo has no
+    reduce-scatter: FSDP2 all-reduces there); without the recorder, nothing."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    config = AutoConfig.from_pretrained(model)
+    model_gb = AutoModelForCausalLM.from_config(config).num_parameters() * 4 / 1e9
+    fsdp_on_cpu("1")
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "20000")
+    config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 2}
+    _, timing, _ = run_job(job(tmp_path, str(model), **config))
+    assert timing["collectives_complete"] is True
+    by_op = timing["collective_gb_step_by_op"]
+    for step in (0, 1):
+        assert by_op["all_gather"][step] >= 2 * model_gb
+        reduced = by_op.get("reduce_scatter", [0, 0])[step] + by_op.get("all_reduce", [0, 0])[step]
+        assert reduced >= model_gb
+        assert timing["collective_gb_step"][step] == pytest.approx(
+            sum(gb[step] for gb in by_op.values()), abs=1e-5
+        )
+    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE")
+    _, timing, _ = run_job(job(tmp_path / "off", str(model), **config))
+    assert "collective_gb_step" not in timing
