@@ -93,7 +93,9 @@
 # (the 2 x 2 run failed at colocated vLLM's start: a compiled artifact of another GPU, fixed
 # since by the per-GPU vLLM cache, docs/SCALING.md). Next on a 4-GPU machine, in one message:
 # goal1, goal1-train, goal1-collect, nodes-collect (the 2 x 2 run after the 1 x 4 ones: the
-# sequence that failed).
+# sequence that failed); every `train` run has torch's flight recorder on (FR=20000), so each
+# report also gives the GB a process puts through collectives a step (issue 47 item 5), and
+# `python -m benchmarks.nodes_projection REPORT --measured` projects from it.
 # Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
 #   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1
