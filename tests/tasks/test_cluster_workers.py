@@ -3,13 +3,22 @@ a child process, which Dask's nanny-started (daemonic) workers may not have. `--
 starts workers that can; a daemonic one gets a one-line error naming the fix instead of vLLM's
 bare AssertionError (vLLM itself needs a GPU: the check runs before it, and the child process
 here is the same `multiprocessing` start vLLM makes), and vLLM spawns that process rather than
-forking it."""
+forking it. Without a Prefect server, `local:N` workers report to the flow's temporary one."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
 
-from engines.vllm_engine import DAEMONIC, check_can_start_children
+from distributed import Client, LocalCluster
+
+from engines import EngineConfig
+from engines.vllm_engine import DAEMONIC, VLLMEngine, check_can_start_children
 from tasks.cluster import on_every_worker, task_runner
 
 
@@ -32,7 +41,6 @@ def test_local_cluster_workers_can_start_vllm_engine_processes() -> None:
 
 
 def test_a_daemonic_worker_is_told_how_to_start_its_workers() -> None:
-    from distributed import Client, LocalCluster
 
     # a nanny's default, as `dask worker` without DASK_DISTRIBUTED__WORKER__DAEMON=False
     with (
@@ -50,12 +58,6 @@ def test_vllm_starts_its_engine_core_by_spawn(monkeypatch) -> None:
     """vLLM forks its engine core unless it sees CUDA initialised, and in the pipeline's Dask
     worker the forked core could not use CUDA (docs/SCALING.md); the engine has vLLM spawn it (a
     user's own setting wins). vLLM stood in by a module that records the setting its `LLM` finds."""
-    import os
-    import sys
-    import types
-
-    from engines import EngineConfig
-    from engines.vllm_engine import VLLMEngine
 
     seen = []
 
@@ -97,11 +99,6 @@ def test_local_workers_report_to_the_flows_temporary_server(tmp_path) -> None:
     """Without a Prefect server (the embedded default), the flow's process starts a temporary
     one; `local:N` workers report to it rather than each starting its own on the same
     database."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
