@@ -79,6 +79,10 @@
 # then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0). Next: `cluster` again
 # (the whole pipeline, ~10 minutes: detached, then cluster-collect), and beside it
 # `python3 scripts/gpu/worker_fork_check.py /root/tiny-random fork spawn` after cluster-prep.
+#   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
+#       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
+#   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
+#   bash scripts/gpu/node.sh cluster-collect; bash scripts/gpu/node.sh fork-check   # call 3
 # Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
 #   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the
@@ -668,6 +672,21 @@ JSON
       wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
       GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
     done ;;
+  memory)  # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+    # .gpu/vllm.part-00): what a training pass allocates against the memory plan's estimate
+    # (scripts/gpu/memory_calibrate.py: verl's and the paper's lengths, 4 and 12 layers of the 8B
+    # width), and the tiny random model `cluster` and worker_fork_check.py use
+    bash infra/gpu-bundle/install.sh >/dev/null
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    timeout 420 python3 scripts/gpu/memory_calibrate.py --json "$OUT/memory_calibrate.json" \
+      >"$NODE/calibrate.log" 2>&1
+    echo "calibrate exit $? at $(elapsed) s"; grep -a '^{' "$NODE/calibrate.log" || tail -20 "$NODE/calibrate.log" ;;
+  fork-check)  # (after `memory` and the vLLM parts, e.g. after cluster-collect) vLLM's engine
+    # core forked and spawned in a --cluster local:1 worker: which one starts
+    bash infra/gpu-bundle/install.sh >/dev/null
+    timeout 400 python3 scripts/gpu/worker_fork_check.py /root/tiny-random fork spawn 2>&1 \
+      | grep -a -E "^(fork|spawn):|Error" | tail -6
+    echo "fork-check exit ${PIPESTATUS[0]} at $(elapsed) s; GPU memory now: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)" ;;
   cluster-prep)  # the short form of `cluster` on a fresh machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model and
     # the embedded default's problem sets
