@@ -76,13 +76,13 @@
 #   bash scripts/gpu/node.sh cluster-traj  # alone over --cluster local:1 with vLLM (2 calls)
 # 2026-11-29, one H200, one message: pack 158 s, pack-train 566 s, pack-collect 231 s, cluster
 # 185 s + cluster-collect 17 s (the pipeline failed: vLLM's forked engine core in the worker);
-# then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0). Next: `cluster` again
-# (the whole pipeline, ~10 minutes: detached, then cluster-collect), and beside it
-# `python3 scripts/gpu/worker_fork_check.py /root/tiny-random fork spawn` after cluster-prep.
+# then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0).
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
 #   bash scripts/gpu/node.sh cluster-collect; bash scripts/gpu/node.sh fork-check   # call 3
+# 2026-11-29 (later), a fresh H200, one message: memory 60 s, cluster 586 s, cluster-collect +
+# fork-check 293 s (the pipeline exit 0 in 607 s; fork fails in a worker, spawn starts).
 # Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
 #   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the
