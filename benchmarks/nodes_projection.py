@@ -11,7 +11,9 @@ rate), the step time and tokens/s/GPU of:
 - `full`: FSDP full shard over every GPU of every node. Per micro-batch a process gathers the
   bf16 weights twice (forward; backward, as the weights are freed after the forward); the fp32
   gradients are reduce-scattered once a step (accelerate holds FSDP2's gradient sync back on the
-  micro-batches before the last of an optimizer step: `Accelerator.no_sync`); of each collective
+  micro-batches before the last of an optimizer step: `Accelerator.no_sync`), or once every
+  micro-batch where the memory plan reduced every micro-batch (`reduce_every_micro_batch`:
+  whole gradients did not fit, training.gradient_sync); of each collective
   a node receives and sends (n-1)/n of its size across its link. Counted without overlap with
   compute (an upper bound on the step). The reference model's and the weight sync's gathers are
   not in this model of the bytes (`--measured` has them).
@@ -42,8 +44,10 @@ LINKS = {"400 Gb/s InfiniBand": 400e9 / 8, "100 Gb/s Ethernet": 100e9 / 8}
 def formula_bytes(report: dict) -> float:
     """`full`'s modelled collective bytes a process a step (see the module docstring)."""
     params = report["model_parameters"]
-    micro_batches = report["memory_plan"]["gradient_accumulation_steps"]
-    return micro_batches * 2 * params * 2 + params * 4  # two bf16 gathers each, one fp32 reduce
+    plan = report["memory_plan"]
+    micro_batches = plan["gradient_accumulation_steps"]
+    reduces = micro_batches if plan.get("reduce_every_micro_batch") else 1
+    return micro_batches * 2 * params * 2 + reduces * params * 4  # two bf16 gathers each
 
 
 def measured_bytes(report: dict) -> float:

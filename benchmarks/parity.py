@@ -133,22 +133,24 @@ def base_config(args: argparse.Namespace) -> TrainingConfig:
 
 
 def layout_config(base: TrainingConfig, layout: str, **more: Any) -> TrainingConfig:
-    """`[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO][+pack][+trim]`: `@MICRO` trains the same
-    step in micro-batches of MICRO rows a process (the accumulation follows), the yardstick of a
-    layout whose only change is how a step's rows are grouped; `/GATHER` FSDP's
+    """`[NODESx]PROCESSES[:SHARDING[/GATHER]][@MICRO][+pack][+trim][+sync]`: `@MICRO` trains
+    the same step in micro-batches of MICRO rows a process (the accumulation follows), the
+    yardstick of a layout whose only change is how a step's rows are grouped; `/GATHER` FSDP's
     training.fsdp_gather; `+pack` packed forward passes (training.packing), `+share` packed with
     each prompt computed once (training.share_prompts), `+trim` trimmed ones
-    (training.trim_padding)."""
+    (training.trim_padding), `+sync` the gradients reduced every micro-batch
+    (training.gradient_sync micro_batch)."""
     layout, *passes = layout.split("+")
-    unknown = set(passes) - {"pack", "share", "trim"}
+    unknown = set(passes) - {"pack", "share", "trim", "sync"}
     if unknown:
         raise SystemExit(
-            f"layout {layout!r}: unknown +{sorted(unknown)[0]}; use +pack, +share or +trim"
+            f"layout {layout!r}: unknown +{sorted(unknown)[0]}; use +pack, +share, +trim or +sync"
         )
     share = "share" in passes
     more = {
         "packing": "pack" in passes or share, "share_prompts": share,
-        "trim_padding": "trim" in passes or None, **more,
+        "trim_padding": "trim" in passes or None,
+        "gradient_sync": "micro_batch" if "sync" in passes else "auto", **more,
     }  # fmt: skip
     layout, _, micro = layout.partition("@")
     shape, _, sharding = layout.partition(":")
@@ -282,7 +284,8 @@ def row_of(first: dict[str, Any], other: dict[str, Any], start: dict[str, Any]) 
            "peak_gib": other["peak_gib"],
            "wrapped": other["plan"].get("wrapped_as"),
            "gather": other["plan"].get("gather_in_use"),
-           "reduce": other["plan"].get("reduce_in_use")}  # fmt: skip
+           "reduce": other["plan"].get("reduce_in_use"),
+           "sync": other["plan"].get("gradient_sync")}  # fmt: skip
     row |= steps_diff(first["history"], other["history"])
     return row | compare(first["dir"], other["dir"], start)
 

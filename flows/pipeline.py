@@ -226,6 +226,13 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
         "computes)",
     )
+    arg(
+        "--gradient-sync",
+        choices=["auto", "step", "micro_batch"],
+        help="when FSDP reduce-scatters a step's gradients: once at its last micro-batch (step: "
+        "every GPU holds them whole until then), every micro-batch (micro_batch: less memory, "
+        "more traffic) or as the memory plan decides (auto, default)",
+    )
     add_passes_args(parser)
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(
@@ -299,8 +306,8 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     if args.turns is not None:
         collect["turns"] = args.turns
     training = values.setdefault("training", {})
-    for flag in ("mode", "max_steps", "reward", "precision", "sharding", "fsdp_gather", "nodes",
-                 "rdzv_endpoint"):  # fmt: skip
+    for flag in ("mode", "max_steps", "reward", "precision", "sharding", "fsdp_gather",
+                 "gradient_sync", "nodes", "rdzv_endpoint"):  # fmt: skip
         if getattr(args, flag) is not None:
             training[flag] = getattr(args, flag)
     if args.gpus is not None:

@@ -136,6 +136,13 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
         "computes)",
     )
+    arg(
+        "--gradient-sync",
+        choices=["auto", "step", "micro_batch"],
+        help="when FSDP reduce-scatters a step's gradients: once at its last micro-batch (step: "
+        "every GPU holds them whole until then), every micro-batch (micro_batch: less memory, "
+        "more traffic) or as the memory plan decides (auto, default)",
+    )
     add_passes_args(parser)
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")
@@ -170,6 +177,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         ("num_processes", "num_processes"),
         ("sharding", "sharding"),
         ("fsdp_gather", "fsdp_gather"),
+        ("gradient_sync", "gradient_sync"),
         ("accelerate_config", "accelerate_config"),
         ("nodes", "nodes"),
         ("node_rank", "node_rank"),

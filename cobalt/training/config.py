@@ -327,6 +327,15 @@ class TrainingConfig(BaseModel):
         "own policy: half the gathered bytes and memory, ~10% faster a micro-batch at 2-8B, "
         "but the whole forward in bf16 weights: not what one GPU computes; docs/SCALING.md).",
     )
+    gradient_sync: Literal["auto", "step", "micro_batch"] = Field(
+        "auto",
+        description="When FSDP reduce-scatters the gradients of an optimizer step's "
+        "micro-batches: step (once, at its last micro-batch: every process holds the whole "
+        "float32 gradients until then, 24.6 GB more a GPU at 8B on 4), micro_batch (every "
+        "micro-batch: only the shards held, one reduce-scatter per micro-batch) or auto (the "
+        "memory plan holds them whole unless that fits a smaller micro-batch, or none; its "
+        "line says which). The same update to float32 rounding either way.",
+    )
     cudnn_attention: bool = Field(
         True,
         description="Let PyTorch's SDPA pick its cuDNN kernel (GPU, half precision). Off: the "

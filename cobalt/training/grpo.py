@@ -111,6 +111,7 @@ def micro_batch(
         shards=plan.shards,
         gpu_bytes=plan.gpu_bytes,
         completion_tokens=completion,
+        sharding=plan.sharding,
     )
 
 
@@ -191,6 +192,11 @@ def train(
             "gradient_accumulation_steps": micro.gradient_accumulation_steps,
         }
         logger.info(micro.describe())
+    if config.gradient_sync == "micro_batch" or (micro and micro.reduce_every_micro_batch):
+        # accelerate's own switch: the Trainer then leaves `no_sync` off for every micro-batch
+        accelerator_config = dict(kwargs.get("accelerator_config") or {})
+        accelerator_config["gradient_accumulation_kwargs"] = {"sync_each_batch": True}
+        kwargs["accelerator_config"] = accelerator_config
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
     # the trainer's arguments before the policy's load: they start the process group, and under
     # ZeRO-3 they make from_pretrained partition the weights as it loads them
@@ -270,6 +276,10 @@ def train(
             "reduce_in_use": probe.seen,
             "gather_in_use": probe.gathered,
             "wrapped_as": probe.wrapped,
+            # what the Trainer read: accelerate's no_sync until a step's last micro-batch, or not
+            "gradient_sync": "micro_batch"
+            if trainer.accelerator.gradient_state.plugin_kwargs.get("sync_each_batch")
+            else "step",
         },
         plan=micro.as_dict() if micro else None,
         format_reward=use_format,

@@ -13,22 +13,32 @@ config, `engines.memory` for the per-layer shapes):
            + the frozen reference model (full fine-tuning with a KL term), / N when sharded
            + vLLM's share when it is colocated and awake while the optimizer steps
              (vllm_gpu_memory_utilization x the GPU; 0 in sleep mode, `vllm_share` plans it)
-           + one row's fp32 log-softmax temporaries (completion x vocabulary x 8 bytes)
            + when sharded, what is gathered whole at a time (`gathered_bytes`: the root's
              embeddings and head, the head's gradient, two decoder layers and their gradients),
              in the trainable dtype (FSDP gathers the float32 master weights under `mixed`:
              cobalt.training.precision)
+           + under FSDP, the gradients held whole between the micro-batches of a step
+             (`held_gradient_bytes`: accelerate runs all but a step's last micro-batch under
+             `no_sync`, so FSDP2 accumulates unsharded float32 gradients until the last one);
+             when those do not fit, the plan reduce-scatters every micro-batch instead
+             (accelerate's `sync_each_batch`) and counts only the shards
+           + the larger of two buffers that are never alive together: bf16 autocast's copies of
+             the float32 trainable layers, cached from their first use to the forward's end
+             (`cast_bytes`: one process or DDP; under FSDP the cache is off), and TRL's fused
+             head in the backward: its float32 weight-gradient accumulator and two logit tiles
+             (`fused_head_bytes`)
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
     per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
                  + length x activation bytes per token x 2         (one layer recomputed + grads)
-                 + completion x vocabulary x 3 x compute bytes     (logits, scaled, their grad)
+                 + completion x hidden x 4                         (the fused head's float32
+                                                                    gradient of the last hidden
+                                                                    states; it never holds the
+                                                                    logits: TRL computes them in
+                                                                    tiles)
 
-The micro-batch holds at most `PADDED_ROWS` rows when rows are padded (a bigger one pads more
-rows to its longest) and `PACKED_ROWS` with packed passes (no padding: a bigger micro-batch only
-means fewer, larger kernels and fewer FSDP gathers a step, and more of a prompt's samples in one
-micro-batch to share it); either way every row is counted at its longest, so a packed micro-batch
-never holds more than the estimate. The loss is a token mean over the whole optimizer step
-("dapo"), so how a step's rows are cut into micro-batches changes only the rounding.
+On one H200 (`scripts/gpu/memory_calibrate.py`, docs/TRAINING.md) this bounds what a pass of 1-16
+rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers of the 8B
+width (`tests/training/test_memory_calibration.py`).
 
 `TrainingMemoryError` names the settings to change when even one sequence does not fit;
 `check_holds` fails before any work when a strategy cannot hold the model's state at all.
@@ -36,7 +46,7 @@ never holds more than the estimate. The loss is a token mean over the whole opti
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from cobalt.errors import UserError
@@ -66,6 +76,7 @@ class MicroBatchPlan:
     fixed_gib: float
     per_sequence_gib: float
     sequence_tokens: int
+    reduce_every_micro_batch: bool = False  # FSDP's gradients reduce-scattered each micro-batch
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +87,12 @@ class MicroBatchPlan:
             f"accumulation steps; sequences of {self.sequence_tokens} tokens need "
             f"{self.per_sequence_gib:.1f} GiB each over {self.fixed_gib:.1f} GiB fixed, "
             f"{self.estimate_gib:.1f} of {self.free_gib:.1f} GiB free"
+            + (
+                "; gradients reduce-scattered every micro-batch, not held whole until the "
+                "step's last (training.gradient_sync)"
+                if self.reduce_every_micro_batch
+                else ""
+            )
         )
 
 
@@ -87,15 +104,15 @@ def fixed_bytes(
     frozen_dtype: str,
     reference_model: bool,
     vllm_bytes: int,
-    completion_tokens: int,
-    vocab_size: int,
     total_bytes: int,
     shards: int = 1,
     gathered_bytes: int = 0,
+    pass_bytes: int = 0,
 ) -> int:
-    """Everything but the per-sequence activations (see the module docstring); `shards`: the
-    processes fsdp / zero3 spread the model's state and the reference model over;
-    `gathered_bytes`: what a sharded process holds whole at a time (`gathered_bytes`)."""
+    """Everything but the per-sequence activations and the gradients held whole (see the
+    module docstring); `shards`: the processes fsdp / zero3 spread the model's state and the
+    reference model over; `gathered_bytes`: what a sharded process holds whole at a time
+    (`gathered_bytes`); `pass_bytes`: a pass's own buffers (`pass_bytes`)."""
     return (
         state_bytes(
             parameters,
@@ -106,11 +123,46 @@ def fixed_bytes(
             shards=shards,
         )
         + vllm_bytes
-        + completion_tokens * vocab_size * 8  # one row's fp32 log-softmax temporaries
         + (gathered_bytes if shards > 1 else 0)
+        + pass_bytes
         + 2 * GIB
         + total_bytes // 20  # reserve: fragmentation, CUDA context, NCCL
     )
+
+
+# TRL 1.16's fused head (trl.kernels.chunked_logprob): a tile is 4,096 tokens x 32,768 vocabulary
+# entries in the compute dtype, one in the forward and one in the backward
+HEAD_TILE = 4096 * 32768
+
+
+def fused_head_bytes(model_config: Any, compute_dtype: str) -> int:
+    """The backward of TRL's fused head beyond the sequences' own: the float32 accumulator of
+    the head's weight gradient (vocabulary x hidden x 4) and two logit tiles."""
+    config = text_config(model_config)
+    head = int(config.vocab_size) * int(config.hidden_size) * 4
+    return head + 2 * HEAD_TILE * dtype_bytes(compute_dtype)
+
+
+def cast_bytes(model_config: Any) -> int:
+    """bf16 autocast's copies of float32 decoder layers (their linear weights), cached from
+    their first use until the forward ends (only weights that require grad are cached). Under
+    FSDP the trainers turn the cache off: it would hold whole gathered layers."""
+    return layer_parameters(model_config) * 2
+
+
+def pass_bytes(model_config: Any, *, compute_dtype: str, casts: bool) -> int:
+    """A pass's buffers that do not grow with its sequences: the larger of autocast's cached
+    casts (the forward; `casts`: trainable float32 layers computed under bf16 autocast) and the
+    fused head's backward buffers: never alive together."""
+    cached = cast_bytes(model_config) if casts else 0
+    return max(cached, fused_head_bytes(model_config, compute_dtype))
+
+
+def held_gradient_bytes(trainable: int, shards: int) -> int:
+    """What FSDP holds beyond its gradient shard between the micro-batches of a step: the whole
+    float32 gradients (accelerate's `no_sync` until the step's last micro-batch) less the
+    1/shards `state_bytes` counts."""
+    return trainable * 4 * (shards - 1) // shards if shards > 1 else 0
 
 
 def state_bytes(
@@ -143,9 +195,19 @@ def gathered_bytes(model_config: Any, trainable_dtype: str, layers_dtype: str | 
     tied = bool(getattr(config, "tie_word_embeddings", False))
     head = int(config.vocab_size) * hidden
     root = head * (1 if tied else 2)
-    per_layer = (parameter_count(model_config) - root - hidden) // max(layers, 1)
+    per_layer = layer_parameters(model_config) // max(layers, 1)
     layers = 4 * per_layer * dtype_bytes(layers_dtype or trainable_dtype)
     return (root + head) * dtype_bytes(trainable_dtype) + layers
+
+
+def layer_parameters(model_config: Any) -> int:
+    """The decoder layers' parameters (everything but the embeddings, the head and the final
+    norm)."""
+    config = text_config(model_config)
+    hidden = int(config.hidden_size)
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    root = int(config.vocab_size) * hidden * (1 if tied else 2)
+    return parameter_count(model_config) - root - hidden
 
 
 def parameter_count(model_config: Any) -> int:
@@ -182,8 +244,8 @@ def sequence_bytes(
         * dtype_bytes(residual_dtype)
     )
     layer = sequence_tokens * activation_bytes_per_token(config, compute) * 2
-    logits = completion_tokens * int(config.vocab_size) * 3 * compute
-    return checkpoints + layer + logits
+    head = completion_tokens * int(config.hidden_size) * 4  # the fused head's hidden gradient
+    return checkpoints + layer + head
 
 
 def plan_micro_batch(
@@ -197,9 +259,11 @@ def plan_micro_batch(
     compute_dtype: str,
     residual_dtype: str,
     largest: int = PADDED_ROWS,
+    held: int = 0,
 ) -> MicroBatchPlan:
     """The largest divisor of `sequences_per_step` (at most `largest`) whose estimate fits
-    `free_bytes`; `TrainingMemoryError` when not even 1 does."""
+    `free_bytes`; `held`: bytes added when the step takes more than one micro-batch (gradients
+    held whole between them); `TrainingMemoryError` when not even 1 row fits."""
     length = prompt_tokens + completion_tokens
     each = sequence_bytes(
         model_config,
@@ -208,17 +272,29 @@ def plan_micro_batch(
         compute_dtype=compute_dtype,
         residual_dtype=residual_dtype,
     )
+
+    def base(m: int) -> int:
+        return fixed + (held if sequences_per_step // m > 1 else 0)
+
     fits = [
         m
         for m in range(1, min(largest, sequences_per_step) + 1)
-        if sequences_per_step % m == 0 and fixed + m * each <= free_bytes
+        if sequences_per_step % m == 0 and base(m) + m * each <= free_bytes
     ]
     if not fits:
+        need = base(1)
+        holding = (
+            f", {held / GIB:.1f} of it the gradients held whole between micro-batches: "
+            "--gradient-sync auto or micro_batch reduces them every micro-batch"
+            if need > fixed
+            else ""
+        )
         raise TrainingMemoryError(
             f"one sequence of {prompt_tokens} prompt + {completion_tokens} completion tokens "
-            f"needs about {(fixed + each) / GIB:.1f} GiB ({fixed / GIB:.1f} fixed: weights, "
-            f"optimizer, vLLM's share; {each / GIB:.1f} activations) but {free_bytes / GIB:.1f} "
-            "GiB are free: lower max_completion_length or training.max_prompt_length (--set / "
+            f"needs about {(need + each) / GIB:.1f} GiB ({need / GIB:.1f} fixed: weights, "
+            f"optimizer, vLLM's share{holding}; {each / GIB:.1f} activations) but "
+            f"{free_bytes / GIB:.1f} GiB are free: lower max_completion_length or "
+            "training.max_prompt_length (--set / "
             "--max-prompt-tokens), train LoRA adapters (training.lora), lower "
             "vllm_gpu_memory_utilization, or spread the model over more GPUs "
             "(training.num_processes with a DeepSpeed ZeRO-3 / FSDP accelerate_config)"
@@ -227,9 +303,9 @@ def plan_micro_batch(
     return MicroBatchPlan(
         micro_batch=m,
         gradient_accumulation_steps=sequences_per_step // m,
-        estimate_gib=round((fixed + m * each) / GIB, 2),
+        estimate_gib=round((base(m) + m * each) / GIB, 2),
         free_gib=round(free_bytes / GIB, 2),
-        fixed_gib=round(fixed / GIB, 2),
+        fixed_gib=round(base(m) / GIB, 2),
         per_sequence_gib=round(each / GIB, 2),
         sequence_tokens=length,
     )
@@ -246,24 +322,37 @@ def fit_micro_batch(
     shards: int,
     gpu_bytes: int,
     completion_tokens: int | None = None,
+    sharding: str = "ddp",
 ) -> MicroBatchPlan:
     """The paper preset's micro-batch for a process: `kwargs` are the GRPOConfig fields (their
     per-device batch x accumulation is the step's size per process), `numerics` a
     `cobalt.training.precision.Numerics`, `shards` the processes fsdp / zero3 spread the model
     over (1: ddp or one process), `gpu_bytes` the GPU memory the run's plan gives every process
-    (never this process's own free memory: every process must reach the same plan), and
+    (never this process's own free memory: every process must reach the same plan),
     `completion_tokens` a sequence's longest completion (default max_completion_length; a
-    multi-turn conversation holds several turns: `multi_turn_completion_tokens`)."""
+    multi-turn conversation holds several turns: `multi_turn_completion_tokens`) and `sharding`
+    the run's (fsdp and hybrid hold a step's gradients whole between its micro-batches).
+
+    Under FSDP, `training.gradient_sync` decides: `step` holds the gradients whole until a
+    step's last micro-batch (one reduce-scatter a step), `micro_batch` reduce-scatters every
+    micro-batch (only the shards held), `auto` holds them unless that does not fit, or fits so
+    few rows that the step moves more bytes: each micro-batch gathers the model twice (forward,
+    backward), so holding costs 2 gathers a micro-batch + 1 reduce-scatter, reducing every
+    micro-batch 2 gathers + 1 reduce-scatter each (a float32 gather moves what the float32
+    reduce-scatter does, a bf16 one half)."""
     completion = int(completion_tokens or kwargs["max_completion_length"])
+    full = not config.lora  # LoRA's adapters: ~0.5% of 8B, not counted
+    compute = "bfloat16" if numerics.compute != "float32" else "float32"
+    # autocast's cache holds casts of the float32 layers of one process or DDP; FSDP runs with
+    # it off (cobalt.training.precision), ZeRO-3 holds bf16 weights
+    cached = sharding == "ddp" or shards == 1
     fixed = fixed_bytes(
         parameters,
-        trainable=0 if config.lora else parameters,  # LoRA's adapters: ~0.5% of 8B, not counted
+        trainable=parameters if full else 0,
         trainable_dtype=numerics.trainable,
         frozen_dtype=numerics.frozen,
-        reference_model=not config.lora and bool(kwargs.get("beta")),
+        reference_model=full and bool(kwargs.get("beta")),
         vllm_bytes=_vllm_awake_bytes(kwargs, gpu_bytes),
-        completion_tokens=completion,
-        vocab_size=int(text_config(model_config).vocab_size),
         total_bytes=gpu_bytes,
         shards=shards,
         gathered_bytes=gathered_bytes(
@@ -271,20 +360,49 @@ def fit_micro_batch(
             "bfloat16" if config.fsdp_gather == "bfloat16" else numerics.trainable,
             "bfloat16" if config.fsdp_gather == "bf16-linear" else None,
         ),
+        pass_bytes=pass_bytes(
+            model_config,
+            compute_dtype=compute,
+            casts=full and numerics.autocast and numerics.trainable == "float32" and cached,
+        ),
     )
-    compute = "bfloat16" if numerics.compute != "float32" else "float32"
-    return plan_micro_batch(
-        model_config,
-        sequences_per_step=int(kwargs["per_device_train_batch_size"])
-        * int(kwargs["gradient_accumulation_steps"]),
-        prompt_tokens=longest_prompt,
-        completion_tokens=completion,
-        free_bytes=gpu_bytes,
-        fixed=fixed,
-        compute_dtype=compute,
-        residual_dtype="bfloat16" if numerics.trainable == "bfloat16" else "float32",
-        largest=PACKED_ROWS if config.packing else PADDED_ROWS,
-    )
+
+    def plan(held: int) -> MicroBatchPlan:
+        return plan_micro_batch(
+            model_config,
+            sequences_per_step=int(kwargs["per_device_train_batch_size"])
+            * int(kwargs["gradient_accumulation_steps"]),
+            prompt_tokens=longest_prompt,
+            completion_tokens=completion,
+            free_bytes=gpu_bytes,
+            fixed=fixed,
+            compute_dtype=compute,
+            residual_dtype="bfloat16" if numerics.trainable == "bfloat16" else "float32",
+            largest=PACKED_ROWS if config.packing else PADDED_ROWS,
+            held=held,
+        )
+
+    held = held_gradient_bytes(parameters, shards) if full and sharding in HOLDS_WHOLE else 0
+    sync = getattr(config, "gradient_sync", "auto")
+    if not held or sync == "step":
+        return plan(held)
+    every = plan(0)
+    every = replace(every, reduce_every_micro_batch=every.gradient_accumulation_steps > 1)
+    if sync == "micro_batch":
+        return every
+    try:
+        holding = plan(held)
+    except TrainingMemoryError:
+        return every
+    gather = 1.0 if config.fsdp_gather == "float32" else 0.5  # a gather's bytes / a reduction's
+    holding_moves = holding.gradient_accumulation_steps * 2 * gather + 1
+    every_moves = every.gradient_accumulation_steps * (2 * gather + 1)
+    return holding if holding_moves <= every_moves else every
+
+
+# the shardings whose gradients stay whole between a step's micro-batches (accelerate's no_sync
+# with FSDP2); ZeRO-3 partitions them every micro-batch, DDP holds them whole anyway
+HOLDS_WHOLE = ("fsdp", "hybrid")
 
 
 # the most tokens one feedback turn adds between two assistant turns: SPEC §1.2's report (input,

@@ -49,6 +49,11 @@ def test_the_bytes_across_a_link() -> None:
     strong = nodes_projection.project(report(), 2, 10e9, "hybrid", "strong")
     assert strong["step_s"] == pytest.approx(10 + 1 + 1 + 10 + 0.4)
     assert strong["tokens_per_s_per_gpu"] == pytest.approx(100 * 400 / (22.4 * 8))
+    # a plan that reduced every micro-batch (whole gradients did not fit): 10 fp32
+    # reduce-scatters a step instead of one, 40e9 + 40e9 B, half across: 4.0 s
+    every = report()
+    every["memory_plan"]["reduce_every_micro_batch"] = True
+    assert nodes_projection.project(every, 2, 10e9, "full", "weak")["comm_s"] == pytest.approx(4.0)
 
 
 def test_the_table_prints(tmp_path, capsys) -> None:

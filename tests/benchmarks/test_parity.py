@@ -92,16 +92,21 @@ def test_fsdp_in_mixed_precision_computes_what_ddp_computes(fsdp_on_cpu, tmp_pat
     2.8x what regrouping a step's rows does (docs/SCALING.md); FSDP's remaining difference is its
     sharded reduction and gradient norm. `/bf16-linear` (the linear layers cast to bf16 before
     the gather, the head read by the trainers' fused log-probabilities kept in float32) trains
-    what the float32 gather trains."""
+    what the float32 gather trains. `+sync` (the gradients reduce-scattered every micro-batch,
+    not held whole until a step's last: what the memory plan picks when they do not fit) only
+    sums the same float32 gradients in another order."""
     fsdp_on_cpu("1")
-    _, fsdp, split = passing_rows(tmp_path, "--layouts", "2:ddp", "2:fsdp", "2:fsdp/bf16-linear",
-                                  "--preset", "paper", "--precision", "mixed", "--lr", "1e-5",
-                                  "--tolerance", "0.01")  # fmt: skip
+    _, fsdp, split, synced = passing_rows(
+        tmp_path, "--layouts", "2:ddp", "2:fsdp", "2:fsdp/bf16-linear", "2:fsdp+sync",
+        "--preset", "paper", "--precision", "mixed", "--lr", "1e-5", "--tolerance", "0.01",
+    )  # fmt: skip
     assert (fsdp["wrapped"], fsdp["gather"], fsdp["reduce"]) == ("fsdp", "float32", "float32")
     assert fsdp["steps"] == 4 and fsdp["weights_rel"] <= 0.01 and fsdp["update_max_abs"] > 1e-6
     assert split["gather"] == "bfloat16 linear, float32 others" and split["steps"] == 4
     # against ddp as the float32 gather is (0.0016 here); against it directly: 0.00027
     assert abs(split["weights_rel"] - fsdp["weights_rel"]) <= 1e-3
+    assert (fsdp["sync"], synced["sync"]) == ("step", "micro_batch") and synced["steps"] == 4
+    assert abs(synced["weights_rel"] - fsdp["weights_rel"]) <= 1e-3
 
 
 @pytest.mark.slow
@@ -168,7 +173,14 @@ def test_a_layout_names_its_micro_batch_and_a_bad_one_is_refused():
     assert not parity.layout_config(base, "2:fsdp").packing
     shared = parity.layout_config(base, "1+share")
     assert shared.packing and shared.share_prompts
-    with pytest.raises(SystemExit, match=r"unknown \+packed; use \+pack, \+share or \+trim"):
+    synced = parity.layout_config(base, "2:fsdp+sync")
+    assert (
+        synced.gradient_sync == "micro_batch"
+        and parity.layout_config(base, "2:fsdp").gradient_sync == "auto"
+    )
+    with pytest.raises(
+        SystemExit, match=r"unknown \+packed; use \+pack, \+share, \+trim or \+sync"
+    ):
         parity.layout_config(base, "1+packed")
     offline = parity.base_config(argparse.Namespace(**{**vars(args), "mode": "offline"}))
     config = parity.layout_config(offline, "1@2")

@@ -477,3 +477,28 @@ def test_each_step_reports_the_bytes_its_collectives_moved(tmp_path, monkeypatch
     monkeypatch.delenv("TORCH_FR_BUFFER_SIZE")
     _, timing, _ = run_job(job(tmp_path / "off", str(model), **config))
     assert "collective_gb_step" not in timing
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_gradients_reduced_every_micro_batch_when_asked(tmp_path, monkeypatch, fsdp_on_cpu):
+    """Under fsdp a step of two micro-batches reduces its gradients once (accelerate's no_sync
+    holds them whole until the last micro-batch); with training.gradient_sync micro_batch (what
+    the memory plan picks when whole gradients do not fit) it reduces them after each, twice
+    the bytes, and the run's numerics say which the Trainer did."""
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    fsdp_on_cpu("1")
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "20000")
+    two = {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 4}  # 2 a process
+    reduced, synced = {}, {}
+    for sync in ("step", "micro_batch"):
+        config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 1, "overrides": two,
+                  "gradient_sync": sync}  # fmt: skip
+        _, timing, extra = run_job(job(tmp_path / sync, str(model), **config))
+        by_op = timing["collective_gb_step_by_op"]
+        reduced[sync] = by_op.get("reduce_scatter", [0])[0] + by_op.get("all_reduce", [0])[0]
+        synced[sync] = extra["numerics"]["gradient_sync"]
+    assert synced == {"step": "step", "micro_batch": "micro_batch"}
+    assert reduced["micro_batch"] == pytest.approx(2 * reduced["step"], rel=0.1)

@@ -151,6 +151,7 @@ def test_grpo_trains_fp32_master_weights_and_saves_the_checkpoints_dtype(
         "reduce_in_use": "float32",
         "gather_in_use": None,  # not sharded
         "wrapped_as": "none",  # one process: no wrapper
+        "gradient_sync": "step",  # accelerate's default: no_sync until a step's last micro-batch
     }
     assert checkpoint_dtype(tmp_path) == "bfloat16"
 

@@ -103,12 +103,12 @@ def test_memory_plan_of_the_paper_preset_at_8b() -> None:
     """Hand-worked: one sequence of 10,240 + 6,144 tokens of Qwen3-8B with bf16 compute and a bf16
     residual (LoRA over the bf16 base) needs 36 x 16384 x 4096 x 2 (checkpoints) + 16384 x
     172,032 x 2 (one recomputed layer: (4 x 12288 + 2 x 6144 + 6 x 4096) x 2 bytes per token) +
-    6144 x 151936 x 3 x 2 (logits) bytes; the plan takes the largest divisor of the step that
-    fits."""
+    6144 x 4096 x 4 (the fused head's float32 gradient of the hidden states: TRL never holds the
+    logits) bytes; the plan takes the largest divisor of the step that fits."""
     config = qwen3_8b()
     each = sequence_bytes(config, 16_384, 6144, compute_dtype="bfloat16", residual_dtype="bfloat16")
     per_token_layer = (4 * 12288 + 2 * (32 + 16) * 128 + 6 * 4096) * 2
-    assert each == 36 * 16384 * 4096 * 2 + 16384 * per_token_layer * 2 + 6144 * 151936 * 6
+    assert each == 36 * 16384 * 4096 * 2 + 16384 * per_token_layer * 2 + 6144 * 4096 * 4
     fixed = 40 * GIB
     plan = plan_micro_batch(
         config,
@@ -145,8 +145,6 @@ def test_fixed_memory_of_full_fine_tuning_and_lora() -> None:
         "trainable_dtype": "float32",
         "frozen_dtype": "bfloat16",
         "vllm_bytes": 0,
-        "completion_tokens": 0,
-        "vocab_size": 0,
         "total_bytes": 0,
     }
     reserve = 2 * GIB

@@ -277,7 +277,15 @@ def test_every_process_plans_the_same_micro_batch_whatever_its_gpu_holds(monkeyp
     for free in (70 * GIB, 77 * GIB):
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a, free=free: (free, H100))
         plan = fit_micro_batch(
-            config, kwargs, model, parameter_count(model), numerics, 2048, shards=4, gpu_bytes=H100
+            config,
+            kwargs,
+            model,
+            parameter_count(model),
+            numerics,
+            2048,
+            shards=4,
+            gpu_bytes=H100,
+            sharding="fsdp",
         )
         plans.append(plan)
     assert plans[0] == plans[1] and plans[0].micro_batch >= 1
@@ -286,9 +294,12 @@ def test_every_process_plans_the_same_micro_batch_whatever_its_gpu_holds(monkeyp
 def test_packed_passes_plan_micro_batches_of_more_rows_within_the_same_estimate() -> None:
     """verl's shape (prompts of 200 tokens, completions up to 1,024, 1,280 a step over 4 fsdp
     processes) on an H200: padded rows stop at 16 a micro-batch (20 micro-batches a step, each
-    gathering the sharded model); packed rows go up to 64 and the plan takes 40 (8 micro-batches,
-    each 8 whole groups of 5 samples), every row still counted at its longest. On an H100 the
-    memory, not the cap, decides: both plan the same."""
+    gathering the sharded model, the gradients held whole until the step's last); packed rows go
+    up to 64: holding the gradients whole fits 40 (8 micro-batches: 16 whole-model gathers and
+    one reduce-scatter a step), reducing every micro-batch fits 64 (5: 10 gathers and 5
+    reduce-scatters, fewer bytes), and the plan takes that. Every row still counted at its
+    longest. On an H100 whole gradients leave room for 2 rows (160 micro-batches): the plan
+    reduces every micro-batch instead, with 16 padded or 20 packed rows."""
     from cobalt.training.memory import PADDED_ROWS, fit_micro_batch
     from cobalt.training.precision import decide
 
@@ -298,16 +309,69 @@ def test_packed_passes_plan_micro_batches_of_more_rows_within_the_same_estimate(
     plans = {}
     for packing in (False, True):
         for gpu in (H100, H200):
-            config = TrainingConfig(preset="paper", num_processes=4, sharding="fsdp",
-                                    packing=packing, overrides=verl)  # fmt: skip
-            kwargs = config.grpo_kwargs("out")
-            plan = fit_micro_batch(config, kwargs, model, parameter_count(model), numerics, 200,
-                                   shards=4, gpu_bytes=gpu)  # fmt: skip
-            assert plan.estimate_gib <= plan.free_gib
-            plans[packing, gpu] = (plan.micro_batch, plan.gradient_accumulation_steps)
-    assert plans[False, H200] == (PADDED_ROWS, 20)
-    assert plans[True, H200] == (40, 8)
-    assert plans[False, H100] == plans[True, H100] and plans[True, H100][0] < PADDED_ROWS
+            for sync in ("auto", "step"):
+                config = TrainingConfig(preset="paper", num_processes=4, sharding="fsdp",
+                                        packing=packing, overrides=verl, gradient_sync=sync)  # fmt: skip
+                kwargs = config.grpo_kwargs("out")
+                plan = fit_micro_batch(config, kwargs, model, parameter_count(model), numerics,
+                                       200, shards=4, gpu_bytes=gpu, sharding="fsdp")  # fmt: skip
+                assert plan.estimate_gib <= plan.free_gib
+                plans[packing, gpu, sync] = (
+                    plan.micro_batch,
+                    plan.gradient_accumulation_steps,
+                    plan.reduce_every_micro_batch,
+                )
+    assert plans[False, H200, "auto"] == plans[False, H200, "step"] == (PADDED_ROWS, 20, False)
+    assert plans[True, H200, "step"] == (40, 8, False)
+    assert plans[True, H200, "auto"] == (64, 5, True)
+    assert plans[False, H100, "step"] == plans[True, H100, "step"] == (2, 160, False)
+    assert plans[False, H100, "auto"] == (PADDED_ROWS, 20, True)
+    assert plans[True, H100, "auto"] == (20, 16, True)
+
+
+def test_the_plan_counts_the_gradients_fsdp_holds_whole_between_micro_batches() -> None:
+    """accelerate runs every micro-batch of a step but the last under `no_sync`; FSDP2 then
+    accumulates whole float32 gradients (checked on CPU processes: each holds every gradient
+    element after a no-sync backward). The plan counts (N-1)/N of them beyond the shard under
+    fsdp and hybrid when a step takes several micro-batches, not under ZeRO-3 (it partitions
+    every micro-batch) nor when one micro-batch is the whole step. The paper's lengths on
+    4x H100: holding them does not fit, so the plan reduces every micro-batch (what
+    `--gradient-sync micro_batch` forces) and says so."""
+    from cobalt.training.memory import GIB as UNIT
+    from cobalt.training.memory import fit_micro_batch, held_gradient_bytes
+    from cobalt.training.precision import decide
+
+    numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    model = qwen3_8b()
+    params = parameter_count(model)
+    assert held_gradient_bytes(params, 4) == params * 4 * 3 // 4  # ~24.6 GB at 8B
+    assert held_gradient_bytes(params, 1) == 0
+
+    def plan(sharding: str, gpu: int, sync: str = "auto", **over):
+        config = TrainingConfig(preset="paper", num_processes=4, sharding=sharding,
+                                gradient_sync=sync, overrides={"generation_batch_size": 64, **over})  # fmt: skip
+        return fit_micro_batch(config, config.grpo_kwargs("out"), model, params, numerics, 9897,
+                               shards=4, gpu_bytes=gpu, sharding=sharding)  # fmt: skip
+
+    paper = plan("fsdp", H100)
+    assert (
+        paper.reduce_every_micro_batch and "reduce-scattered every micro-batch" in paper.describe()
+    )
+    with pytest.raises(TrainingMemoryError, match="gradients held whole"):
+        plan("fsdp", H100, "step")
+    forced = plan("fsdp", H200, "micro_batch")
+    held = plan("fsdp", H200, "step")
+    assert forced.reduce_every_micro_batch and not held.reduce_every_micro_batch
+    assert held.gradient_accumulation_steps > 1
+    assert held.fixed_gib - forced.fixed_gib == pytest.approx(
+        held_gradient_bytes(params, 4) / UNIT, abs=0.02
+    )
+    zero3 = plan("zero3", H200)
+    assert not zero3.reduce_every_micro_batch and zero3.fixed_gib < held.fixed_gib
+    whole_step = plan(
+        "fsdp", H200, "step", generation_batch_size=16
+    )  # 4 rows a process: one micro-batch
+    assert whole_step.gradient_accumulation_steps == 1 and whole_step.fixed_gib == forced.fixed_gib
 
 
 def test_a_multi_turn_conversation_is_planned_with_every_turn(tmp_path) -> None:
