@@ -22,11 +22,10 @@ config, `engines.memory` for the per-layer shapes):
              `no_sync`, so FSDP2 accumulates unsharded float32 gradients until the last one);
              when those do not fit, the plan reduce-scatters every micro-batch instead
              (accelerate's `sync_each_batch`) and counts only the shards
-           + the larger of two buffers that are never alive together: bf16 autocast's copies of
-             the float32 trainable layers, cached from their first use to the forward's end
-             (`cast_bytes`: one process or DDP; under FSDP the cache is off), and TRL's fused
-             head in the backward: its float32 weight-gradient accumulator and two logit tiles
-             (`fused_head_bytes`)
+           + TRL's fused head in the backward: its float32 weight-gradient accumulator and two
+             logit tiles (`fused_head_bytes`; bf16 autocast runs without its weight cache, which
+             would hold a bf16 copy of every trainable layer until the forward ends:
+             cobalt.training.precision)
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
     per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
                  + length x activation bytes per token x 2         (one layer recomputed + grads)
@@ -36,9 +35,16 @@ config, `engines.memory` for the per-layer shapes):
                                                                     logits: TRL computes them in
                                                                     tiles)
 
-On one H200 (`scripts/gpu/memory_calibrate.py`, docs/TRAINING.md) this bounds what a pass of 1-16
+On one H200 (`scripts/gpu/memory_calibrate.py`, docs/SCALING.md) this bounds what a pass of 1-16
 rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers of the 8B
 width (`tests/training/test_memory_calibration.py`).
+
+The micro-batch holds at most `PADDED_ROWS` rows when rows are padded (a bigger one pads more
+rows to its longest) and `PACKED_ROWS` with packed passes (no padding: a bigger micro-batch only
+means fewer, larger kernels and fewer FSDP gathers a step, and more of a prompt's samples in one
+micro-batch to share it); either way every row is counted at its longest, so a packed micro-batch
+never holds more than the estimate. The loss is a token mean over the whole optimizer step
+("dapo"), so how a step's rows are cut into micro-batches changes only the rounding.
 
 `TrainingMemoryError` names the settings to change when even one sequence does not fit;
 `check_holds` fails before any work when a strategy cannot hold the model's state at all.
@@ -112,7 +118,7 @@ def fixed_bytes(
     """Everything but the per-sequence activations and the gradients held whole (see the
     module docstring); `shards`: the processes fsdp / zero3 spread the model's state and the
     reference model over; `gathered_bytes`: what a sharded process holds whole at a time
-    (`gathered_bytes`); `pass_bytes`: a pass's own buffers (`pass_bytes`)."""
+    (`gathered_bytes`); `pass_bytes`: a pass's own buffers (`fused_head_bytes`)."""
     return (
         state_bytes(
             parameters,
@@ -141,21 +147,6 @@ def fused_head_bytes(model_config: Any, compute_dtype: str) -> int:
     config = text_config(model_config)
     head = int(config.vocab_size) * int(config.hidden_size) * 4
     return head + 2 * HEAD_TILE * dtype_bytes(compute_dtype)
-
-
-def cast_bytes(model_config: Any) -> int:
-    """bf16 autocast's copies of float32 decoder layers (their linear weights), cached from
-    their first use until the forward ends (only weights that require grad are cached). Under
-    FSDP the trainers turn the cache off: it would hold whole gathered layers."""
-    return layer_parameters(model_config) * 2
-
-
-def pass_bytes(model_config: Any, *, compute_dtype: str, casts: bool) -> int:
-    """A pass's buffers that do not grow with its sequences: the larger of autocast's cached
-    casts (the forward; `casts`: trainable float32 layers computed under bf16 autocast) and the
-    fused head's backward buffers: never alive together."""
-    cached = cast_bytes(model_config) if casts else 0
-    return max(cached, fused_head_bytes(model_config, compute_dtype))
 
 
 def held_gradient_bytes(trainable: int, shards: int) -> int:
@@ -311,6 +302,11 @@ def plan_micro_batch(
     )
 
 
+# the shardings whose gradients stay whole between a step's micro-batches (accelerate's no_sync
+# with FSDP2); ZeRO-3 partitions them every micro-batch, DDP holds them whole anyway
+HOLDS_WHOLE = ("fsdp", "hybrid")
+
+
 def fit_micro_batch(
     config: Any,
     kwargs: dict[str, Any],
@@ -343,9 +339,6 @@ def fit_micro_batch(
     completion = int(completion_tokens or kwargs["max_completion_length"])
     full = not config.lora  # LoRA's adapters: ~0.5% of 8B, not counted
     compute = "bfloat16" if numerics.compute != "float32" else "float32"
-    # autocast's cache holds casts of the float32 layers of one process or DDP; FSDP runs with
-    # it off (cobalt.training.precision), ZeRO-3 holds bf16 weights
-    cached = sharding == "ddp" or shards == 1
     fixed = fixed_bytes(
         parameters,
         trainable=parameters if full else 0,
@@ -360,11 +353,7 @@ def fit_micro_batch(
             "bfloat16" if config.fsdp_gather == "bfloat16" else numerics.trainable,
             "bfloat16" if config.fsdp_gather == "bf16-linear" else None,
         ),
-        pass_bytes=pass_bytes(
-            model_config,
-            compute_dtype=compute,
-            casts=full and numerics.autocast and numerics.trainable == "float32" and cached,
-        ),
+        pass_bytes=fused_head_bytes(model_config, compute),
     )
 
     def plan(held: int) -> MicroBatchPlan:
@@ -383,7 +372,7 @@ def fit_micro_batch(
         )
 
     held = held_gradient_bytes(parameters, shards) if full and sharding in HOLDS_WHOLE else 0
-    sync = getattr(config, "gradient_sync", "auto")
+    sync = config.gradient_sync
     if not held or sync == "step":
         return plan(held)
     every = plan(0)
@@ -398,11 +387,6 @@ def fit_micro_batch(
     holding_moves = holding.gradient_accumulation_steps * 2 * gather + 1
     every_moves = every.gradient_accumulation_steps * (2 * gather + 1)
     return holding if holding_moves <= every_moves else every
-
-
-# the shardings whose gradients stay whole between a step's micro-batches (accelerate's no_sync
-# with FSDP2); ZeRO-3 partitions them every micro-batch, DDP holds them whole anyway
-HOLDS_WHOLE = ("fsdp", "hybrid")
 
 
 # the most tokens one feedback turn adds between two assistant turns: SPEC §1.2's report (input,

@@ -177,7 +177,8 @@ def write_saved_dtype(output_dir: str | Path, numerics: Numerics) -> None:
 def set_distributed_numerics(
     accelerator: Any, numerics: Numerics, gather: str = "float32", model: Any = None
 ) -> None:
-    """Before the trainer wraps the model, the numerics of one process on several: under FSDP
+    """Before the trainer wraps the model: bf16 autocast without its weight cache (every
+    layout), and the numerics of one process on several: under FSDP
     and `mixed`, every weight reaches the compute as one process's bf16 autocast gives it, and
     the gradients are reduced in `numerics.reduce`: `gather` float32 gathers the float32 master
     weights whole; bf16-linear with `model` (a full fine-tuning in float32 under FSDP2) makes
@@ -186,19 +187,20 @@ def set_distributed_numerics(
     `communication_data_type` and `grad_accum_dtype`. DDP needs nothing: it reduces the
     gradients of the weights, in their own (float32) dtype."""
     import torch
-    from accelerate.utils import DistributedType
+    from accelerate.utils import AutocastKwargs, DistributedType
 
     kind = accelerator.distributed_type
+    if numerics.autocast:
+        # autocast caches the bf16 cast of every weight that is a leaf requiring grad until the
+        # forward ends: a bf16 copy of every trainable layer (FSDP's gathered layers too: the
+        # whole model on every GPU), 2 bytes a parameter the memory plan would have to hold;
+        # off, each cast goes with its layer, the same numbers (a cast of the same weight is
+        # the same bits: tests/training/test_precision.py; the 0.7B parity run on 2 GPUs was
+        # bit-identical with it on and off)
+        accelerator.autocast_handler = AutocastKwargs(cache_enabled=False)
     if kind == DistributedType.FSDP and numerics.autocast:
-        from accelerate.utils import AutocastKwargs
-
         layers = torch.bfloat16 if gather == "bfloat16" else None
         reduce = getattr(torch, numerics.reduce)
-        # autocast caches the bf16 cast of every weight that is a leaf requiring grad until the
-        # forward ends: FSDP's gathered layers are, so the cache would hold a whole bf16 copy
-        # of the model on every GPU; off, each layer's cast goes with the layer (the same
-        # numbers: the 0.7B parity run on 2 GPUs was bit-identical with it on and off)
-        accelerator.autocast_handler = AutocastKwargs(cache_enabled=False)
         plugin = accelerator.state.fsdp_plugin
         if plugin.fsdp_version == 2:
             from torch.distributed.fsdp import MixedPrecisionPolicy

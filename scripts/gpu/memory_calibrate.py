@@ -4,7 +4,8 @@ row), at verl's and at the paper's lengths.
 
 A Qwen3-shaped model of the 8B width built from a config with few decoder layers (random
 weights, float32 master copy under bf16 autocast, gradient checkpointing, TRL's fused head: the
-paper preset's full fine-tuning numerics), every row at full length. For each case: one pass to
+paper preset's full fine-tuning numerics; autocast's weight cache off, as the trainers run it:
+`--autocast-cache` on), every row at full length. For each case: one pass to
 allocate the gradients, then, with them kept (as between the micro-batches of a step), the peak
 allocated above the resting weights and gradients during one more forward and backward. Two
 micro-batch sizes of one length give the cost of a row (the slope) and of the pass (the rest);
@@ -56,17 +57,22 @@ def build(args: argparse.Namespace, layers: int, longest: int, device: torch.dev
     return model.train()
 
 
-def one_pass(model: Any, rows: int, prompt: int, completion: int, device: torch.device) -> None:
-    """The loss's forward and backward over `rows` full-length rows (TRL's fused head)."""
+def one_pass(
+    model: Any, rows: int, prompt: int, completion: int, device: torch.device, cache: bool
+) -> None:
+    """The loss's forward and backward over `rows` full-length rows (TRL's fused head), under
+    bf16 autocast with its weight cache on or (as the trainers run) off."""
     ids = torch.randint(5, model.config.vocab_size, (rows, prompt + completion), device=device)
     mask = torch.ones_like(ids)
-    with torch.autocast(device.type, dtype=torch.bfloat16):
+    with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache):
         out, _, _ = padded_forward(model, ids, mask, completion)
     (-out.sum() / out.numel()).backward()
 
 
-def measure(model: Any, rows: int, prompt: int, completion: int, device: torch.device) -> dict:
-    one_pass(model, rows, prompt, completion, device)  # the gradients exist from here on
+def measure(
+    model: Any, rows: int, prompt: int, completion: int, device: torch.device, cache: bool
+) -> dict:
+    one_pass(model, rows, prompt, completion, device, cache)  # the gradients exist from here on
     model.zero_grad(set_to_none=False)
     if device.type != "cuda":
         return {}
@@ -75,7 +81,7 @@ def measure(model: Any, rows: int, prompt: int, completion: int, device: torch.d
     resting = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     began = time.perf_counter()
-    one_pass(model, rows, prompt, completion, device)
+    one_pass(model, rows, prompt, completion, device, cache)
     torch.cuda.synchronize()
     return {
         "resting_gib": round(resting / GIB, 3),
@@ -94,6 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     arg(
         "--cases", nargs="+", default=["163:1024:1,4,16", "9897:6144:1,2"],
         help="PROMPT:COMPLETION:ROWS,ROWS,... (verl's longest row; the paper's)",
+    )  # fmt: skip
+    arg(
+        "--autocast-cache", action="store_true",
+        help="keep autocast's weight cache on (torch's default; the trainers turn it off)",
     )  # fmt: skip
     arg("--json", type=Path)
     args = parser.parse_args(argv)
@@ -118,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                     "completion": completion, "rows": rows,
                     "planned_rows_gib": round(rows * planned / GIB, 3),
                     "planned_logsoftmax_gib": round(completion * args.vocab * 8 / GIB, 3),
-                    **measure(model, rows, prompt, completion, device),
+                    **measure(model, rows, prompt, completion, device, args.autocast_cache),
                 }  # fmt: skip
                 results.append(row)
                 print(json.dumps(row), flush=True)

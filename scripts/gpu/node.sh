@@ -99,7 +99,11 @@
 # goal1, goal1-train, goal1-collect, nodes-collect (the 2 x 2 run after the 1 x 4 ones: the
 # sequence that failed); every `train` run has torch's flight recorder on (FR=20000), so each
 # report also gives the GB a process puts through collectives a step (issue 47 item 5), and
-# `python -m benchmarks.nodes_projection REPORT --measured` projects from it.
+# `python -m benchmarks.nodes_projection REPORT --measured` projects from it. Since 2026-11-29
+# the memory plan counts FSDP's whole gradients: the --share-prompts run plans 64 x 5 reducing
+# every micro-batch (40 x 8 before), the trimmed runs 16 x 20 as before; compare each run's
+# nvidia-smi peak with its plan's estimate (docs/SCALING.md, "The memory plan against what a GPU
+# allocates"). On an H100 node, `node.sh paper`: the paper's lengths now reduce every micro-batch.
 # Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
 #   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1

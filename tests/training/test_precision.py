@@ -368,3 +368,43 @@ def test_bf16_linear_gathers_float32_where_it_cannot_split_and_says_so(caplog) -
     set_distributed_numerics(accelerator, numerics, "bf16-linear", model)
     assert plugin.mixed_precision_policy.param_dtype is None  # the float32 gather
     assert "training.fsdp_gather bf16-linear needs a full fine-tuning in float32" in caplog.text
+
+
+def test_autocast_runs_without_its_weight_cache_and_computes_the_same() -> None:
+    """bf16 autocast keeps its cast of every trainable float32 weight until the forward ends (a
+    bf16 copy of every layer; of the whole gathered model under FSDP): the trainers turn that
+    cache off in every layout. No number changes: the same loss and gradients, to the bit, with
+    it on and off (a cast of the same weight is the same bits), gradient checkpointing on."""
+    from types import SimpleNamespace
+
+    import torch
+    from accelerate.utils import DistributedType
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from cobalt.training.precision import decide, set_distributed_numerics
+
+    config = Qwen3Config(vocab_size=128, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                         intermediate_size=64)  # fmt: skip
+    ids = torch.randint(0, 128, (2, 12), generator=torch.Generator().manual_seed(0))
+    runs = []
+    for cache in (True, False):
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        model.gradient_checkpointing_enable({"use_reentrant": False})
+        model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=cache):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        runs.append((loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    (loss_on, grads_on), (loss_off, grads_off) = runs
+    assert torch.equal(loss_on, loss_off)
+    assert all(torch.equal(a, b) for a, b in zip(grads_on, grads_off, strict=True))
+    mixed = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    for kind in (DistributedType.NO, DistributedType.MULTI_GPU):
+        accelerator = SimpleNamespace(distributed_type=kind, autocast_handler=None)
+        set_distributed_numerics(accelerator, mixed)
+        assert accelerator.autocast_handler.to_kwargs() == {"cache_enabled": False}
+    fp32 = SimpleNamespace(distributed_type=DistributedType.NO, autocast_handler=None)
+    set_distributed_numerics(fp32, decide("fp32", "bfloat16", gpu=True, mixed=False))
+    assert fp32.autocast_handler is None  # no autocast, nothing to cache
