@@ -208,6 +208,26 @@ def add_report_to(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
+    """--fsdp-gather and --gradient-sync: what FSDP gathers and when it reduces (training.
+    fsdp_gather, gradient_sync)."""
+    parser.add_argument(
+        "--fsdp-gather",
+        choices=["float32", "bf16-linear", "bfloat16"],
+        help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
+        "computes), bf16-linear (linear layers cast to bf16 first, as autocast would: the same "
+        "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
+        "computes)",
+    )
+    parser.add_argument(
+        "--gradient-sync",
+        choices=["auto", "step", "micro_batch"],
+        help="when FSDP reduce-scatters a step's gradients: once at its last micro-batch (step: "
+        "every GPU holds them whole until then), every micro-batch (micro_batch: less memory, "
+        "more traffic) or as the memory plan decides (auto, default)",
+    )
+
+
 def add_passes_args(parser: argparse.ArgumentParser) -> None:
     """--packing and --share-prompts: GRPO's forward passes (training.packing, share_prompts)."""
     parser.add_argument(

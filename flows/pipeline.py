@@ -35,6 +35,7 @@ from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_shared_storage, check_training, on_this_machine
 from engines.machine import detect
 from flows.cli import (
+    add_fsdp_args,
     add_passes_args,
     add_report_to,
     add_storage_args,
@@ -218,21 +219,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         help="how the training GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within "
         "each node, nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
     )
-    arg(
-        "--fsdp-gather",
-        choices=["float32", "bf16-linear", "bfloat16"],
-        help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
-        "computes), bf16-linear (linear layers cast to bf16 first, as autocast would: the same "
-        "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
-        "computes)",
-    )
-    arg(
-        "--gradient-sync",
-        choices=["auto", "step", "micro_batch"],
-        help="when FSDP reduce-scatters a step's gradients: once at its last micro-batch (step: "
-        "every GPU holds them whole until then), every micro-batch (micro_batch: less memory, "
-        "more traffic) or as the memory plan decides (auto, default)",
-    )
+    add_fsdp_args(parser)
     add_passes_args(parser)
     arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
     arg(

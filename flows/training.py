@@ -38,6 +38,7 @@ from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
 from flows.cli import (
+    add_fsdp_args,
     add_passes_args,
     add_report_to,
     add_storage_args,
@@ -128,21 +129,7 @@ def parse_params(argv: list[str] | None = None) -> TrainingParams:
         help="how the GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within each node, "
         "nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
     )
-    arg(
-        "--fsdp-gather",
-        choices=["float32", "bf16-linear", "bfloat16"],
-        help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
-        "computes), bf16-linear (linear layers cast to bf16 first, as autocast would: the same "
-        "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
-        "computes)",
-    )
-    arg(
-        "--gradient-sync",
-        choices=["auto", "step", "micro_batch"],
-        help="when FSDP reduce-scatters a step's gradients: once at its last micro-batch (step: "
-        "every GPU holds them whole until then), every micro-batch (micro_batch: less memory, "
-        "more traffic) or as the memory plan decides (auto, default)",
-    )
+    add_fsdp_args(parser)
     add_passes_args(parser)
     arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
     arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")

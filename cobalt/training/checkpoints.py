@@ -59,6 +59,9 @@ def uploader(st: Storage, local: Path, directory: str, node_rank: int = 0, nodes
     node's first process (the main process on one node), in the background (the module
     docstring); `on_train_end` waits for them."""
     marker = complete_markers(nodes)[node_rank]
+    # each node's snapshots apart: nodes whose output directories are one (a shared mount, or
+    # one host standing in for several) must not remove each other's while they upload
+    uploads = local / UPLOADS / f"node{node_rank}"
     from transformers import TrainerCallback
 
     class Uploader(TrainerCallback):
@@ -69,7 +72,7 @@ def uploader(st: Storage, local: Path, directory: str, node_rank: int = 0, nodes
         def on_save(self, args, state, control, **kwargs):
             name = f"checkpoint-{state.global_step}"
             if state.is_local_process_zero and (local / name).is_dir():
-                snapshot = _snapshot(local / name, local / UPLOADS / name)
+                snapshot = _snapshot(local / name, uploads / name)
                 self.pending.append(self.pool.submit(self._upload, snapshot, name))
 
         def _upload(self, snapshot: Path, name: str) -> None:
@@ -85,7 +88,9 @@ def uploader(st: Storage, local: Path, directory: str, node_rank: int = 0, nodes
             """Every upload finished; the first failure raised."""
             pending, self.pending = self.pending, []
             errors = [f.exception() for f in pending]
-            shutil.rmtree(local / UPLOADS, ignore_errors=True)
+            shutil.rmtree(uploads, ignore_errors=True)
+            if local.joinpath(UPLOADS).is_dir() and not any(local.joinpath(UPLOADS).iterdir()):
+                local.joinpath(UPLOADS).rmdir()
             failed = next((e for e in errors if e is not None), None)
             if failed is not None:
                 raise RuntimeError(

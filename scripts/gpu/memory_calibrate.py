@@ -33,28 +33,7 @@ from cobalt.training.memory import GIB, sequence_bytes  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from packing_cost import padded_forward  # noqa: E402
-
-
-def build(args: argparse.Namespace, layers: int, longest: int, device: torch.device) -> Any:
-    from transformers import AutoModelForCausalLM, Qwen3Config
-    from trl.trainer.utils import add_fused_lm_head
-
-    config = Qwen3Config(
-        vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=layers,
-        num_attention_heads=args.heads, num_key_value_heads=max(1, args.heads // 4),
-        head_dim=args.hidden // args.heads, intermediate_size=args.hidden * 3,
-        max_position_embeddings=max(4096, longest), tie_word_embeddings=False,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    with device:
-        model = AutoModelForCausalLM.from_config(
-            config, dtype=torch.float32, attn_implementation="sdpa"
-        )
-    model.gradient_checkpointing_enable({"use_reentrant": False})
-    model.config.use_cache = False
-    add_fused_lm_head(model, temperature=1.0, outputs=("log_probs", "entropy"))
-    return model.train()
+from packing_cost import build, padded_forward  # noqa: E402
 
 
 def one_pass(
@@ -115,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     results: list[dict[str, Any]] = []
     for layers in args.layers:
-        model = build(args, layers, longest, device)
+        model = build(args, device, layers=layers, positions=max(4096, longest))
         parameters = sum(p.numel() for p in model.parameters())
         for prompt, completion, sizes in cases:
             planned = sequence_bytes(

@@ -52,15 +52,19 @@ from cobalt.training.padding import optimizer_windows, trimmed_logps  # noqa: E4
 PATHS = ("padded", "trimmed", "packed", "packed-sdpa", "shared")
 
 
-def build(args: argparse.Namespace, device: torch.device) -> Any:
+def build(
+    args: argparse.Namespace, device: torch.device, layers: int | None = None, positions: int = 4096
+) -> Any:
+    """The Qwen3-shaped model of `args` (`layers` over args.layers), float32, gradient
+    checkpointing, TRL's fused head."""
     from transformers import AutoModelForCausalLM, Qwen3Config
     from trl.trainer.utils import add_fused_lm_head
 
     config = Qwen3Config(
-        vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
+        vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=layers or args.layers,
         num_attention_heads=args.heads, num_key_value_heads=max(1, args.heads // 4),
         head_dim=args.hidden // args.heads, intermediate_size=args.hidden * 3,
-        max_position_embeddings=4096, tie_word_embeddings=False,
+        max_position_embeddings=positions, tie_word_embeddings=False,
     )  # fmt: skip
     torch.manual_seed(0)
     with device:

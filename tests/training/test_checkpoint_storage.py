@@ -92,6 +92,39 @@ def test_a_failed_upload_fails_the_end_of_training(tmp_path, monkeypatch) -> Non
         callback.on_train_end(None, None, None)
 
 
+def test_two_nodes_sharing_one_output_directory_upload_apart(tmp_path, monkeypatch) -> None:
+    """Two nodes whose output directories are one (one host standing in for two, or a shared
+    mount) snapshot and upload the same checkpoint at once: one node's finished upload must not
+    remove the other's snapshot (it did: the pipeline's two-node deployment test failed in CI
+    with the other node's files gone mid-upload)."""
+    st = open_storage(StorageConfig(url=str(tmp_path / "store")))
+    local = tmp_path / "out"
+    ckpt = local / "checkpoint-2"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"w" * 1000)
+    release = threading.Event()
+    put = st.fs.put
+
+    def node_1_slowly(source, *args, **kwargs):
+        if "node1" in str(source):
+            release.wait(30)
+        return put(source, *args, **kwargs)
+
+    monkeypatch.setattr(st.fs, "put", node_1_slowly)
+    directory = st.path("training", "k")
+    nodes = [uploader(st, local, directory, node_rank=rank, nodes=2) for rank in (0, 1)]
+    for callback in nodes:
+        callback.on_save(None, SimpleNamespace(global_step=2, is_local_process_zero=True), None)
+    nodes[0].on_train_end(None, None, None)  # node 0 done first: its snapshots removed
+    release.set()
+    nodes[1].on_train_end(None, None, None)  # node 1's upload still had its files
+    for rank in (0, 1):
+        assert st.fs.exists(f"{directory}/checkpoint-2/COMPLETE-node{rank}")
+    assert st.fs.cat_file(f"{directory}/checkpoint-2/model.safetensors") == b"w" * 1000
+    assert not (local / ".uploads").exists()
+
+
 def test_a_checkpoint_of_two_nodes_is_complete_when_both_parts_are(tmp_path) -> None:
     """Each node uploads its processes' part (node 0 also the trainer's state) into one
     checkpoint directory; a resume takes only a checkpoint whose parts are all there, and gets
