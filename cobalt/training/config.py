@@ -333,8 +333,9 @@ class TrainingConfig(BaseModel):
         "micro-batches: step (once, at its last micro-batch: every process holds the whole "
         "float32 gradients until then, 24.6 GB more a GPU at 8B on 4), micro_batch (every "
         "micro-batch: only the shards held, one reduce-scatter per micro-batch) or auto (the "
-        "memory plan holds them whole unless that fits a smaller micro-batch, or none; its "
-        "line says which). The same update to float32 rounding either way.",
+        "memory plan holds them whole unless they do not fit or reducing every micro-batch "
+        "moves fewer bytes a step; its line says which). The same update to float32 rounding "
+        "either way.",
     )
     cudnn_attention: bool = Field(
         True,
