@@ -8,6 +8,7 @@ import logging
 import shutil
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -46,6 +47,15 @@ def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):
     assert sorted(p.name for p in local.iterdir()) == ["checkpoint-2", "checkpoint-4"]
 
 
+def saved_checkpoint(local: Path, step: int) -> Path:
+    """A checkpoint as the trainer leaves it: its state and 1,000 bytes of weights."""
+    ckpt = local / f"checkpoint-{step}"
+    ckpt.mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    (ckpt / "model.safetensors").write_bytes(b"w" * 1000)
+    return ckpt
+
+
 def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(
     tmp_path, monkeypatch
 ) -> None:
@@ -53,10 +63,7 @@ def test_an_upload_runs_beside_training_and_outlives_the_checkpoints_deletion(
     (save_total_limit) does not cut the upload short; the end of training waits for it."""
     st = open_storage(StorageConfig(url=str(tmp_path / "store")))
     local = tmp_path / "out"
-    ckpt = local / "checkpoint-3"
-    ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text("{}")
-    (ckpt / "model.safetensors").write_bytes(b"w" * 1000)
+    ckpt = saved_checkpoint(local, 3)
     release = threading.Event()
     put = st.fs.put
 
@@ -99,10 +106,7 @@ def test_two_nodes_sharing_one_output_directory_upload_apart(tmp_path, monkeypat
     with the other node's files gone mid-upload)."""
     st = open_storage(StorageConfig(url=str(tmp_path / "store")))
     local = tmp_path / "out"
-    ckpt = local / "checkpoint-2"
-    ckpt.mkdir(parents=True)
-    (ckpt / "trainer_state.json").write_text("{}")
-    (ckpt / "model.safetensors").write_bytes(b"w" * 1000)
+    saved_checkpoint(local, 2)
     release = threading.Event()
     put = st.fs.put
 

@@ -337,7 +337,6 @@ def test_the_plan_counts_the_gradients_fsdp_holds_whole_between_micro_batches() 
     every micro-batch) nor when one micro-batch is the whole step. The paper's lengths on
     4x H100: holding them does not fit, so the plan reduces every micro-batch (what
     `--gradient-sync micro_batch` forces) and says so."""
-    from cobalt.training.memory import GIB as UNIT
     from cobalt.training.memory import fit_micro_batch, held_gradient_bytes
     from cobalt.training.precision import decide
 
@@ -364,7 +363,7 @@ def test_the_plan_counts_the_gradients_fsdp_holds_whole_between_micro_batches() 
     assert forced.reduce_every_micro_batch and not held.reduce_every_micro_batch
     assert held.gradient_accumulation_steps > 1
     assert held.fixed_gib - forced.fixed_gib == pytest.approx(
-        held_gradient_bytes(params, 4) / UNIT, abs=0.02
+        held_gradient_bytes(params, 4) / GIB, abs=0.02
     )
     zero3 = plan("zero3", H200)
     assert not zero3.reduce_every_micro_batch and zero3.fixed_gib < held.fixed_gib
