@@ -157,6 +157,7 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
         "trainer_peaks_by_process_gib": stats.get("gpu_peaks_by_process_gib"),
         "memory_plan": stats.get("memory_plan"),
         "numerics": stats.get("numerics"),
+        "overlap": stats.get("overlap"),  # --async: batches served from the background
         "cost": stats.get("cost"),
     }
 

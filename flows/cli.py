@@ -229,7 +229,8 @@ def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_passes_args(parser: argparse.ArgumentParser) -> None:
-    """--packing and --share-prompts: GRPO's forward passes (training.packing, share_prompts)."""
+    """--packing, --share-prompts and --async: how GRPO's steps run (training.packing,
+    share_prompts, async_generation)."""
     parser.add_argument(
         "--packing",
         action="store_true",
@@ -242,14 +243,25 @@ def add_passes_args(parser: argparse.ArgumentParser) -> None:
         help="with packed passes, the completions of one prompt computed with the prompt once "
         "(implies --packing)",
     )
+    parser.add_argument(
+        "--async",
+        dest="async_generation",
+        action="store_true",
+        help="generation overlapped with training, one step off: each batch sampled while the "
+        "one before it trains (a different update from the paper's synchronous recipe; modes "
+        "cobalt and single_turn)",
+    )
 
 
 def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
-    """Put --packing / --share-prompts into the training values (over a --config file's)."""
+    """Put --packing / --share-prompts / --async into the training values (over a --config
+    file's)."""
     if args.packing or args.share_prompts:
         training["packing"] = True
     if args.share_prompts:
         training["share_prompts"] = True
+    if args.async_generation:
+        training["async_generation"] = True
 
 
 def report_to(args: argparse.Namespace) -> list[str] | None:

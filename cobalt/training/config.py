@@ -317,6 +317,15 @@ class TrainingConfig(BaseModel):
         "by prompt within each optimizer step). The same log-probabilities to rounding; not yet "
         "measured on a GPU.",
     )
+    async_generation: bool = Field(
+        False,
+        description="Generation overlapped with training, one step off (--async): each "
+        "generation batch is sampled in a background thread while the one before it trains, "
+        "so it comes from weights one generation batch older than those it trains "
+        "(cobalt.training.overlap). vLLM colocated stays awake (no sleep mode) or transformers "
+        "samples from a copy of the policy. A different update from the synchronous default "
+        "(the paper's recipe): modes cobalt and single_turn only.",
+    )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
         description="What FSDP gathers each layer as under mixed precision: float32 (its master "
@@ -398,6 +407,22 @@ class TrainingConfig(BaseModel):
             raise ValueError(
                 "training.share_prompts shares prompts inside packed passes: set "
                 "training.packing true too (--share-prompts does both)"
+            )
+        if self.async_generation and (self.mode in ("offline", "multi_turn") or self.rollout):
+            raise ValueError(
+                f"training.async_generation: sampling one step ahead is built for TRL's own "
+                f"single-turn generation (modes cobalt, single_turn, no training.rollout), not "
+                f"mode {self.mode}{' with a rollout' if self.rollout else ''}: drop --async"
+            )
+        if self.async_generation and self.generation in ("vllm_server", "paged"):
+            raise ValueError(
+                f"training.async_generation with generation {self.generation}: not supported "
+                "yet; use generation auto, vllm_colocate or transformers"
+            )
+        if self.async_generation and self.overrides.get("vllm_enable_sleep_mode"):
+            raise ValueError(
+                "training.async_generation: vLLM generates while the optimizer steps, so it "
+                "cannot sleep: drop the override vllm_enable_sleep_mode"
             )
         if self.mode == "offline" and self.packing:
             raise ValueError(
@@ -614,8 +639,11 @@ class TrainingConfig(BaseModel):
             kwargs |= self._shared_step(kwargs)
         if kwargs.get("vllm_mode") == "colocate" and "vllm_enable_sleep_mode" not in self.overrides:
             # sharded full fine-tuning: vLLM's weights and KV cache leave the GPU while the
-            # optimizer steps (TRL's sleep mode), the memory the training phase needs
-            kwargs["vllm_enable_sleep_mode"] = self.resolved_sharding(gpus) in SHARDED
+            # optimizer steps (TRL's sleep mode), the memory the training phase needs; one step
+            # off, it generates while the optimizer steps: awake
+            kwargs["vllm_enable_sleep_mode"] = (
+                not self.async_generation and self.resolved_sharding(gpus) in SHARDED
+            )
         bias = (kwargs.get("generation_kwargs") or {}).get("logit_bias")
         if bias:  # vLLM's SamplingParams wants token ids; JSON (--set, a job file) has strings
             kwargs["generation_kwargs"] = {

@@ -19,6 +19,7 @@ from cobalt.bandit.rows import prepare_rows
 from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
+from cobalt.training.overlap import OneStepOff
 from cobalt.training.plan import TrainingPlan, plan_training, same_on_every_process
 from cobalt.training.sandbox_reward import CobaltRewards
 from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
@@ -30,12 +31,14 @@ log = logging.getLogger(__name__)
 @dataclass
 class GRPORun:
     """What `train` did: the trainer's log history, the numerics it trained in, the memory plan
-    (paper preset on a GPU), and whether the format reward was on."""
+    (paper preset on a GPU), whether the format reward was on, and with async generation how
+    its batches were sampled (`cobalt.training.overlap.OneStepOff.summary`)."""
 
     history: list[dict[str, Any]]
     numerics: dict[str, str]
     plan: dict[str, Any] | None = None
     format_reward: bool = False
+    overlap: dict[str, Any] | None = None
 
 
 def uses_format_reward(config: TrainingConfig, tokenizer: Any) -> bool:
@@ -242,6 +245,18 @@ def train(
                 turns=config.turns,
                 max_context_tokens=kwargs.get("vllm_max_model_length"),
             )
+        peft_config = config.lora.peft_config() if config.lora else None
+        one_step_off = None
+        if config.async_generation:
+            # sampling with transformers: from a copy of the policy before the trainer wraps it
+            one_step_off = OneStepOff(
+                policy=None if args.use_vllm else model, peft_config=peft_config
+            )
+            rollout = one_step_off
+            logger.info(
+                "generation overlapped with training, one step off: each batch sampled while "
+                "the one before it trains (--async)"
+            )
         trainer = CobaltGRPOTrainer(
             model=model,
             reward_funcs=funcs,
@@ -249,13 +264,16 @@ def train(
             args=args,
             train_dataset=dataset,
             processing_class=tokenizer,
-            callbacks=[*callbacks, guard, probe],
-            peft_config=config.lora.peft_config() if config.lora else None,
+            callbacks=[*callbacks, guard, probe, *([one_step_off] if one_step_off else [])],
+            peft_config=peft_config,
             kl_estimator=config.kl(),
             trim_padding=config.trims_padding(),
             packing=config.packing,
             share_prompts=config.share_prompts,
+            lookahead=one_step_off is not None,
         )
+        if one_step_off is not None:
+            one_step_off.attach(trainer)
         cast_trainable(trainer.model, numerics)
         set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)
         probe.trainer = trainer
@@ -266,7 +284,11 @@ def train(
             config.kl(),
             "on" if use_format else "off",
         )
-        trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
+        try:
+            trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
+        finally:
+            if one_step_off is not None:
+                one_step_off.close()
     guard.check(numerics.describe() + ".")
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return GRPORun(
@@ -283,4 +305,5 @@ def train(
         },
         plan=micro.as_dict() if micro else None,
         format_reward=use_format,
+        overlap=one_step_off.summary() if one_step_off else None,
     )

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
+from cobalt.training.overlap import Lookahead
 from cobalt.training.packing import packable, packed_logps, use_packed_attention
 from cobalt.training.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
 
@@ -40,8 +41,9 @@ K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
 
 
 class CobaltGRPOTrainer(GRPOTrainer):
-    """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's) and
-    the batch's example ids for a `rollout_func`."""
+    """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's),
+    the batch's example ids for a `rollout_func` and, with `lookahead`, the next generation
+    batch's rows (`cobalt.training.overlap`)."""
 
     def __init__(
         self,
@@ -50,6 +52,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
         trim_padding: bool = False,
         packing: bool = False,
         share_prompts: bool = False,
+        lookahead: bool = False,
         **kwargs: Any,
     ):
         super().__init__(*args, **kwargs)
@@ -66,6 +69,25 @@ class CobaltGRPOTrainer(GRPOTrainer):
         self.share_prompts = share_prompts
         self._policy_logps: Any = None
         self.batch_example_ids: list[str] | None = None
+        self.lookahead = lookahead
+        self._lookahead: Lookahead | None = None
+
+    def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
+        if self.lookahead:  # the epoch's batches, readable ahead (next_generation_inputs)
+            if self._lookahead is None or self._lookahead.source is not epoch_iterator:
+                self._lookahead = Lookahead(epoch_iterator)
+            self._lookahead.chunk_start = self._lookahead.taken
+            epoch_iterator = self._lookahead
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+    def next_generation_inputs(self) -> list[dict[str, Any]] | None:
+        """With `lookahead`, during the first optimizer step of a generation batch: the rows of
+        the next generation batch of this epoch (None: none left in the epoch)."""
+        ahead = self._lookahead
+        if ahead is None:
+            return None
+        every = self.args.steps_per_generation * self.num_iterations
+        return ahead.peek(ahead.chunk_start + every - ahead.taken)
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
         # TRL takes the prompts from `inputs` in this order and hands them to rollout_func

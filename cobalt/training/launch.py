@@ -147,6 +147,8 @@ def train_here(job: Job, processes: int = 1) -> Result:
             history = run.history
             extra = {"numerics": run.numerics, "memory_plan": run.plan}
             extra["format_reward"] = run.format_reward
+            if run.overlap:
+                extra["overlap"] = run.overlap
     return history, timer.summary(), extra
 
 

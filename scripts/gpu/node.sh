@@ -77,6 +77,12 @@
 # 2026-11-29, one H200, one message: pack 158 s, pack-train 566 s, pack-collect 231 s, cluster
 # 185 s + cluster-collect 17 s (the pipeline failed: vLLM's forked engine core in the worker);
 # then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0).
+# Issue 46 --async (generation overlapped with training, one step off) on ONE GPU, one message:
+#   bash scripts/gpu/node.sh async        # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#       .gpu/vllm.part-00: the embedded default synchronous then --async (transformers)
+#   bash scripts/gpu/node.sh async-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the tiny model
+#       --async with vLLM colocated, then verl's shape with LoRA, synchronous and --async
+#   bash scripts/gpu/node.sh async-collect  # their step reports
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
@@ -736,6 +742,61 @@ JSON
     gpus_used cluster
     PREFECT_HOME="$NODE/prefect-cluster" python3 scripts/gpu/flow_times.py \
       --mem "$OUT/cluster.gpus.csv" --json "$OUT/cluster.stages.json" 2>&1 | tail -14 ;;
+  async)  # issue 46 --async on ONE fresh GPU, call 1 of 3 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data (CPU) and the
+    # 8B weights, detached; the embedded default synchronous, then with --async on the same
+    # storage (only training and the evaluation after it run again; the tiny model samples with
+    # transformers: a copy of the policy in the background thread)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    rm -f "$NODE/prep.done"; (prep_runs) >"$NODE/prep.log" 2>&1 &
+    (build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s") &
+    for run in sync async; do
+      flag=(); [ "$run" = async ] && flag=(--async)
+      pid=$(gpu_trace "default-$run")
+      PREFECT_HOME="$NODE/prefect-default" timeout 330 python3 -m flows.pipeline \
+        --storage /root/runs-default --backend namespace "${flag[@]}" >"$OUT/default-$run.log" 2>&1
+      echo "[default-$run] exit $? at $(elapsed) s"; kill "$pid"
+      tr '\r' '\n' <"$OUT/default-$run.log" | grep -a -E "Pass@1|one step off|Error" \
+        | grep -v errors.html | tail -8
+    done
+    wait_for "$NODE/prep.done" 585; [ -f "$NODE/prep.done" ] || tail -5 "$NODE/prep.log" ;;
+  async-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model one
+    # step off with vLLM colocated (its engine generating on a CUDA stream of its own while the
+    # trainer trains); the 8B shape's response lengths calibrated; then, detached, verl's shape
+    # with LoRA and --share-prompts through flows.training, synchronous then --async
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    [ -f "$NODE/prep.log" ] || (prep_runs) >"$NODE/prep.log" 2>&1 &  # a fresh machine
+    echo '{"training": {"generation": "vllm_colocate"}}' >"$NODE/tinyv.json"
+    PREFECT_HOME="$NODE/prefect-tinyv" timeout 240 python3 -m flows.training \
+      --storage /root/runs-default --model /root/tiny-random --preset tiny --max-steps 8 \
+      --config "$NODE/tinyv.json" --backend namespace --report-to none --async \
+      >"$OUT/tiny-vllm-async.log" 2>&1
+    echo $? >"$NODE/tinyv.rc"; echo "[tiny-vllm-async] exit $(cat "$NODE/tinyv.rc") at $(elapsed) s"
+    tr '\r' '\n' <"$OUT/tiny-vllm-async.log" | grep -a -E "one step off|overlapped|Error|error" \
+      | grep -v errors.html | tail -6
+    build_8b >"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    wait_for "$NODE/prep.done" 420; [ -f "$NODE/prep.done" ] || cat "$NODE/prep.log"
+    rm -f "$NODE/async-chain.done"
+    setsid nohup bash scripts/gpu/node.sh async-chain </dev/null >"$NODE/async-chain.out" 2>&1 &
+    wait_for "$NODE/lora-sync.rc" 585; tail -3 "$NODE/async-chain.out" ;;
+  async-chain)  # (detached by async-train) the two runs one after the other
+    verl_sampling
+    echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
+    lora=(--config "$NODE/lora.json" --set num_generations=5 \
+      --set "max_completion_length=$CAP" --set generation_batch_size=320 \
+      --set "generation_kwargs=$KWARGS" --share-prompts)
+    fresh_runs sync async
+    GPUS=1 SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}"
+    if [ "$(cat "$NODE/tinyv.rc" 2>/dev/null)" = 0 ]; then  # the vLLM path worked at small scale
+      GPUS=1 SHARDING=ddp train lora-async /root/runs-verl-async "${lora[@]}" --async
+    else echo "skipped: the tiny model's vLLM run one step off failed" >"$NODE/lora-async.log"
+      echo 1 >"$NODE/lora-async.rc"; fi
+    touch "$NODE/async-chain.done" ;;
+  async-collect)  # call 3 of 3: both runs' step reports (waits for them within the call)
+    for run in sync:200 async:560; do
+      wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
+      GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
+    done ;;
   c)
     bash infra/gpu-bundle/install.sh
     ROLLOUT_TIMEOUT_S=330 bash scripts/gpu/worker.sh rollout-gpus --problems 128 \

@@ -59,6 +59,9 @@ def test_training_flags_reach_the_training_config(tmp_path: Path) -> None:
     shared = training.parse_params(["--share-prompts"]).training
     assert shared.packing and shared.share_prompts
     assert pipeline.parse_params(["--share-prompts"]).training.share_prompts
+    assert training.parse_params(["--async"]).training.async_generation is True
+    assert pipeline.parse_params(["--async"]).training.async_generation is True
+    assert training.parse_params([]).training.async_generation is False
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"training": {"lora": {"r": 4}}}))
     assert training.parse_params(["--config", str(config), "--lora"]).training.lora.r == 4

@@ -502,3 +502,22 @@ def test_gradients_reduced_every_micro_batch_when_asked(tmp_path, monkeypatch, f
         synced[sync] = extra["numerics"]["gradient_sync"]
     assert synced == {"step": "step", "micro_batch": "micro_batch"}
     assert reduced["micro_batch"] == pytest.approx(2 * reduced["step"], rel=0.1)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_async_generation_under_fsdp_gathers_the_weights_it_samples_from(
+    tmp_path, fsdp_on_cpu
+) -> None:
+    """One step off on two fsdp processes: each process's background copy is refreshed from the
+    sharded policy (a gather every process joins) before each batch is sent ahead; the run ends
+    with every batch after the first served from the background, nothing hanging."""
+    from engines.tiny import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    fsdp_on_cpu("1")
+    config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 3, "async_generation": True}
+    history, timing, extra = run_job(job(tmp_path, str(model), **config))
+    assert [h["step"] for h in history if "loss" in h] == [1, 2, 3]
+    assert extra["overlap"]["overlapped_batches"] == 2 and extra["overlap"]["fresh_batches"] == 1
+    assert timing["processes"] == 2

@@ -1,0 +1,170 @@
+"""Generation overlapped with training, one step off (`--async`, cobalt.training.overlap): real
+GRPO runs of the tiny model on CPU, the background thread sampling from a copy of the policy."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from cobalt.training import overlap
+from cobalt.training.config import LoraSettings, TrainingConfig
+from cobalt.training.kl import CobaltGRPOTrainer
+from cobalt.training.overlap import Lookahead, OneStepOff, TransformersCopy
+
+SCORE = CobaltGRPOTrainer._generate_and_score_completions
+PREPARE = TransformersCopy.prepare
+
+
+def test_lookahead_reads_ahead_without_losing_or_reordering_an_item() -> None:
+    ahead = Lookahead(iter(range(5)))
+    assert next(ahead) == 0 and ahead.taken == 1
+    assert ahead.peek(2) == 3 and ahead.peek(0) == 1
+    assert list(ahead) == [1, 2, 3, 4] and ahead.taken == 5
+    assert ahead.peek(0) is None  # past the end
+
+
+def test_async_is_refused_where_it_is_not_built_naming_the_setting() -> None:
+    for bad in (
+        {"mode": "multi_turn"},
+        {"mode": "offline"},
+        {"rollout": "benchmarks.parity_rollout:replay"},
+        {"generation": "vllm_server", "vllm_server_base_url": "http://x:8000"},
+        {"generation": "paged"},
+        {"overrides": {"vllm_enable_sleep_mode": True}},
+    ):
+        with pytest.raises(ValueError, match="async_generation"):
+            TrainingConfig(preset="tiny", async_generation=True, **bad)
+    # colocated vLLM: awake one step off, asleep under fsdp otherwise
+    config = TrainingConfig(preset="tiny", async_generation=True, overrides={"use_vllm": True})
+    assert "vllm_enable_sleep_mode" not in config.grpo_kwargs("/tmp/x", gpus=0)
+
+
+class Nudge(TrainerCallback):
+    """Moves every trainable weight after each step, as an update would: the tiny random model
+    writes no code, so its rewards are all -1 and GRPO's own updates are zero."""
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.add_(0.01 * state.global_step)
+
+
+def spied_run(tmp_path, monkeypatch, async_generation: bool, lora: bool = False, **overrides):
+    """A tiny GRPO run on the 4 rows of test_grpo_tiny, its weights nudged after each step;
+    returns (the example ids of each generation batch in training order, what the background
+    copy was prepared with, the run)."""
+    from test_grpo_tiny import SANDBOX, rows
+
+    from cobalt.training.grpo import train
+    from engines.tiny import build_tiny_model
+
+    trained: list[list[str]] = []
+
+    def score(self, inputs):
+        trained.append([str(x["example_id"]) for x in inputs])
+        return SCORE(self, inputs)
+
+    monkeypatch.setattr(CobaltGRPOTrainer, "_generate_and_score_completions", score)
+    records: list[dict] = []
+
+    def prepare(self, trainer, prompts):
+        job = PREPARE(self, trainer, prompts)
+        policy = dict(trainer.model.named_parameters())
+        same = all(
+            torch.equal(p, policy[name].detach())
+            for name, p in self.model.named_parameters()
+            if name in self.trainable
+        )
+        records.append({"step": trainer.state.global_step, "weights_current": same})
+        return job
+
+    monkeypatch.setattr(TransformersCopy, "prepare", prepare)
+    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    config = TrainingConfig(
+        preset="tiny", mode="cobalt", sandbox=SANDBOX, report_to=[], async_generation=async_generation,
+        lora=LoraSettings(r=4, alpha=8) if lora else None,
+        overrides={"per_device_train_batch_size": 2, **overrides},
+    )  # fmt: skip
+    run = train(config, rows(), model, tmp_path / f"out-{async_generation}", callbacks=[Nudge()])
+    return trained, records, run
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_each_batch_is_sampled_while_the_one_before_trains_from_the_same_rows(
+    tmp_path, monkeypatch, lora
+) -> None:
+    """4 steps of one prompt's 2 samples: the first batch is sampled in place, each later one in
+    the background from the weights of the step before (refreshed from the policy when sent;
+    LoRA: its adapters), none is sent after the last; the rows train in the synchronous run's
+    order."""
+    sync_order, _, sync = spied_run(tmp_path, monkeypatch, False, max_steps=4)
+    order, records, run = spied_run(tmp_path, monkeypatch, True, lora=lora, max_steps=4)
+    assert order == sync_order and len(order) == 4
+    assert sync.overlap is None
+    assert run.overlap["overlapped_batches"] == 3 and run.overlap["fresh_batches"] == 1
+    assert run.overlap["generator"] == "TransformersCopy"
+    # prepared: batch 0 at step 0 (in place), then batches 1, 2, 3 sent at steps 0, 1, 2
+    assert [r["step"] for r in records] == [0, 0, 1, 2]
+    assert all(r["weights_current"] for r in records)
+    steps = [h for h in run.history if "loss" in h]
+    assert [h["async/overlapped"] for h in steps] == [0.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.timeout(300)
+def test_a_generation_batch_of_two_optimizer_steps_is_sent_one_batch_ahead(
+    tmp_path, monkeypatch
+) -> None:
+    """steps_per_generation 2 (the paper preset's shape): a batch is generated every other
+    step; the second is sent at step 0 and trained from step 2, the rows as synchronous."""
+    over = {"max_steps": 4, "steps_per_generation": 2}
+    sync_order, _, _ = spied_run(tmp_path, monkeypatch, False, **over)
+    order, records, run = spied_run(tmp_path, monkeypatch, True, **over)
+    assert order == sync_order and len(order) == 2
+    assert [r["step"] for r in records] == [0, 0]
+    assert (run.overlap["overlapped_batches"], run.overlap["fresh_batches"]) == (1, 1)
+
+
+@pytest.mark.timeout(300)
+def test_a_failure_in_the_background_stops_the_run_with_its_own_error(
+    tmp_path, monkeypatch
+) -> None:
+    real_run = TransformersCopy.run
+    calls: list[int] = []
+
+    def failing(self, job):
+        calls.append(1)
+        if len(calls) == 2:  # the first batch sent ahead
+            raise RuntimeError("sampler out of memory")
+        return real_run(self, job)
+
+    monkeypatch.setattr(TransformersCopy, "run", failing)
+    with pytest.raises(RuntimeError, match="sampler out of memory"):
+        spied_run(tmp_path, monkeypatch, True, max_steps=3)
+
+
+def test_the_engine_in_use_decides_the_generator(monkeypatch) -> None:
+    """A trainer on vLLM colocated must keep it awake at tensor parallel 1; a server is refused."""
+
+    class Args:
+        vllm_mode = "server"
+        vllm_enable_sleep_mode = False
+        vllm_tensor_parallel_size = 1
+
+    class Trainer:
+        use_vllm = True
+        args = Args()
+
+    with pytest.raises(ValueError, match="vLLM server"):
+        OneStepOff().attach(Trainer())
+    Args.vllm_mode, Args.vllm_enable_sleep_mode = "colocate", True
+    with pytest.raises(ValueError, match="awake"):
+        OneStepOff().attach(Trainer())
+    Args.vllm_enable_sleep_mode = False
+    monkeypatch.setattr(overlap.VLLMColocated, "__init__", lambda self, trainer: None)
+    one = OneStepOff()
+    one.attach(Trainer())
+    assert isinstance(one.generator, overlap.VLLMColocated)
+    one.close()
