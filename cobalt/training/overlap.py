@@ -103,19 +103,26 @@ def _prompt_ids(trainer: Any, prompts: list[Any]) -> list[list[int]]:
 
 class VLLMColocated(Generator):
     """The trainer's colocated vLLM engine (tensor parallel 1, awake), on a CUDA stream of its
-    own in the background thread."""
+    own in the background thread (on the default stream its kernels would queue behind the
+    trainer's)."""
 
     def __init__(self, trainer: Any) -> None:
+        import torch
+
         self.vllm = trainer.vllm_generation
-        self.device = trainer.accelerator.device
+        self.device: int | None = None
+        if torch.cuda.is_available():
+            # one process: accelerate's device is "cuda" with no index; the thread needs one
+            index = trainer.accelerator.device.index
+            self.device = torch.cuda.current_device() if index is None else index
         self.stream: Any = None
 
     def thread_setup(self) -> None:
         import torch
 
-        if torch.cuda.is_available():
+        if self.device is not None:
             torch.cuda.set_device(self.device)
-            self.stream = torch.cuda.Stream(self.device)
+            self.stream = torch.cuda.Stream(device=self.device)
 
     def prepare(self, trainer: Any, prompts: list[Any]) -> Any:
         return _prompt_ids(trainer, prompts)
@@ -125,7 +132,7 @@ class VLLMColocated(Generator):
 
         import torch
 
-        use_stream = self.stream is not None and torch.cuda.is_available()
+        use_stream = self.stream is not None
         with torch.cuda.stream(self.stream) if use_stream else contextlib.nullcontext():
             prompt_ids, completion_ids, logprobs, _ = self.vllm.generate(
                 prompts=job, images=None, num_generations=1
@@ -228,6 +235,7 @@ class OneStepOff(TrainerCallback):
         self.generator: Generator | None = None
         self.pool: ThreadPoolExecutor | None = None
         self.in_flight: _InFlight | None = None
+        self._thread_ready = False
         self.overlapped = 0
         self.fresh = 0
         self.wait_s = 0.0
@@ -262,10 +270,8 @@ class OneStepOff(TrainerCallback):
             self.generator = TransformersCopy(trainer, self.copy_of_policy)
             self.copy_of_policy = None
         self.trainer = trainer
-        generator = self.generator
-        self.pool = ThreadPoolExecutor(
-            1, thread_name_prefix="cobalt-generate", initializer=generator.thread_setup
-        )
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="cobalt-generate")
+        self._thread_ready = False
 
     # --- rollout_func ----------------------------------------------------------------------
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
@@ -288,8 +294,15 @@ class OneStepOff(TrainerCallback):
         if upcoming is not None:
             next_prompts = [row["prompt"] for row in upcoming]
             job = self.generator.prepare(trainer, next_prompts)
-            self.in_flight = _InFlight(next_prompts, self.pool.submit(self.generator.run, job))
+            self.in_flight = _InFlight(next_prompts, self.pool.submit(self._in_thread, job))
         return output
+
+    def _in_thread(self, job: Any) -> dict[str, Any]:
+        assert self.generator is not None
+        if not self._thread_ready:  # here, not as the pool's initializer: its error would be lost
+            self.generator.thread_setup()
+            self._thread_ready = True
+        return self.generator.run(job)
 
     def _upcoming(self, trainer: Any) -> list[dict[str, Any]] | None:
         """The next generation batch's rows, unless this one is the run's last."""

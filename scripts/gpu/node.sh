@@ -83,6 +83,8 @@
 #   bash scripts/gpu/node.sh async-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the tiny model
 #       --async with vLLM colocated, then verl's shape with LoRA, synchronous and --async
 #   bash scripts/gpu/node.sh async-collect  # their step reports
+#   bash scripts/gpu/node.sh async-vllm        # the vLLM path alone, fresh GPU, 2 calls (carry as
+#   bash scripts/gpu/node.sh async-vllm-train  # async, async-train): tiny, sync then --async
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
@@ -796,6 +798,32 @@ JSON
     for run in sync:200 async:560; do
       wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
       GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
+    done ;;
+  async-vllm)  # the vLLM path of --async alone on a fresh GPU, call 1 of 2 (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model, the
+    # embedded problems and 32 of their turn-0 trajectories (CPU)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    export PREFECT_HOME="$NODE/prefect-tinyv"
+    CUDA_VISIBLE_DEVICES="" python3 -m flows.data --storage /root/runs-tinyv --backend namespace \
+      >"$NODE/tinyv-prep.log" 2>&1 &&
+    CUDA_VISIBLE_DEVICES="" python3 -m flows.trajectories --storage /root/runs-tinyv \
+      --model /root/tiny-random --engine transformers --device cpu --limit 32 --n 2 --turns 0 \
+      --max-new-tokens 8 --backend namespace >>"$NODE/tinyv-prep.log" 2>&1
+    echo "prep exit $? at $(elapsed) s"; tail -3 "$NODE/tinyv-prep.log" ;;
+  async-vllm-train)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model
+    # through flows.training with vLLM colocated, synchronous then --async (8 steps each)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    echo '{"training": {"generation": "vllm_colocate"}}' >"$NODE/tinyv.json"
+    for run in sync async; do
+      flag=(); [ "$run" = async ] && flag=(--async)
+      PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
+        --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --max-steps 8 \
+        --config "$NODE/tinyv.json" --backend namespace --report-to none "${flag[@]}" \
+        >"$OUT/tiny-vllm-$run.log" 2>&1
+      echo "[tiny-vllm-$run] exit $? at $(elapsed) s"
+      tr '\r' '\n' <"$OUT/tiny-vllm-$run.log" | grep -a -o -E "one step off[^']*|'overlap': \{[^}]*\}|'step_s': \[[^]]*\]|'generation_step_s': \[[^]]*\]|[A-Za-z]*Error[^\\]*" \
+        | grep -v errors.html | sort -u | head -8
     done ;;
   c)
     bash infra/gpu-bundle/install.sh

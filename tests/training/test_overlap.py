@@ -168,3 +168,15 @@ def test_the_engine_in_use_decides_the_generator(monkeypatch) -> None:
     one.attach(Trainer())
     assert isinstance(one.generator, overlap.VLLMColocated)
     one.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_failure_setting_up_the_background_thread_is_raised_as_itself(
+    tmp_path, monkeypatch
+) -> None:
+    def broken(self):
+        raise ValueError("no such CUDA device")
+
+    monkeypatch.setattr(TransformersCopy, "thread_setup", broken)
+    with pytest.raises(ValueError, match="no such CUDA device"):
+        spied_run(tmp_path, monkeypatch, True, max_steps=3)
