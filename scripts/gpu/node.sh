@@ -768,7 +768,7 @@ JSON
     # with LoRA and --share-prompts through flows.training, synchronous then --async
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     [ -f "$NODE/prep.log" ] || (prep_runs) >"$NODE/prep.log" 2>&1 &  # a fresh machine
-    echo '{"training": {"generation": "vllm_colocate"}}' >"$NODE/tinyv.json"
+    echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
     PREFECT_HOME="$NODE/prefect-tinyv" timeout 240 python3 -m flows.training \
       --storage /root/runs-default --model /root/tiny-random --preset tiny --max-steps 8 \
       --config "$NODE/tinyv.json" --backend namespace --report-to none --async \
@@ -814,11 +814,11 @@ JSON
   async-vllm-train)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model
     # through flows.training with vLLM colocated, synchronous then --async (8 steps each)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
-    echo '{"training": {"generation": "vllm_colocate"}}' >"$NODE/tinyv.json"
+    echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
     for run in sync async; do
       flag=(); [ "$run" = async ] && flag=(--async)
       PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
-        --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --max-steps 8 \
+        --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --mode single_turn --max-steps 8 \
         --config "$NODE/tinyv.json" --backend namespace --report-to none "${flag[@]}" \
         >"$OUT/tiny-vllm-$run.log" 2>&1
       echo "[tiny-vllm-$run] exit $? at $(elapsed) s"
