@@ -69,6 +69,7 @@ class TrainingPlan(BaseModel):
     gpu_bytes: int  # each process plans its micro-batch against this (the smallest GPU's)
     plans_micro_batch: bool = False  # the preset plans it from memory (paper)
     generation: str  # how GRPO samples (offline: none)
+    one_step_off: bool = False  # --async: sampling overlapped with training, staleness 1
     passes: str = "padded"  # GRPO's forward passes: padded (TRL's), trimmed or packed
     parameters: int | None = None  # the policy's, when its config was there to count
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
@@ -107,7 +108,16 @@ class TrainingPlan(BaseModel):
             f"micro-batch planned for {self.gpu_bytes / GIB:.0f} GiB a GPU on every process"
             if self.gpus and self.plans_micro_batch
             else "",
-            f"generation {self.generation}" if self.generation != "none" else "",
+            f"generation {self.generation}"
+            + (
+                " overlapped with training, one step off (vLLM awake beside it)"
+                if self.one_step_off and self.generation.startswith("vllm")
+                else " overlapped with training, one step off (a copy of the policy samples)"
+                if self.one_step_off
+                else ""
+            )
+            if self.generation != "none"
+            else "",
             f"{self.passes} forward passes" if self.generation != "none" else "",
             f"vLLM colocated, asleep while the optimizer steps: {self.vllm_share} of each GPU"
             if self.vllm_share
@@ -172,6 +182,7 @@ def plan_training(
         gpu_bytes=machine.gpu_bytes,
         plans_micro_batch=config.defaults().plan_micro_batch,
         generation=generation,
+        one_step_off=config.async_generation,
         passes=(
             "packed (prompts shared)"
             if config.share_prompts

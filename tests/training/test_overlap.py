@@ -180,3 +180,12 @@ def test_a_failure_setting_up_the_background_thread_is_raised_as_itself(
     monkeypatch.setattr(TransformersCopy, "thread_setup", broken)
     with pytest.raises(ValueError, match="no such CUDA device"):
         spied_run(tmp_path, monkeypatch, True, max_steps=3)
+
+
+def test_the_training_plan_says_generation_is_overlapped(tiny_model) -> None:
+    from cobalt.training.plan import plan_training
+
+    plan = plan_training(TrainingConfig(preset="tiny", async_generation=True), tiny_model)
+    assert "generation transformers overlapped with training, one step off (a copy of the " \
+        "policy samples)" in plan.describe()  # fmt: skip
+    assert "one step off" not in plan_training(TrainingConfig(preset="tiny"), tiny_model).describe()
