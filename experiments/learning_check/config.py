@@ -33,6 +33,8 @@ MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "multi_turn": ("grpo", "multi_turn", {}),
     "multi_turn_dense": ("grpo", "multi_turn", {"reward": "dense"}),
     "cobalt_dense": ("grpo", "cobalt", {"reward": "dense"}),
+    # issue 46: cobalt with each generation batch sampled while the one before trains (--async)
+    "cobalt_async": ("grpo", "cobalt", {"async_generation": True}),
     # issue 12: the bf16 regression variant, now fp32 master weights with bf16 compute (issue 23)
     "cobalt_bf16": ("grpo", "cobalt", {"precision": "mixed"}),
 }

@@ -247,6 +247,7 @@ def test_each_grpo_mode_and_probe_variant_builds_its_training_config(tmp_path: P
     assert configs["cobalt_bf16"].precision == "mixed" and configs["cobalt"].precision == "fp32"
     assert configs["cobalt_dense"].reward == "dense" and configs["cobalt"].reward == "correctness"
     assert configs["multi_turn"].mode == "multi_turn"
+    assert configs["cobalt_async"].async_generation and not configs["cobalt"].async_generation
     assert grpo_config("cobalt", args_for(tmp_path, "--precision", "mixed")).precision == "mixed"
     assert configs["cobalt"].overrides["gradient_accumulation_steps"] == 128 // 32
     for name, (mode, overrides, fields) in VARIANTS.items():
