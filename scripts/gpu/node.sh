@@ -77,14 +77,14 @@
 # 2026-11-29, one H200, one message: pack 158 s, pack-train 566 s, pack-collect 231 s, cluster
 # 185 s + cluster-collect 17 s (the pipeline failed: vLLM's forked engine core in the worker);
 # then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0).
-# Issue 46 --async (generation overlapped with training, one step off) on ONE GPU, one message:
-#   bash scripts/gpu/node.sh async        # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
-#       .gpu/vllm.part-00: the embedded default synchronous then --async (transformers)
-#   bash scripts/gpu/node.sh async-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the tiny model
-#       --async with vLLM colocated, then verl's shape with LoRA, synchronous and --async
+# Issue 46 --async (generation overlapped with training, one step off) on ONE GPU, one message
+# of three calls (the first GPU runs, 2026-11-29: docs/SCALING.md "Generation overlapped"):
+#   bash scripts/gpu/node.sh async-prep     # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#       .gpu/vllm.part-00: the tiny model's data, verl's data, the 8B weights
+#   bash scripts/gpu/node.sh async-train    # carry .gpu/vllm.part-01 .gpu/PARTS: the tiny model
+#       with vLLM colocated, synchronous then --async; then verl's shape with LoRA, both ways
 #   bash scripts/gpu/node.sh async-collect  # their step reports
-#   bash scripts/gpu/node.sh async-vllm        # the vLLM path alone, fresh GPU, 2 calls (carry as
-#   bash scripts/gpu/node.sh async-vllm-train  # async, async-train): tiny, sync then --async
+#   bash scripts/gpu/node.sh async          # the embedded default, synchronous then --async
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
@@ -744,14 +744,11 @@ JSON
     gpus_used cluster
     PREFECT_HOME="$NODE/prefect-cluster" python3 scripts/gpu/flow_times.py \
       --mem "$OUT/cluster.gpus.csv" --json "$OUT/cluster.stages.json" 2>&1 | tail -14 ;;
-  async)  # issue 46 --async on ONE fresh GPU, call 1 of 3 in ONE message (carry
-    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data (CPU) and the
-    # 8B weights, detached; the embedded default synchronous, then with --async on the same
-    # storage (only training and the evaluation after it run again; the tiny model samples with
-    # transformers: a copy of the policy in the background thread)
+  async)  # issue 46 --async on ONE GPU: the embedded default synchronous, then with --async on
+    # the same storage (only training and the evaluation after it run again; the tiny model
+    # samples with transformers: a copy of the policy in the background thread); carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz on a fresh machine
     bash infra/gpu-bundle/install.sh >/dev/null
-    rm -f "$NODE/prep.done"; (prep_runs) >"$NODE/prep.log" 2>&1 &
-    (build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s") &
     for run in sync async; do
       flag=(); [ "$run" = async ] && flag=(--async)
       pid=$(gpu_trace "default-$run")
@@ -760,22 +757,40 @@ JSON
       echo "[default-$run] exit $? at $(elapsed) s"; kill "$pid"
       tr '\r' '\n' <"$OUT/default-$run.log" | grep -a -E "Pass@1|one step off|Error" \
         | grep -v errors.html | tail -8
-    done
+    done ;;
+  async-prep)  # issue 46 --async with vLLM on ONE fresh GPU, call 1 of 3 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model, the
+    # embedded problems and 32 of their turn-0 trajectories (CPU); detached, verl's data (CPU)
+    # and the 8B weights
+    bash infra/gpu-bundle/install.sh >/dev/null
+    rm -f "$NODE/prep.done"; (prep_runs) >"$NODE/prep.log" 2>&1 &
+    (build_8b_weights >"$NODE/model.log" 2>&1) &
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    export PREFECT_HOME="$NODE/prefect-tinyv"
+    CUDA_VISIBLE_DEVICES="" python3 -m flows.data --storage /root/runs-tinyv --backend namespace \
+      >"$NODE/tinyv-prep.log" 2>&1 &&
+    CUDA_VISIBLE_DEVICES="" python3 -m flows.trajectories --storage /root/runs-tinyv \
+      --model /root/tiny-random --engine transformers --device cpu --limit 32 --n 2 --turns 0 \
+      --max-new-tokens 8 --backend namespace >>"$NODE/tinyv-prep.log" 2>&1
+    echo "tiny prep exit $? at $(elapsed) s"; tail -2 "$NODE/tinyv-prep.log"
     wait_for "$NODE/prep.done" 585; [ -f "$NODE/prep.done" ] || tail -5 "$NODE/prep.log" ;;
-  async-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model one
-    # step off with vLLM colocated (its engine generating on a CUDA stream of its own while the
-    # trainer trains); the 8B shape's response lengths calibrated; then, detached, verl's shape
-    # with LoRA and --share-prompts through flows.training, synchronous then --async
+  async-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model through
+    # flows.training with vLLM colocated, synchronous then --async (8 steps each: the engine
+    # generating on a CUDA stream of its own while the trainer trains); the 8B shape's response
+    # lengths calibrated; then, detached, verl's shape with LoRA and --share-prompts through
+    # flows.training, synchronous then --async (the second only if the tiny --async ran)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
-    [ -f "$NODE/prep.log" ] || (prep_runs) >"$NODE/prep.log" 2>&1 &  # a fresh machine
     echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
-    PREFECT_HOME="$NODE/prefect-tinyv" timeout 240 python3 -m flows.training \
-      --storage /root/runs-default --model /root/tiny-random --preset tiny --max-steps 8 \
-      --config "$NODE/tinyv.json" --backend namespace --report-to none --async \
-      >"$OUT/tiny-vllm-async.log" 2>&1
-    echo $? >"$NODE/tinyv.rc"; echo "[tiny-vllm-async] exit $(cat "$NODE/tinyv.rc") at $(elapsed) s"
-    tr '\r' '\n' <"$OUT/tiny-vllm-async.log" | grep -a -E "one step off|overlapped|Error|error" \
-      | grep -v errors.html | tail -6
+    for run in sync async; do
+      flag=(); [ "$run" = async ] && flag=(--async)
+      PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
+        --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --mode single_turn \
+        --max-steps 8 --config "$NODE/tinyv.json" --backend namespace --report-to none \
+        "${flag[@]}" >"$OUT/tiny-vllm-$run.log" 2>&1
+      echo $? >"$NODE/tinyv-$run.rc"; echo "[tiny-vllm-$run] exit $(cat "$NODE/tinyv-$run.rc") at $(elapsed) s"
+      tr '\r' '\n' <"$OUT/tiny-vllm-$run.log" | grep -a -o -E "one step off[^;']*|'overlap': \{[^}]*\}|'step_s': \[[^]]*\]|[A-Za-z]*Error: [^\\]*" \
+        | grep -v errors.html | sort -u | head -6
+    done
     build_8b >"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
     wait_for "$NODE/prep.done" 420; [ -f "$NODE/prep.done" ] || cat "$NODE/prep.log"
     rm -f "$NODE/async-chain.done"
@@ -789,7 +804,7 @@ JSON
       --set "generation_kwargs=$KWARGS" --share-prompts)
     fresh_runs sync async
     GPUS=1 SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}"
-    if [ "$(cat "$NODE/tinyv.rc" 2>/dev/null)" = 0 ]; then  # the vLLM path worked at small scale
+    if [ "$(cat "$NODE/tinyv-async.rc" 2>/dev/null)" = 0 ]; then  # the vLLM path ran small
       GPUS=1 SHARDING=ddp train lora-async /root/runs-verl-async "${lora[@]}" --async
     else echo "skipped: the tiny model's vLLM run one step off failed" >"$NODE/lora-async.log"
       echo 1 >"$NODE/lora-async.rc"; fi
@@ -798,32 +813,6 @@ JSON
     for run in sync:200 async:560; do
       wait_for "$NODE/lora-${run%:*}.rc" "${run#*:}"
       GPUS=1 report "lora-${run%:*}" "/root/runs-verl-${run%:*}" 1544 "verl (published, 8x H100)"
-    done ;;
-  async-vllm)  # the vLLM path of --async alone on a fresh GPU, call 1 of 2 (carry
-    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model, the
-    # embedded problems and 32 of their turn-0 trajectories (CPU)
-    bash infra/gpu-bundle/install.sh >/dev/null
-    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
-    export PREFECT_HOME="$NODE/prefect-tinyv"
-    CUDA_VISIBLE_DEVICES="" python3 -m flows.data --storage /root/runs-tinyv --backend namespace \
-      >"$NODE/tinyv-prep.log" 2>&1 &&
-    CUDA_VISIBLE_DEVICES="" python3 -m flows.trajectories --storage /root/runs-tinyv \
-      --model /root/tiny-random --engine transformers --device cpu --limit 32 --n 2 --turns 0 \
-      --max-new-tokens 8 --backend namespace >>"$NODE/tinyv-prep.log" 2>&1
-    echo "prep exit $? at $(elapsed) s"; tail -3 "$NODE/tinyv-prep.log" ;;
-  async-vllm-train)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model
-    # through flows.training with vLLM colocated, synchronous then --async (8 steps each)
-    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
-    echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
-    for run in sync async; do
-      flag=(); [ "$run" = async ] && flag=(--async)
-      PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
-        --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --mode single_turn --max-steps 8 \
-        --config "$NODE/tinyv.json" --backend namespace --report-to none "${flag[@]}" \
-        >"$OUT/tiny-vllm-$run.log" 2>&1
-      echo "[tiny-vllm-$run] exit $? at $(elapsed) s"
-      tr '\r' '\n' <"$OUT/tiny-vllm-$run.log" | grep -a -o -E "one step off[^']*|'overlap': \{[^}]*\}|'step_s': \[[^]]*\]|'generation_step_s': \[[^]]*\]|[A-Za-z]*Error[^\\]*" \
-        | grep -v errors.html | sort -u | head -8
     done ;;
   c)
     bash infra/gpu-bundle/install.sh
