@@ -6,7 +6,8 @@ before returning it sends batch k+1's prompts to a background thread, which samp
 step k trains. Each batch is therefore sampled from the weights one generation batch older than
 the weights it trains (staleness 1, the bound of verl's one-step-off and NeMo-RL's async GRPO);
 the first batch of each epoch, of a resumed run, and any batch whose prompts were not the ones
-sent ahead, are sampled the usual way, from the current weights.
+sent ahead, are sampled the usual way, from the current weights (so a resumed run's first batch
+is one step fresher than the uninterrupted run's was: the same rows, not the same samples).
 
 The loss is TRL's, unchanged: the PPO ratio's denominator is the trainer's own recomputation with
 the weights it trains (as verl's one-step-off recomputes old log-probabilities), so the samples'
@@ -45,9 +46,9 @@ log = logging.getLogger(__name__)
 
 
 class Lookahead:
-    """An iterator that can read ahead of what it has yielded: `peek(k)` is the item k places
-    after the next one (None past the end), `taken` counts the items yielded, and `chunk_start`
-    is `taken` when the trainer began its current optimizer step."""
+    """An iterator that can read ahead of what it has yielded: `peek(0)` is the next item,
+    `peek(k)` the one k places after it (None past the end); `taken` counts the items yielded,
+    and `chunk_start` is `taken` when the trainer began its current optimizer step."""
 
     def __init__(self, source: Iterator[Any]) -> None:
         self.source = source
