@@ -66,6 +66,8 @@ class Lookahead:
         return item
 
     def peek(self, offset: int) -> Any:
+        if offset < 0:
+            return None
         while len(self.buffer) <= offset and not self.exhausted:
             try:
                 self.buffer.append(next(self.source))
@@ -246,6 +248,15 @@ class OneStepOff(TrainerCallback):
     def attach(self, trainer: Any) -> None:
         """Choose the generator for the trainer's generation backend (vLLM colocated, or
         transformers), with one background thread."""
+        args = trainer.args
+        every = args.steps_per_generation * trainer.num_iterations
+        if every % args.gradient_accumulation_steps:
+            raise ValueError(
+                f"training.async_generation: a generation batch must start an optimizer step "
+                f"(steps_per_generation {args.steps_per_generation} x num_iterations "
+                f"{trainer.num_iterations} a multiple of gradient_accumulation_steps "
+                f"{args.gradient_accumulation_steps}): drop the steps_per_generation override"
+            )
         if getattr(trainer, "use_vllm", False):
             if trainer.args.vllm_mode != "colocate":
                 raise ValueError(

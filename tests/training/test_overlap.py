@@ -21,7 +21,7 @@ def test_lookahead_reads_ahead_without_losing_or_reordering_an_item() -> None:
     assert next(ahead) == 0 and ahead.taken == 1
     assert ahead.peek(2) == 3 and ahead.peek(0) == 1
     assert list(ahead) == [1, 2, 3, 4] and ahead.taken == 5
-    assert ahead.peek(0) is None  # past the end
+    assert ahead.peek(0) is None and ahead.peek(-1) is None  # past the end, before the next
 
 
 def test_async_is_refused_where_it_is_not_built_naming_the_setting() -> None:
@@ -149,13 +149,20 @@ def test_the_engine_in_use_decides_the_generator(monkeypatch) -> None:
     """A trainer on vLLM colocated must keep it awake at tensor parallel 1; a server is refused."""
 
     class Args:
+        steps_per_generation = gradient_accumulation_steps = 2
         vllm_mode = "server"
         vllm_enable_sleep_mode = False
         vllm_tensor_parallel_size = 1
 
     class Trainer:
         use_vllm = True
+        num_iterations = 1
         args = Args()
+
+    Args.steps_per_generation = 1  # two generation batches an optimizer step
+    with pytest.raises(ValueError, match="must start an optimizer step"):
+        OneStepOff().attach(Trainer())
+    Args.steps_per_generation = 4
 
     with pytest.raises(ValueError, match="vLLM server"):
         OneStepOff().attach(Trainer())
