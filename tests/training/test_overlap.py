@@ -51,7 +51,9 @@ class Nudge(TrainerCallback):
                     p.add_(0.01 * state.global_step)
 
 
-def spied_run(tmp_path, monkeypatch, async_generation: bool, lora: bool = False, **overrides):
+def spied_run(
+    tmp_path, monkeypatch, async_generation: bool, lora: bool = False, save_steps=None, **overrides
+):
     """A tiny GRPO run on the 4 rows of test_grpo_tiny, its weights nudged after each step;
     returns (the example ids of each generation batch in training order, what the background
     copy was prepared with, the run)."""
@@ -84,7 +86,7 @@ def spied_run(tmp_path, monkeypatch, async_generation: bool, lora: bool = False,
     model = build_tiny_model(tmp_path / "tiny", seed=0)
     config = TrainingConfig(
         preset="tiny", mode="cobalt", sandbox=SANDBOX, report_to=[], async_generation=async_generation,
-        lora=LoraSettings(r=4, alpha=8) if lora else None,
+        lora=LoraSettings(r=4, alpha=8) if lora else None, save_steps=save_steps,
         overrides={"per_device_train_batch_size": 2, **overrides},
     )  # fmt: skip
     run = train(config, rows(), model, tmp_path / f"out-{async_generation}", callbacks=[Nudge()])
@@ -196,3 +198,19 @@ def test_the_training_plan_says_generation_is_overlapped(tiny_model) -> None:
     assert "generation transformers overlapped with training, one step off (a copy of the " \
         "policy samples)" in plan.describe()  # fmt: skip
     assert "one step off" not in plan_training(TrainingConfig(preset="tiny"), tiny_model).describe()
+
+
+@pytest.mark.timeout(300)
+def test_a_resumed_run_samples_its_first_batch_fresh_and_trains_the_same_rows(
+    tmp_path, monkeypatch
+) -> None:
+    """Killed after a checkpoint at step 2 and run again to step 4: the resumed run trains the
+    rows the uninterrupted one trained at steps 3 and 4, its first batch sampled in place (the
+    batch in flight when it stopped is gone), the next from the background."""
+    whole, _, _ = spied_run(tmp_path / "whole", monkeypatch, True, max_steps=4)
+    first, _, _ = spied_run(tmp_path, monkeypatch, True, max_steps=2, save_steps=2)
+    assert first == whole[:2]
+    resumed, records, run = spied_run(tmp_path, monkeypatch, True, max_steps=4, save_steps=2)
+    assert resumed == whole[2:]
+    assert (run.overlap["fresh_batches"], run.overlap["overlapped_batches"]) == (1, 1)
+    assert [r["step"] for r in records] == [2, 2]  # in place at 2, then sent ahead at 2
