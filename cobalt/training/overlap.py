@@ -220,6 +220,13 @@ class TransformersCopy(Generator):
         return {"prompt_ids": job, "completion_ids": completions, "logprobs": None}
 
 
+def _steps_per_batch(trainer: Any) -> int:
+    """Optimizer steps a generation batch trains (it starts one: `OneStepOff.attach`)."""
+    args = trainer.args
+    every = args.steps_per_generation * trainer.num_iterations
+    return max(1, every // args.gradient_accumulation_steps)
+
+
 class OneStepOff(TrainerCallback):
     """TRL `rollout_func` + `TrainerCallback` sampling each generation batch while the one
     before it trains (module docstring). `attach(trainer)` after the trainer is built; `summary()`
@@ -320,9 +327,7 @@ class OneStepOff(TrainerCallback):
 
     def _upcoming(self, trainer: Any) -> list[dict[str, Any]] | None:
         """The next generation batch's rows, unless this one is the run's last."""
-        per_generation = trainer.args.steps_per_generation * trainer.num_iterations
-        steps = max(1, per_generation // trainer.args.gradient_accumulation_steps)
-        if trainer.state.global_step + steps >= trainer.state.max_steps:
+        if trainer.state.global_step + _steps_per_batch(trainer) >= trainer.state.max_steps:
             return None
         return trainer.next_generation_inputs()
 
@@ -342,9 +347,7 @@ class OneStepOff(TrainerCallback):
         trainer = self.trainer
         if self.in_flight is None or trainer is None:
             return
-        per_generation = args.steps_per_generation * trainer.num_iterations
-        steps = max(1, per_generation // args.gradient_accumulation_steps)
-        if state.global_step % steps == 0:
+        if state.global_step % _steps_per_batch(trainer) == 0:
             started = time.perf_counter()
             with profiling_context(trainer, "async.generate_wait"):
                 self.in_flight.future.exception()  # waits; a failure is raised by the rollout
