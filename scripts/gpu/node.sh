@@ -85,6 +85,12 @@
 #       with vLLM colocated, synchronous then --async; then verl's shape with LoRA, both ways
 #   bash scripts/gpu/node.sh async-collect  # their step reports
 #   bash scripts/gpu/node.sh async          # the embedded default, synchronous then --async
+#   bash scripts/gpu/node.sh async-lc       # a fresh GPU, carry .gpu/site-train.tar.xz
+#       .gpu/site-core.tar.xz .gpu/vllm.part-00: the learning check's cobalt and cobalt_async,
+#       seeds 0-2 (detached); the tiny model's data
+#   bash scripts/gpu/node.sh async-vllm     # carry .gpu/vllm.part-01 .gpu/PARTS: the check's
+#       outputs; the tiny model with vLLM colocated, synchronous then --async
+#   bash scripts/gpu/node.sh async-lc2      # seeds 3 and 4 (then --aggregate both here)
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
@@ -289,6 +295,43 @@ for line in open(sys.argv[1]):
 for gpu in sorted(seen):
     print(f"GPU {gpu}: peak {peak[gpu]} MiB, busy in {busy[gpu]} of {seen[gpu]} samples")
 PY
+}
+tinyv_prep() {  # the tiny random model, the embedded problems and 32 turn-0 trajectories (CPU)
+  python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+  export PREFECT_HOME="$NODE/prefect-tinyv"
+  CUDA_VISIBLE_DEVICES="" python3 -m flows.data --storage /root/runs-tinyv --backend namespace \
+    >"$NODE/tinyv-prep.log" 2>&1 &&
+  CUDA_VISIBLE_DEVICES="" python3 -m flows.trajectories --storage /root/runs-tinyv \
+    --model /root/tiny-random --engine transformers --device cpu --limit 32 --n 2 --turns 0 \
+    --max-new-tokens 8 --backend namespace >>"$NODE/tinyv-prep.log" 2>&1
+  echo "tiny prep exit $? at $(elapsed) s"; tail -2 "$NODE/tinyv-prep.log"
+}
+tinyv_pair() {  # the tiny model through flows.training with vLLM colocated, 8 steps synchronous
+  # then 8 --async (each step's generation batch sampled while the step before trains)
+  echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
+  for run in sync async; do
+    flag=(); [ "$run" = async ] && flag=(--async)
+    PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
+      --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --mode single_turn \
+      --max-steps 8 --config "$NODE/tinyv.json" --backend namespace --report-to none \
+      "${flag[@]}" >"$OUT/tiny-vllm-$run.log" 2>&1
+    echo $? >"$NODE/tinyv-$run.rc"; echo "[tiny-vllm-$run] exit $(cat "$NODE/tinyv-$run.rc") at $(elapsed) s"
+    tr '\r' '\n' <"$OUT/tiny-vllm-$run.log" | grep -a -o -E "one step off[^;']*|'overlap': \{[^}]*\}|'step_s': \[[^]]*\]|[A-Za-z]*Error: [^\\]*" \
+      | grep -v errors.html | sort -u | head -6
+  done
+}
+lc_start() {  # NAME SEEDS PARALLEL DEADLINE_S: the learning check's cobalt and cobalt_async, detached
+  rm -f "$NODE/$1.rc"; rm -rf "/root/$1"
+  setsid nohup bash -c "python3 -m experiments.learning_check --out /root/$1 --seeds $2 \
+    --parallel $3 --deadline-s $4 --modes cobalt,cobalt_async >$NODE/$1.log 2>&1; echo \$? >$NODE/$1.rc" \
+    </dev/null >/dev/null 2>&1 &
+}
+lc_collect() {  # NAME: its log and outputs (no weights) into $OUT, and its verdict
+  echo "[$1] exit $(cat "$NODE/$1.rc" 2>/dev/null || echo running) at $(elapsed) s"
+  cp "$NODE/$1.log" "$OUT/" 2>/dev/null; tail -4 "$NODE/$1.log"
+  tar -czf "$OUT/$1.tgz" --exclude='*.safetensors' --exclude='*.bin' --exclude='*.pt' \
+    --exclude='tensorboard' -C /root "$1" 2>/dev/null
+  grep -a -E "^\| (comparison|cobalt)" "/root/$1/REPORT.md" 2>/dev/null | head -12
 }
 fork_probe() {  # a GPU counted, not used (as a Dask worker before vLLM): can a forked child use CUDA?
   python3 -c 'import os, torch
@@ -758,6 +801,22 @@ JSON
       tr '\r' '\n' <"$OUT/default-$run.log" | grep -a -E "Pass@1|one step off|Error" \
         | grep -v errors.html | tail -8
     done ;;
+  async-lc)  # issue 46: the learning check's cobalt_async against cobalt, and the vLLM path, on
+    # ONE fresh GPU, call 1 of 3 in ONE message (carry .gpu/site-train.tar.xz
+    # .gpu/site-core.tar.xz .gpu/vllm.part-00): seeds 0-2 at once, detached (it ends in call 2),
+    # the tiny model's data for async-vllm on the CPU beside it
+    bash infra/gpu-bundle/install.sh >/dev/null
+    lc_start lc-async-a 0,1,2 3 "${LC_DEADLINE_S:-700}"
+    tinyv_prep
+    wait_for "$NODE/lc-async-a.rc" 585; tail -3 "$NODE/lc-async-a.log" ;;
+  async-vllm)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM installed while the check
+    # ends, its outputs collected; then the tiny model with vLLM colocated, sync then --async
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    wait_for "$NODE/lc-async-a.rc" 250; lc_collect lc-async-a
+    tinyv_pair ;;
+  async-lc2)  # call 3 of 3: seeds 3 and 4 at once, within the call
+    lc_start lc-async-b 3,4 2 "${LC_DEADLINE_S:-480}"
+    wait_for "$NODE/lc-async-b.rc" 500; lc_collect lc-async-b ;;
   async-prep)  # issue 46 --async with vLLM on ONE fresh GPU, call 1 of 3 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model, the
     # embedded problems and 32 of their turn-0 trajectories (CPU); detached, verl's data (CPU)
@@ -765,14 +824,7 @@ JSON
     bash infra/gpu-bundle/install.sh >/dev/null
     rm -f "$NODE/prep.done"; (prep_runs) >"$NODE/prep.log" 2>&1 &
     (build_8b_weights >"$NODE/model.log" 2>&1) &
-    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
-    export PREFECT_HOME="$NODE/prefect-tinyv"
-    CUDA_VISIBLE_DEVICES="" python3 -m flows.data --storage /root/runs-tinyv --backend namespace \
-      >"$NODE/tinyv-prep.log" 2>&1 &&
-    CUDA_VISIBLE_DEVICES="" python3 -m flows.trajectories --storage /root/runs-tinyv \
-      --model /root/tiny-random --engine transformers --device cpu --limit 32 --n 2 --turns 0 \
-      --max-new-tokens 8 --backend namespace >>"$NODE/tinyv-prep.log" 2>&1
-    echo "tiny prep exit $? at $(elapsed) s"; tail -2 "$NODE/tinyv-prep.log"
+    tinyv_prep
     wait_for "$NODE/prep.done" 585; [ -f "$NODE/prep.done" ] || tail -5 "$NODE/prep.log" ;;
   async-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the tiny model through
     # flows.training with vLLM colocated, synchronous then --async (8 steps each: the engine
@@ -780,17 +832,7 @@ JSON
     # lengths calibrated; then, detached, verl's shape with LoRA and --share-prompts through
     # flows.training, synchronous then --async (the second only if the tiny --async ran)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
-    echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
-    for run in sync async; do
-      flag=(); [ "$run" = async ] && flag=(--async)
-      PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
-        --storage /root/runs-tinyv --model /root/tiny-random --preset tiny --mode single_turn \
-        --max-steps 8 --config "$NODE/tinyv.json" --backend namespace --report-to none \
-        "${flag[@]}" >"$OUT/tiny-vllm-$run.log" 2>&1
-      echo $? >"$NODE/tinyv-$run.rc"; echo "[tiny-vllm-$run] exit $(cat "$NODE/tinyv-$run.rc") at $(elapsed) s"
-      tr '\r' '\n' <"$OUT/tiny-vllm-$run.log" | grep -a -o -E "one step off[^;']*|'overlap': \{[^}]*\}|'step_s': \[[^]]*\]|[A-Za-z]*Error: [^\\]*" \
-        | grep -v errors.html | sort -u | head -6
-    done
+    tinyv_pair
     build_8b >"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
     wait_for "$NODE/prep.done" 420; [ -f "$NODE/prep.done" ] || cat "$NODE/prep.log"
     rm -f "$NODE/async-chain.done"
