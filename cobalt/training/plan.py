@@ -200,6 +200,8 @@ def plan_training(
     from transformers import AutoConfig
 
     model_config = AutoConfig.from_pretrained(str(model))
+    if kwargs is not None:
+        check_context(config, kwargs, model_config, model)
     parameters = parameter_count(model_config)
     reference = (
         config.mode != "offline" and config.lora is None and bool((kwargs or {}).get("beta"))
@@ -226,6 +228,35 @@ def plan_training(
     return plan.model_copy(
         update={"parameters": parameters, "vllm_share": share, "host_bytes_needed": needed}
     )
+
+
+def check_context(
+    config: TrainingConfig, kwargs: dict[str, Any], model_config: Any, model: str | Path
+) -> None:
+    """With vLLM generating, its context (a prompt at the limit and its completion, or
+    `--set vllm_max_model_length`) fits the model's positions: vLLM refuses a longer one at
+    start-up, after the stage has loaded everything."""
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if not positions or not kwargs.get("use_vllm"):
+        return
+    completion = int(kwargs["max_completion_length"])
+    if "vllm_max_model_length" in config.overrides:
+        context = int(config.overrides["vllm_max_model_length"])
+        if context > positions:
+            raise ShardingError(
+                f"training.overrides vllm_max_model_length {context} exceeds the model's "
+                f"{positions} positions (max_position_embeddings in {model}/config.json): "
+                f"use --set vllm_max_model_length={positions} or less"
+            )
+        return
+    context = config.prompt_limit() + completion
+    if context > positions:
+        raise ShardingError(
+            f"training.max_prompt_length {config.prompt_limit()} + max_completion_length "
+            f"{completion} = {context} tokens exceed the model's {positions} positions "
+            f"(max_position_embeddings in {model}/config.json): lower training.max_prompt_length "
+            f"to {positions - completion} or less, or max_completion_length (--set)"
+        )
 
 
 def check_processes(config: TrainingConfig, gpus: int) -> None:

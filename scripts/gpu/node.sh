@@ -91,6 +91,7 @@
 #   bash scripts/gpu/node.sh async-vllm     # carry .gpu/vllm.part-01 .gpu/PARTS: the check's
 #       outputs; the tiny model with vLLM colocated, synchronous then --async
 #   bash scripts/gpu/node.sh async-lc2      # seeds 3 and 4 (then --aggregate both here)
+#   bash scripts/gpu/node.sh tinyv; bash scripts/gpu/node.sh tinyv-pair  # the vLLM check alone
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then
@@ -307,8 +308,9 @@ tinyv_prep() {  # the tiny random model, the embedded problems and 32 turn-0 tra
   echo "tiny prep exit $? at $(elapsed) s"; tail -2 "$NODE/tinyv-prep.log"
 }
 tinyv_pair() {  # the tiny model through flows.training with vLLM colocated, 8 steps synchronous
-  # then 8 --async (each step's generation batch sampled while the step before trains)
-  echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4096}}' >"$NODE/tinyv.json"
+  # then 8 --async (each generation batch sampled while the step before trains); the prompt
+  # limit is the tiny model's 4,096 positions less the tiny preset's 24-token completion
+  echo '{"training": {"generation": "vllm_colocate", "max_prompt_length": 4072}}' >"$NODE/tinyv.json"
   for run in sync async; do
     flag=(); [ "$run" = async ] && flag=(--async)
     PREFECT_HOME="$NODE/prefect-tinyv" timeout 200 python3 -m flows.training \
@@ -814,6 +816,11 @@ JSON
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     wait_for "$NODE/lc-async-a.rc" 250; lc_collect lc-async-a
     tinyv_pair ;;
+  tinyv)  # the vLLM --async check alone on a fresh GPU, call 1 of 2 (carry .gpu/site-train.tar.xz
+    # .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model's data
+    bash infra/gpu-bundle/install.sh >/dev/null; tinyv_prep ;;
+  tinyv-pair)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM, then the pair
+    bash infra/gpu-bundle/install.sh; tinyv_pair ;;
   async-lc2)  # call 3 of 3: seeds 3 and 4 at once, within the call
     lc_start lc-async-b 3,4 2 "${LC_DEADLINE_S:-480}"
     wait_for "$NODE/lc-async-b.rc" 500; lc_collect lc-async-b ;;

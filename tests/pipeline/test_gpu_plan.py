@@ -77,3 +77,34 @@ def test_an_8b_model_is_served_on_every_gpu_and_needs_litellm(vllm_here, tmp_pat
                        r"--data-parallel-size 4\) and reached through LiteLLM, which is not "
                        r"installed here: pip install litellm .*--gpus 1"):  # fmt: skip
         plan_run(params, model, FOUR_H100)
+
+
+def test_a_vllm_context_beyond_the_models_positions_is_refused_before_any_work(
+    vllm_here, tiny_model
+) -> None:
+    """vLLM refuses a max_model_len past max_position_embeddings only at its start-up, once the
+    stage has loaded everything (seen on an H200: a prompt limit of 4,096 + 24 on the tiny model);
+    the plan says it first, naming the settings and the largest that fits."""
+    from cobalt.errors import UserError
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.plan import plan_training
+
+    one_h200 = Machine(1, 140 * GIB, "NVIDIA H200", 100 * GIB, 16)
+    vllm = {"preset": "tiny", "mode": "single_turn", "generation": "vllm_colocate"}
+    completion = TrainingConfig(**vllm).grpo_kwargs("plan")["max_completion_length"]
+    with pytest.raises(UserError) as refused:
+        plan_training(TrainingConfig(**vllm, max_prompt_length=4096), tiny_model, one_h200)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"max_prompt_length 4096 + max_completion_length {completion}" in message
+    assert f"to {4096 - completion} or less" in message
+    fits = TrainingConfig(**vllm, max_prompt_length=4096 - completion)
+    assert plan_training(fits, tiny_model, one_h200).generation == "vllm_colocate"
+    # vLLM's own setting, when given, is the one checked
+    with pytest.raises(UserError, match="vllm_max_model_length 8192 exceeds the model's 4096"):
+        plan_training(
+            TrainingConfig(**vllm, overrides={"vllm_max_model_length": 8192}), tiny_model, one_h200
+        )
+    # transformers generation is not vLLM's limit: the same prompt limit plans
+    plain = TrainingConfig(preset="tiny", mode="single_turn", generation="transformers")
+    assert plan_training(plain.model_copy(update={"max_prompt_length": 4096}), tiny_model, one_h200)
