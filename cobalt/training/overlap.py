@@ -251,6 +251,7 @@ class OneStepOff(TrainerCallback):
         self.overlapped = 0
         self.fresh = 0
         self.wait_s = 0.0
+        self.batches_per_epoch: int | None = None
 
     def attach(self, trainer: Any) -> None:
         """Choose the generator for the trainer's generation backend (vLLM colocated, or
@@ -339,6 +340,28 @@ class OneStepOff(TrainerCallback):
             self.wait_s += time.perf_counter() - started
 
     # --- TrainerCallback -------------------------------------------------------------------
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        """Count an epoch's generation batches and warn when there is only one: each epoch's
+        first batch is sampled in place (the next epoch's rows are not read ahead), so such a
+        run overlaps nothing and computes what the synchronous one does."""
+        trainer = self.trainer
+        if trainer is None or train_dataloader is None:
+            return
+        try:
+            items = len(train_dataloader)
+        except TypeError:
+            return
+        every = args.steps_per_generation * trainer.num_iterations
+        self.batches_per_epoch = max(1, -(-items // every))
+        if self.batches_per_epoch == 1:
+            prompts = args.generation_batch_size // trainer.num_generations
+            log.warning(
+                "training.async_generation: an epoch of these rows is one generation batch "
+                "(%d prompts), and each epoch's first batch is sampled in place: nothing will "
+                "overlap. More rows, or a smaller generation_batch_size, let batches overlap",
+                prompts,
+            )
+
     def on_step_begin(self, args, state, control, **kwargs):
         """Before a step that generates, let the batch in flight finish: TRL then loads the
         weights into the engine, which must be idle."""
@@ -373,5 +396,6 @@ class OneStepOff(TrainerCallback):
             "generator": type(self.generator).__name__ if self.generator else None,
             "overlapped_batches": self.overlapped,
             "fresh_batches": self.fresh,
+            "batches_per_epoch": self.batches_per_epoch,
             "wait_s": round(self.wait_s, 3),
         }

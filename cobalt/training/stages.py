@@ -470,6 +470,20 @@ class TrainingSummary(BaseModel):
     line: str
 
 
+def overlap_phrase(overlap: dict[str, Any] | None) -> str:
+    """'one step off: 6 of 8 generation batches overlapped; ' for an --async run, else ''."""
+    if not overlap:
+        return ""
+    done = overlap.get("overlapped_batches", 0)
+    total = done + overlap.get("fresh_batches", 0)
+    why = (
+        " (an epoch is one generation batch: each sampled in place)"
+        if (overlap.get("batches_per_epoch") == 1)
+        else ""
+    )
+    return f"one step off: {done} of {total} generation batches overlapped{why}; "
+
+
 def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:
     """One line for the log, naming the policy as a later --model takes it (its directory in
     storage); the trained model as a local directory."""
@@ -494,8 +508,8 @@ def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> 
             f"({stats.get('problems_with_repairs')} with repair contexts); "
             f"{params.training.mode} GRPO, {policy.steps} steps, reward "
             f"{ps.get('reward_first')} -> {ps.get('reward_last')}; "
-            f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; {spent}; "
-            f"policy (--model): {policy.uri}"
+            f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; "
+            f"{overlap_phrase(ps.get('overlap'))}{spent}; policy (--model): {policy.uri}"
         )
     return TrainingSummary(
         dataset=dataset,

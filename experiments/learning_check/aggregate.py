@@ -335,6 +335,8 @@ def training(primary: dict[int, dict]) -> dict[str, Any]:
             "gpu_busy_s": spread_of(values(lambda t: t["cost"]["gpu_busy_s"])),
             "gpu_peak_memory_gib": spread_of(values(lambda t: t["cost"]["gpu_peak_memory_gib"])),
             "step_s_median": spread_of(step_medians),
+            # --async: per seed, the batches sampled in the background and in place
+            "overlap": {s: t["overlap"] for s, t in done.items() if t.get("overlap")},
             "reward_share": _mean(values(lambda t: t["step_time"]["reward_share"])),
             "objective": next((t.get("objective") for t in done.values()), None),
             "passes_over_rows": _mean(values(lambda t: t["passes_over_rows"])),

@@ -377,6 +377,19 @@ def training_lines(s: dict[str, Any]) -> list[str]:
         ratio = bf16["step_s_median"]["mean"] / fp32["step_s_median"]["mean"]
         lines += ["", f"bf16 autocast / float32 cobalt step time: {ratio:.2f}."]
     for mode, t in s["training"].items():
+        if t.get("overlap"):
+            per_seed = ", ".join(
+                f"seed {seed} {o['overlapped_batches']} of "
+                f"{o['overlapped_batches'] + o['fresh_batches']}"
+                + (" (an epoch is one batch)" if o.get("batches_per_epoch") == 1 else "")
+                for seed, o in t["overlap"].items()
+            )
+            lines += [
+                "",
+                f"{mode}: generation batches sampled while the step before trained (the rest "
+                f"in place, from the current weights): {per_seed}.",
+            ]
+    for mode, t in s["training"].items():
         for seed, error in t.get("errors", {}).items():
             lines += ["", f"{mode}, seed {seed}: {str(error)[:400]}"]
     return [*lines, ""]

@@ -204,6 +204,7 @@ def train_mode(
         "cost": cost.summary(),
         "step_time": summary,
         "step_time_per_step": [{k: round(v, 4) for k, v in s.items()} for s in timer.steps],
+        "overlap": run.overlap,  # --async: batches sampled in the background / in place
         "reward_wait_goal_met": summary["reward_share"] < GOAL_REWARD_SHARE,
         "curve": [{k: h[k] for k in keep if k in h} for h in steps],
         "grpo_config": config.grpo_kwargs(out_dir) | {"output_dir": "<work>"},

@@ -92,6 +92,9 @@
 #       outputs; the tiny model with vLLM colocated, synchronous then --async
 #   bash scripts/gpu/node.sh async-lc2      # seeds 3 and 4 (then --aggregate both here)
 #   bash scripts/gpu/node.sh tinyv; bash scripts/gpu/node.sh tinyv-pair  # the vLLM check alone
+# 2026-11-29 (third), one H200, one message: async-lc 421 s, async-vllm 317 s (the tiny pair
+# failed: a context past the model's positions, refused by the plan since), async-lc2 376 s; then
+# a fresh machine: tinyv 87 s, tinyv-pair 274 s (both exit 0): 1,583 s held of the 1,800.
 #   bash scripts/gpu/node.sh memory      # a fresh GPU, call 1 (carry .gpu/site-train.tar.xz
 #       .gpu/site-core.tar.xz .gpu/vllm.part-00): memory_calibrate.py, the tiny random model
 #   bash scripts/gpu/node.sh cluster     # call 2 (carry .gpu/vllm.part-01 .gpu/PARTS), then

@@ -130,6 +130,34 @@ def test_a_generation_batch_of_two_optimizer_steps_is_sent_one_batch_ahead(
 
 
 @pytest.mark.timeout(300)
+def test_an_epoch_of_one_generation_batch_overlaps_nothing_and_says_so(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    """All 4 rows in one generation batch (4 steps of it): every batch opens an epoch and is
+    sampled in place, so the run is the synchronous one (seen on an H200: a learning-check seed
+    of 31 rows at 16 prompts a batch gave --async weights identical to synchronous). The run
+    warns, its stats and the stage's summary line say so."""
+    from cobalt.training.stages import overlap_phrase
+
+    over = {"max_steps": 8, "generation_batch_size": 8}
+    with caplog.at_level("WARNING", logger="cobalt.training.overlap"):
+        order, records, run = spied_run(tmp_path, monkeypatch, True, **over)
+    assert len(order) == 2 and [r["step"] for r in records] == [0, 4]
+    assert run.overlap["batches_per_epoch"] == 1
+    assert (run.overlap["overlapped_batches"], run.overlap["fresh_batches"]) == (0, 2)
+    assert "an epoch of these rows is one generation batch (4 prompts)" in caplog.text
+    phrase = overlap_phrase(run.overlap)
+    assert phrase.startswith("one step off: 0 of 2 generation batches overlapped (an epoch is")
+    # an epoch of several batches: no warning, and the phrase counts them
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="cobalt.training.overlap"):
+        _, _, several = spied_run(tmp_path, monkeypatch, True, max_steps=4)
+    assert several.overlap["batches_per_epoch"] == 4 and "one generation batch" not in caplog.text
+    assert overlap_phrase(several.overlap) == "one step off: 3 of 4 generation batches overlapped; "
+    assert overlap_phrase(None) == ""
+
+
+@pytest.mark.timeout(300)
 def test_a_failure_in_the_background_stops_the_run_with_its_own_error(
     tmp_path, monkeypatch
 ) -> None:
