@@ -80,14 +80,46 @@ class CobaltGRPOTrainer(GRPOTrainer):
             epoch_iterator = self._lookahead
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
+    def _get_train_sampler(self, dataset: Any = None) -> Any:
+        self._train_sampler = super()._get_train_sampler(dataset)
+        return self._train_sampler
+
     def next_generation_inputs(self) -> list[dict[str, Any]] | None:
-        """With `lookahead`, during the first optimizer step of a generation batch: the rows of
-        the next generation batch of this epoch (None: none left in the epoch)."""
+        """With `lookahead`, during the first optimizer step of a generation batch: this
+        process's rows of the next generation batch, from this epoch's loader, or past its end
+        the next epoch's first batch (`next_epoch_first_inputs`)."""
         ahead = self._lookahead
         if ahead is None:
             return None
         every = self.args.steps_per_generation * self.num_iterations
-        return ahead.peek(ahead.chunk_start + every - ahead.taken)
+        upcoming = ahead.peek(ahead.chunk_start + every - ahead.taken)
+        return self.next_epoch_first_inputs() if upcoming is None else upcoming
+
+    def next_epoch_first_inputs(self) -> list[dict[str, Any]] | None:
+        """This process's rows of the next epoch's first generation batch, before the epoch
+        starts: TRL's `RepeatSampler` draws each epoch's order from its own generator when the
+        epoch begins, so the next order is the next draw from a copy of that generator (nothing
+        is drawn from the original); its first `batch_size` prompts, each `mini_repeat_count`
+        times, split over the processes in order as accelerate shards the loader's batches.
+        None with another sampler. A wrong guess costs one batch sampled twice, never the
+        update: the prompts TRL then asks for are compared with these (`OneStepOff`)."""
+        from trl.trainer.grpo_trainer import RepeatSampler
+
+        sampler = getattr(self, "_train_sampler", None)
+        if not isinstance(sampler, RepeatSampler):
+            return None
+        if sampler.shuffle:
+            generator = torch.Generator()
+            generator.set_state(sampler.generator.get_state())
+            order = torch.randperm(sampler.num_samples, generator=generator).tolist()
+        else:
+            order = list(range(sampler.num_samples))
+        if len(order) < sampler.batch_size:
+            return None
+        batch = [i for i in order[: sampler.batch_size] for _ in range(sampler.mini_repeat_count)]
+        share = len(batch) // self.accelerator.num_processes
+        start = self.accelerator.process_index * share
+        return [sampler.data_source[i] for i in batch[start : start + share]]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> Any:
         # TRL takes the prompts from `inputs` in this order and hands them to rollout_func

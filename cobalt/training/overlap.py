@@ -5,7 +5,7 @@ generation batch k's completions it hands back the ones sampled while step k-1 t
 before returning it sends batch k+1's prompts to a background thread, which samples them while
 step k trains. Each batch is therefore sampled from the weights one generation batch older than
 the weights it trains (staleness 1, the bound of verl's one-step-off and NeMo-RL's async GRPO);
-the first batch of each epoch, of a resumed run, and any batch whose prompts were not the ones
+the run's first batch, a resumed run's first, and any batch whose prompts were not the ones
 sent ahead, are sampled the usual way, from the current weights (so a resumed run's first batch
 is one step fresher than the uninterrupted run's was: the same rows, not the same samples).
 
@@ -16,7 +16,8 @@ age is not corrected unless TRL's importance-sampling correction is on
 sampler's probability, capped). Rewards are computed in the trainer's thread, as before.
 
 The next batch's prompts come from the trainer's own data loader, read one generation batch ahead
-(`CobaltGRPOTrainer(lookahead=True)`, `Lookahead`), so the rows and their order are those of the
+(`CobaltGRPOTrainer(lookahead=True)`, `Lookahead`; past an epoch's end, the next epoch's first
+batch from the next draw of its sampler's order), so the rows and their order are those of the
 synchronous run. Where the samples come from (`Generator`):
 
 - `VLLMColocated`: the trainer's colocated vLLM engine, kept awake (no sleep mode: it generates
@@ -220,6 +221,19 @@ class TransformersCopy(Generator):
         return {"prompt_ids": job, "completion_ids": completions, "logprobs": None}
 
 
+def _on_every_process(flag: bool, trainer: Any) -> bool:
+    """Whether `flag` holds on every process: a batch sent ahead for other prompts on one
+    process sends them all down the in-place path, whose weight refresh under FSDP is a
+    collective that every process must join."""
+    accelerator = trainer.accelerator
+    if accelerator.num_processes == 1:
+        return flag
+    import torch
+
+    votes = accelerator.reduce(torch.tensor([int(flag)], device=accelerator.device), "sum")
+    return int(votes.item()) == accelerator.num_processes
+
+
 def _steps_per_batch(trainer: Any) -> int:
     """Optimizer steps a generation batch trains (it starts one: `OneStepOff.attach`)."""
     args = trainer.args
@@ -251,7 +265,6 @@ class OneStepOff(TrainerCallback):
         self.overlapped = 0
         self.fresh = 0
         self.wait_s = 0.0
-        self.batches_per_epoch: int | None = None
 
     def attach(self, trainer: Any) -> None:
         """Choose the generator for the trainer's generation backend (vLLM colocated, or
@@ -301,7 +314,7 @@ class OneStepOff(TrainerCallback):
 
         assert self.generator is not None and self.pool is not None, "attach(trainer) first"
         ahead, self.in_flight = self.in_flight, None
-        if ahead is not None and ahead.prompts == prompts:
+        if ahead is not None and _on_every_process(ahead.prompts == prompts, trainer):
             output = self._wait(ahead)
             self.overlapped += 1
         else:
@@ -340,28 +353,6 @@ class OneStepOff(TrainerCallback):
             self.wait_s += time.perf_counter() - started
 
     # --- TrainerCallback -------------------------------------------------------------------
-    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
-        """Count an epoch's generation batches and warn when there is only one: each epoch's
-        first batch is sampled in place (the next epoch's rows are not read ahead), so such a
-        run overlaps nothing and computes what the synchronous one does."""
-        trainer = self.trainer
-        if trainer is None or train_dataloader is None:
-            return
-        try:
-            items = len(train_dataloader)
-        except TypeError:
-            return
-        every = args.steps_per_generation * trainer.num_iterations
-        self.batches_per_epoch = max(1, -(-items // every))
-        if self.batches_per_epoch == 1:
-            prompts = args.generation_batch_size // trainer.num_generations
-            log.warning(
-                "training.async_generation: an epoch of these rows is one generation batch "
-                "(%d prompts), and each epoch's first batch is sampled in place: nothing will "
-                "overlap. More rows, or a smaller generation_batch_size, let batches overlap",
-                prompts,
-            )
-
     def on_step_begin(self, args, state, control, **kwargs):
         """Before a step that generates, let the batch in flight finish: TRL then loads the
         weights into the engine, which must be idle."""
@@ -396,6 +387,5 @@ class OneStepOff(TrainerCallback):
             "generator": type(self.generator).__name__ if self.generator else None,
             "overlapped_batches": self.overlapped,
             "fresh_batches": self.fresh,
-            "batches_per_epoch": self.batches_per_epoch,
             "wait_s": round(self.wait_s, 3),
         }

@@ -471,17 +471,12 @@ class TrainingSummary(BaseModel):
 
 
 def overlap_phrase(overlap: dict[str, Any] | None) -> str:
-    """'one step off: 6 of 8 generation batches overlapped; ' for an --async run, else ''."""
+    """'one step off: 7 of 8 generation batches overlapped; ' for an --async run, else ''."""
     if not overlap:
         return ""
     done = overlap.get("overlapped_batches", 0)
     total = done + overlap.get("fresh_batches", 0)
-    why = (
-        " (an epoch is one generation batch: each sampled in place)"
-        if (overlap.get("batches_per_epoch") == 1)
-        else ""
-    )
-    return f"one step off: {done} of {total} generation batches overlapped{why}; "
+    return f"one step off: {done} of {total} generation batches overlapped; "
 
 
 def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:

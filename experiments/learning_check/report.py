@@ -381,7 +381,6 @@ def training_lines(s: dict[str, Any]) -> list[str]:
             per_seed = ", ".join(
                 f"seed {seed} {o['overlapped_batches']} of "
                 f"{o['overlapped_batches'] + o['fresh_batches']}"
-                + (" (an epoch is one batch)" if o.get("batches_per_epoch") == 1 else "")
                 for seed, o in t["overlap"].items()
             )
             lines += [

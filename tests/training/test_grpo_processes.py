@@ -510,14 +510,17 @@ def test_async_generation_under_fsdp_gathers_the_weights_it_samples_from(
     tmp_path, fsdp_on_cpu
 ) -> None:
     """One step off on two fsdp processes: each process's background copy is refreshed from the
-    sharded policy (a gather every process joins) before each batch is sent ahead; the run ends
-    with every batch after the first served from the background, nothing hanging."""
+    sharded policy (a gather every process joins) before each batch is sent ahead; across the
+    epoch's end (4 batches of 1 prompt an epoch) each process reads its share of the next
+    epoch's first batch right; the run ends with every batch after the first served from the
+    background, nothing hanging."""
     from engines.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0)
     fsdp_on_cpu("1")
-    config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 3, "async_generation": True}
+    config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 6, "async_generation": True}
     history, timing, extra = run_job(job(tmp_path, str(model), **config))
-    assert [h["step"] for h in history if "loss" in h] == [1, 2, 3]
-    assert extra["overlap"]["overlapped_batches"] == 2 and extra["overlap"]["fresh_batches"] == 1
+    assert [h["step"] for h in history if "loss" in h] == [1, 2, 3, 4, 5, 6]
+    assert [h["epoch"] for h in history if "loss" in h][3:5] == [1.0, 1.25]  # a second epoch
+    assert extra["overlap"]["overlapped_batches"] == 5 and extra["overlap"]["fresh_batches"] == 1
     assert timing["processes"] == 2

@@ -130,30 +130,30 @@ def test_a_generation_batch_of_two_optimizer_steps_is_sent_one_batch_ahead(
 
 
 @pytest.mark.timeout(300)
-def test_an_epoch_of_one_generation_batch_overlaps_nothing_and_says_so(
-    tmp_path, monkeypatch, caplog
+@pytest.mark.parametrize("batch", [2, 8], ids=["four-batches-an-epoch", "one-batch-an-epoch"])
+def test_the_next_epochs_first_batch_is_sent_ahead_from_the_samplers_next_order(
+    tmp_path, monkeypatch, caplog, batch
 ) -> None:
-    """All 4 rows in one generation batch (4 steps of it): every batch opens an epoch and is
-    sampled in place, so the run is the synchronous one (seen on an H200: a learning-check seed
-    of 31 rows at 16 prompts a batch gave --async weights identical to synchronous). The run
-    warns, its stats and the stage's summary line say so."""
+    """Two epochs of the 4 rows, as 4 generation batches of 1 prompt each or as one of 4 prompts
+    (4 steps of it): the batch after an epoch's last is read from the next draw of TRL's sampler
+    before that epoch starts, so only the run's first batch is sampled in place, and the rows
+    train in the synchronous order (each epoch's first batch was once sampled in place:
+    with one batch an epoch, seen on an H200, --async overlapped nothing)."""
     from cobalt.training.stages import overlap_phrase
 
-    over = {"max_steps": 8, "generation_batch_size": 8}
+    over = {"max_steps": 8, "generation_batch_size": batch}
+    sync_order, _, _ = spied_run(tmp_path, monkeypatch, False, **over)
     with caplog.at_level("WARNING", logger="cobalt.training.overlap"):
         order, records, run = spied_run(tmp_path, monkeypatch, True, **over)
-    assert len(order) == 2 and [r["step"] for r in records] == [0, 4]
-    assert run.overlap["batches_per_epoch"] == 1
-    assert (run.overlap["overlapped_batches"], run.overlap["fresh_batches"]) == (0, 2)
-    assert "an epoch of these rows is one generation batch (4 prompts)" in caplog.text
-    phrase = overlap_phrase(run.overlap)
-    assert phrase.startswith("one step off: 0 of 2 generation batches overlapped (an epoch is")
-    # an epoch of several batches: no warning, and the phrase counts them
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="cobalt.training.overlap"):
-        _, _, several = spied_run(tmp_path, monkeypatch, True, max_steps=4)
-    assert several.overlap["batches_per_epoch"] == 4 and "one generation batch" not in caplog.text
-    assert overlap_phrase(several.overlap) == "one step off: 3 of 4 generation batches overlapped; "
+    batches = 8 * 2 // batch
+    assert order == sync_order and len(order) == batches
+    assert len({tuple(sorted(ids)) for ids in order}) == batches // 2  # each row in both epochs
+    assert (run.overlap["overlapped_batches"], run.overlap["fresh_batches"]) == (batches - 1, 1)
+    assert all(r["weights_current"] for r in records)
+    assert "not the one trained next" not in caplog.text  # every guess was right
+    assert overlap_phrase(run.overlap) == (
+        f"one step off: {batches - 1} of {batches} generation batches overlapped; "
+    )
     assert overlap_phrase(None) == ""
 
 
