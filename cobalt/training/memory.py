@@ -13,6 +13,8 @@ config, `engines.memory` for the per-layer shapes):
            + the frozen reference model (full fine-tuning with a KL term), / N when sharded
            + vLLM's share when it is colocated and awake while the optimizer steps
              (vllm_gpu_memory_utilization x the GPU; 0 in sleep mode, `vllm_share` plans it)
+           + --async with transformers generation: a whole copy of the policy, on every process
+             (`sampler_copy_bytes`)
            + when sharded, what is gathered whole at a time (`gathered_bytes`: the root's
              embeddings and head, the head's gradient, two decoder layers and their gradients),
              in the trainable dtype (FSDP gathers the float32 master weights under `mixed`:
@@ -345,7 +347,12 @@ def fit_micro_batch(
         trainable_dtype=numerics.trainable,
         frozen_dtype=numerics.frozen,
         reference_model=full and bool(kwargs.get("beta")),
-        vllm_bytes=_vllm_awake_bytes(kwargs, gpu_bytes),
+        vllm_bytes=_vllm_awake_bytes(kwargs, gpu_bytes)
+        + (
+            sampler_copy_bytes(parameters, not full, numerics.trainable, numerics.frozen)
+            if config.async_generation and not kwargs.get("use_vllm")
+            else 0
+        ),
         total_bytes=gpu_bytes,
         shards=shards,
         gathered_bytes=gathered_bytes(
@@ -454,6 +461,13 @@ def vllm_share(
     return round(min(want, room) / total_bytes, 3)
 
 
+def sampler_copy_bytes(parameters: int, lora: bool, trainable_dtype: str, frozen_dtype: str) -> int:
+    """--async with transformers generation: the whole policy copied once more on every process
+    (`cobalt.training.overlap.TransformersCopy`), in the dtype it was loaded in (LoRA: the frozen
+    base's; the adapters are not counted)."""
+    return parameters * dtype_bytes(frozen_dtype if lora else trainable_dtype)
+
+
 def check_holds(
     model_config: Any,
     *,
@@ -466,10 +480,12 @@ def check_holds(
     gpu_bytes: int,
     processes: int,
     colocated_vllm: bool = False,
+    sampler_copy: bool = False,
 ) -> None:
     """Before any work: a GPU can hold its share of the model's state under this strategy, with
     the reserve, room for one layer's activations and, when vLLM is colocated, its bf16 weights
-    left. TrainingMemoryError names the fix."""
+    left; `sampler_copy`: and --async's whole copy of the policy that samples with transformers
+    (`sampler_copy_bytes`). TrainingMemoryError names the fix."""
     parameters = parameter_count(model_config)
     state = state_bytes(
         parameters,
@@ -481,8 +497,19 @@ def check_holds(
     )
     room = gpu_bytes - 2 * GIB - gpu_bytes // 20 - 4 * GIB
     room -= parameters * 2 if colocated_vllm else 0
-    if state <= room:
+    copy = (
+        sampler_copy_bytes(parameters, lora, trainable_dtype, frozen_dtype) if sampler_copy else 0
+    )
+    if state + copy <= room:
         return
+    if copy and state <= room:
+        raise TrainingMemoryError(
+            f"training.async_generation with transformers generation on {processes} GPU(s): "
+            f"each GPU would hold {state / GIB:.0f} GiB of the model's state and a "
+            f"{copy / GIB:.0f} GiB copy of the policy sampling in the background, but has "
+            f"{gpu_bytes / GIB:.0f} GiB: generate with vLLM (training.generation vllm_colocate), "
+            "spread the model over more GPUs, or drop --async"
+        )
     need = (state * shards) // GIB
     fewest = next((n for n in (2, 4, 8, 16, 32, 64) if state * shards // n <= room), None)
     more = f"--gpus {fewest} --sharding fsdp" if fewest else "more GPUs or several machines"

@@ -219,6 +219,7 @@ def plan_training(
             gpu_bytes=machine.gpu_bytes,
             processes=processes,
             colocated_vllm=colocated,
+            sampler_copy=config.async_generation and generation == "transformers",
         )
     share = None
     if gpus and colocated and kwargs and kwargs.get("vllm_enable_sleep_mode"):

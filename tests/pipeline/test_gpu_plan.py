@@ -108,3 +108,29 @@ def test_a_vllm_context_beyond_the_models_positions_is_refused_before_any_work(
     # transformers generation is not vLLM's limit: the same prompt limit plans
     plain = TrainingConfig(preset="tiny", mode="single_turn", generation="transformers")
     assert plan_training(plain.model_copy(update={"max_prompt_length": 4096}), tiny_model, one_h200)
+
+
+def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatch) -> None:
+    """--async with transformers generation keeps a whole copy of the policy on every process:
+    8B under fsdp on 2 H100s (no KL term: no reference model) holds its ~61 GiB state share, not
+    that and a ~31 GiB float32 copy; the refusal names the copy and vLLM as the way out, before
+    any work."""
+    from cobalt.errors import UserError
+    from cobalt.training.config import TrainingConfig
+    from cobalt.training.plan import plan_training
+
+    monkeypatch.setattr("cobalt.training.plan.checkpoint_dtype", lambda model: "float32")
+    two_h100 = Machine(2, 80 * GIB, "NVIDIA H100 80GB HBM3", 500 * GIB, 64)
+    model = model_8b(tmp_path)
+    settings = {"mode": "single_turn", "generation": "transformers", "num_processes": 2}
+    settings |= {"sharding": "fsdp", "precision": "fp32", "overrides": {"beta": 0.0}}
+    assert plan_training(TrainingConfig(**settings), model, two_h100).processes == 2
+    with pytest.raises(UserError) as refused:
+        plan_training(TrainingConfig(**settings, async_generation=True), model, two_h100)
+    message = str(refused.value)
+    assert "\n" not in message and "training.async_generation" in message
+    assert "GiB copy of the policy sampling in the background" in message
+    assert "vllm_colocate" in message
+    # LoRA: the copy is the frozen base in its dtype (bf16 under mixed precision), and it fits
+    lora = {**settings, "lora": {}, "precision": "mixed"}
+    assert plan_training(TrainingConfig(**lora, async_generation=True), model, two_h100)
