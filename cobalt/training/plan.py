@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from cobalt.errors import UserError
 from cobalt.training.config import TrainingConfig
 from cobalt.training.memory import (
     GIB,
@@ -244,7 +245,7 @@ def check_context(
     if "vllm_max_model_length" in config.overrides:
         context = int(config.overrides["vllm_max_model_length"])
         if context > positions:
-            raise ShardingError(
+            raise UserError(
                 f"training.overrides vllm_max_model_length {context} exceeds the model's "
                 f"{positions} positions (max_position_embeddings in {model}/config.json): "
                 f"use --set vllm_max_model_length={positions} or less"
@@ -252,7 +253,7 @@ def check_context(
         return
     context = config.prompt_limit() + completion
     if context > positions:
-        raise ShardingError(
+        raise UserError(
             f"training.max_prompt_length {config.prompt_limit()} + max_completion_length "
             f"{completion} = {context} tokens exceed the model's {positions} positions "
             f"(max_position_embeddings in {model}/config.json): lower training.max_prompt_length "
