@@ -480,12 +480,12 @@ def check_holds(
     gpu_bytes: int,
     processes: int,
     colocated_vllm: bool = False,
-    sampler_copy: bool = False,
+    copy: int = 0,
 ) -> None:
     """Before any work: a GPU can hold its share of the model's state under this strategy, with
     the reserve, room for one layer's activations and, when vLLM is colocated, its bf16 weights
-    left; `sampler_copy`: and --async's whole copy of the policy that samples with transformers
-    (`sampler_copy_bytes`). TrainingMemoryError names the fix."""
+    left; `copy`: and the bytes of --async's copy of the policy (`sampler_copy_bytes`).
+    TrainingMemoryError names the fix."""
     parameters = parameter_count(model_config)
     state = state_bytes(
         parameters,
@@ -497,9 +497,6 @@ def check_holds(
     )
     room = gpu_bytes - 2 * GIB - gpu_bytes // 20 - 4 * GIB
     room -= parameters * 2 if colocated_vllm else 0
-    copy = (
-        sampler_copy_bytes(parameters, lora, trainable_dtype, frozen_dtype) if sampler_copy else 0
-    )
     if state + copy <= room:
         return
     if copy and state <= room:

@@ -30,6 +30,7 @@ from cobalt.training.memory import (
     TrainingMemoryError,
     check_holds,
     parameter_count,
+    sampler_copy_bytes,
     state_bytes,
     vllm_share,
 )
@@ -220,7 +221,11 @@ def plan_training(
             gpu_bytes=machine.gpu_bytes,
             processes=processes,
             colocated_vllm=colocated,
-            sampler_copy=config.async_generation and generation == "transformers",
+            copy=sampler_copy_bytes(
+                parameters, config.lora is not None, numerics.trainable, numerics.frozen
+            )
+            if config.async_generation and generation == "transformers"
+            else 0,
         )
     share = None
     if gpus and colocated and kwargs and kwargs.get("vllm_enable_sleep_mode"):
