@@ -99,6 +99,8 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
         rows.append(
             {
                 "step": h["step"],
+                "loss": h["loss"],  # the same rows on another layout: the same loss
+                "reward": h.get("reward"),
                 "step_s": round(total, 1),
                 "generation_s": round(timing["generation_step_s"][i], 1),
                 "reward_s": round(timing["reward_step_s"][i], 1),

@@ -122,6 +122,13 @@
 # every micro-batch (40 x 8 before), the trimmed runs 16 x 20 as before; compare each run's
 # nvidia-smi peak with its plan's estimate (docs/SCALING.md, "The memory plan against what a GPU
 # allocates"). On an H100 node, `node.sh paper`: the paper's lengths now reduce every micro-batch.
+# Issues 46-47 on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
+#   bash scripts/gpu/node.sh duo          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+#       .gpu/vllm.part-00: the runs' data, the 8B weights
+#   bash scripts/gpu/node.sh duo-train    # carry .gpu/vllm.part-01 .gpu/PARTS: vLLM, the 8B
+#       shape calibrated; verl's shape with LoRA synchronous (GPU 0) beside --async (GPU 1),
+#       then (detached) the 8B shape on 2 "nodes" x 1 GPU and on 1 node x 2
+#   bash scripts/gpu/node.sh duo-collect; bash scripts/gpu/node.sh duo-collect  # their reports
 # Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
 #   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1
@@ -299,6 +306,13 @@ for line in open(sys.argv[1]):
 for gpu in sorted(seen):
     print(f"GPU {gpu}: peak {peak[gpu]} MiB, busy in {busy[gpu]} of {seen[gpu]} samples")
 PY
+}
+lora_args() {  # verl's shape with LoRA and --share-prompts (64 prompts x 5), in the array `lora`
+  verl_sampling
+  echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
+  lora=(--config "$NODE/lora.json" --set num_generations=5 \
+    --set "max_completion_length=$CAP" --set generation_batch_size=320 \
+    --set "generation_kwargs=$KWARGS" --share-prompts)
 }
 tinyv_prep() {  # the tiny random model, the embedded problems and 32 turn-0 trajectories (CPU)
   python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
@@ -547,6 +561,45 @@ case "${1:-}" in
     two_nodes; touch "$NODE/nodes-2x2.done"
     GPUS=2 train one-node /root/runs-verl-one "${verl[@]}"
     touch "$NODE/two.done" "$NODE/nodes.done" ;;
+  duo)  # issues 46-47 on a 2-GPU machine, call 1 of 4 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the runs' data (CPU,
+    # detached), the 8B weights (GPU 0)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    rm -f "$NODE/prep.done"
+    setsid nohup bash scripts/gpu/node.sh prep </dev/null >"$NODE/prep.log" 2>&1 &
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
+    wait_for "$NODE/prep.done" 420; tail -4 "$NODE/prep.log" ;;
+  duo-train)  # call 2 of 4 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape's lengths
+    # calibrated (GPU 0); then `duo-chain` detached; this call reports its LoRA pair
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b >>"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    tail -2 "$NODE/model.log"; wait_for "$NODE/prep.done" 250
+    rm -f "$NODE/lora.done" "$NODE/nodes-2x2.done" "$NODE/duo.done"
+    setsid nohup bash scripts/gpu/node.sh duo-chain </dev/null >"$NODE/duo-chain.out" 2>&1 &
+    wait_for "$NODE/lora.done" 580
+    for run in sync async; do
+      GPUS=1 report "lora-$run" "/root/runs-verl-$run" 1544 "verl (published, 8x H100)"
+    done ;;
+  duo-chain)  # (detached by duo-train) verl's shape with LoRA and --share-prompts on one GPU each,
+    # synchronous on GPU 0 beside --async on GPU 1 (issue 46; each its own vLLM cache: both are
+    # logical GPU 0); then full fine-tuning of the 8B shape under fsdp at 640 completions a step
+    # (320 a GPU, as 1,280 on 4) on 2 "nodes" x 1 GPU, then 1 node x 2 (issue 47, item 5)
+    lora_args; fresh_runs sync async
+    (CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}") &
+    (CUDA_VISIBLE_DEVICES=1 VLLM_CACHE_ROOT=/root/.cache/vllm-gpu1 GPUS=1 SHARDING=ddp \
+      train lora-async /root/runs-verl-async "${lora[@]}" --async) &
+    wait; touch "$NODE/lora.done"
+    VERL_BATCH=640 verl_args; fresh_runs nodes one
+    two_nodes; touch "$NODE/nodes-2x2.done"
+    GPUS=2 train one-node /root/runs-verl-one "${verl[@]}"
+    touch "$NODE/duo.done" ;;
+  duo-collect)  # calls 3 and 4 (the same phase twice: the 8B runs take ~10 minutes): both 8B
+    # runs' step reports, as far as they have come (each losses, collective GB a step)
+    wait_for "$NODE/nodes-2x2.done" 300; node_logs nodes
+    GPUS=2 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
+    wait_for "$NODE/duo.done" 580
+    GPUS=2 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
   fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
     bash infra/gpu-bundle/install.sh >/dev/null
@@ -849,12 +902,7 @@ JSON
     setsid nohup bash scripts/gpu/node.sh async-chain </dev/null >"$NODE/async-chain.out" 2>&1 &
     wait_for "$NODE/lora-sync.rc" 585; tail -3 "$NODE/async-chain.out" ;;
   async-chain)  # (detached by async-train) the two runs one after the other
-    verl_sampling
-    echo '{"training": {"max_prompt_length": 512, "lora": {}}}' >"$NODE/lora.json"
-    lora=(--config "$NODE/lora.json" --set num_generations=5 \
-      --set "max_completion_length=$CAP" --set generation_batch_size=320 \
-      --set "generation_kwargs=$KWARGS" --share-prompts)
-    fresh_runs sync async
+    lora_args; fresh_runs sync async
     GPUS=1 SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}"
     if [ "$(cat "$NODE/tinyv-async.rc" 2>/dev/null)" = 0 ]; then  # the vLLM path ran small
       GPUS=1 SHARDING=ddp train lora-async /root/runs-verl-async "${lora[@]}" --async
