@@ -152,10 +152,11 @@ def train_here(job: Job, processes: int = 1) -> Result:
     return history, timer.summary(), extra
 
 
-def launch_command(job_file: Path, plan: TrainingPlan) -> list[str]:
+def launch_command(job_file: Path, plan: TrainingPlan, port: int | None = None) -> list[str]:
     """`accelerate launch` of the job as its plan says: the accelerate config (the sharding's
     from infra/accelerate, or the user's), the process count and the mixed precision given over
-    the file's values; one process stays on the first GPU it was given."""
+    the file's values; one process stays on the first GPU it was given. One node: its processes
+    meet at `port` on this host (None: a free one)."""
     command = [sys.executable, "-m", "accelerate.commands.launch"]
     if plan.accelerate_config:
         command += ["--config_file", plan.accelerate_config]
@@ -169,8 +170,17 @@ def launch_command(job_file: Path, plan: TrainingPlan) -> list[str]:
         command += ["--main_process_ip", host, "--main_process_port", port]
         command += ["--rdzv_conf", f"timeout={plan.rendezvous_timeout_s}"]
     else:
-        command += ["--main_process_port", str(_free_port())]
+        command += ["--main_process_port", str(port or _free_port())]
     return [*command, "-m", "cobalt.training.launch", str(job_file)]
+
+
+def one_node_env(environ: dict[str, str], port: int) -> dict[str, str]:
+    """The launched processes' rendezvous on one node: this host at the launch's own free
+    `port`, whatever MASTER_ADDR / MASTER_PORT the caller's environment holds. accelerate sets
+    them for several processes only; one process keeps the inherited ones, and its colocated
+    vLLM starts a process group there: two one-GPU jobs on one host with MASTER_PORT=29500
+    inherited collided (EADDRINUSE) at vLLM's start-up."""
+    return {**environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
 def launch(job: Job, logger: Logger = log) -> Result:
@@ -181,10 +191,13 @@ def launch(job: Job, logger: Logger = log) -> Result:
     job_file = work / "job.json"
     job_file.write_text(job.model_dump_json(indent=1))
     assert job.plan is not None
-    command = launch_command(job_file, job.plan)
+    port = _free_port() if job.plan.nodes == 1 else None
+    command = launch_command(job_file, job.plan, port)
     logger.info("training on %d processes: %s", job.config.num_processes, " ".join(command))
     output = work / "launch.log"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), _pythonpath()]))}
+    if port is not None:
+        env = one_node_env(env, port)
     if job.plan.sharding == "hybrid":  # the 2-D mesh: nodes replicate, a node's GPUs shard
         env |= hybrid_env(job.plan.nodes, job.plan.per_node)
     with output.open("wb") as sink:

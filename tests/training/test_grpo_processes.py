@@ -97,6 +97,37 @@ def test_a_one_process_launch_stays_on_the_card_its_caller_was_given(tmp_path, m
     assert uuid[uuid.index("--gpu_ids") + 1] == "GPU-5e1f"
 
 
+def test_a_one_node_launch_meets_at_its_own_port_not_an_inherited_one(
+    tmp_path, tiny_model, monkeypatch
+) -> None:
+    """Two one-GPU jobs on one host inherited MASTER_PORT=29500 and collided (EADDRINUSE) where
+    their colocated vLLMs started a process group (accelerate sets the rendezvous for several
+    processes only): every one-node launch gives its processes the free port it chose."""
+    import cobalt.training.launch as launching
+    from cobalt.training.plan import plan_training
+    from engines.machine import Machine
+
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.setenv("MASTER_ADDR", "10.9.9.9")
+    seen = {}
+
+    def call(command, env, **_):  # the launched processes' command line and environment
+        seen.update(command=command, env=env)
+        return 1
+
+    monkeypatch.setattr(launching.subprocess, "call", call)
+    for processes in (1, 2):
+        unplanned = job(tmp_path, str(tiny_model), num_processes=processes)
+        gpus = Machine(processes, 80 << 30, "H100", 1 << 40, 16)
+        plan = plan_training(unplanned.config, None, gpus)
+        planned = unplanned.model_copy(update={"plan": plan})
+        with pytest.raises(LaunchError):
+            launching.launch(planned)
+        port = seen["command"][seen["command"].index("--main_process_port") + 1]
+        assert seen["env"]["MASTER_PORT"] == port != "29500"
+        assert seen["env"]["MASTER_ADDR"] == "127.0.0.1"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_grpo_on_two_processes(tmp_path) -> None:
