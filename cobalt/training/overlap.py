@@ -23,10 +23,15 @@ synchronous run. Where the samples come from (`Generator`):
 - `VLLMColocated`: the trainer's colocated vLLM engine, kept awake (no sleep mode: it generates
   while the optimizer steps), on its own CUDA stream in the background thread. TRL loads the
   current weights into it at the start of each generating step (its `rollout_func` path), after
-  `on_step_begin` has waited for the engine to finish the batch in flight.
+  `on_step_begin` has waited for the engine to finish the batch in flight; each job's stream
+  waits for the trainer's stream as it was when the job was sent (those weight copies done).
 - `TransformersCopy`: a second copy of the policy that `generate`s in the background thread (CPU,
   small models; the copy's trainable weights refreshed from the policy, gathered whole under
   FSDP, before each batch is sent).
+
+Every batch is sampled in the background thread, those sampled in place too (the trainer waits
+for them): the engine runs on one thread and one stream only, so the memory it frees returns to
+its own stream's pool, never to the trainer's while its kernels may still use it.
 
 Plain Python, no Prefect.
 """
@@ -129,17 +134,28 @@ class VLLMColocated(Generator):
             self.stream = torch.cuda.Stream(device=self.device)
 
     def prepare(self, trainer: Any, prompts: list[Any]) -> Any:
-        return _prompt_ids(trainer, prompts)
+        """The prompts' ids, and (on a GPU) an event on the trainer's stream now: the weights
+        TRL has just loaded into the engine are copied once the stream reaches it."""
+        import torch
+
+        sent = None
+        if self.device is not None:
+            sent = torch.cuda.Event()
+            sent.record()
+        return _prompt_ids(trainer, prompts), sent
 
     def run(self, job: Any) -> dict[str, Any]:
         import contextlib
 
         import torch
 
+        prompts, sent = job
         use_stream = self.stream is not None
         with torch.cuda.stream(self.stream) if use_stream else contextlib.nullcontext():
+            if use_stream and sent is not None:
+                self.stream.wait_event(sent)
             prompt_ids, completion_ids, logprobs, _ = self.vllm.generate(
-                prompts=job, images=None, num_generations=1
+                prompts=prompts, images=None, num_generations=1
             )
             if use_stream:
                 self.stream.synchronize()
@@ -321,8 +337,9 @@ class OneStepOff(TrainerCallback):
             if ahead is not None:  # sent for other prompts: let the engine finish, then drop it
                 log.warning("async generation: the batch sent ahead was not the one trained next")
                 self._wait(ahead)
+            job = self.generator.prepare(trainer, prompts)
             with profiling_context(trainer, "async.generate"):
-                output = self.generator.run(self.generator.prepare(trainer, prompts))
+                output = self.pool.submit(self._in_thread, job).result()
             self.fresh += 1
         trainer._metrics["train"]["async/overlapped"].append(float(ahead is not None))
         upcoming = self._upcoming(trainer)

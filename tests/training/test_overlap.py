@@ -175,6 +175,27 @@ def test_a_failure_in_the_background_stops_the_run_with_its_own_error(
         spied_run(tmp_path, monkeypatch, True, max_steps=3)
 
 
+@pytest.mark.timeout(300)
+def test_every_batch_is_sampled_in_the_background_thread(tmp_path, monkeypatch) -> None:
+    """The run's first batch, sampled in place (the trainer waits for it), is sampled in the
+    background thread too: the engine is only ever driven from one thread and one stream (a
+    colocated vLLM's memory freed on the trainer's stream could be reused there while its kernels
+    still ran)."""
+    import threading
+
+    real_run = TransformersCopy.run
+    threads: list[str] = []
+
+    def run(self, job):
+        threads.append(threading.current_thread().name)
+        return real_run(self, job)
+
+    monkeypatch.setattr(TransformersCopy, "run", run)
+    _, _, result = spied_run(tmp_path, monkeypatch, True, max_steps=3)
+    assert result.overlap["fresh_batches"] == 1 and result.overlap["overlapped_batches"] == 2
+    assert len(threads) == 3 and all(t.startswith("cobalt-generate") for t in threads), threads
+
+
 def test_the_engine_in_use_decides_the_generator(monkeypatch) -> None:
     """A trainer on vLLM colocated must keep it awake at tensor parallel 1; a server is refused."""
 
