@@ -122,6 +122,10 @@
 # every micro-batch (40 x 8 before), the trimmed runs 16 x 20 as before; compare each run's
 # nvidia-smi peak with its plan's estimate (docs/SCALING.md, "The memory plan against what a GPU
 # allocates"). On an H100 node, `node.sh paper`: the paper's lengths now reduce every micro-batch.
+# Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
+# or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
+# .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
+# `async-diag-blocking` (the same run under CUDA_LAUNCH_BLOCKING=1, for the faulting kernel).
 # Issues 46-47 on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
 #   bash scripts/gpu/node.sh duo          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data, the 8B weights
@@ -129,6 +133,9 @@
 #       shape calibrated; verl's shape with LoRA synchronous (GPU 0) beside --async (GPU 1),
 #       then (detached) the 8B shape on 2 "nodes" x 1 GPU and on 1 node x 2
 #   bash scripts/gpu/node.sh duo-collect; bash scripts/gpu/node.sh duo-collect  # their reports
+# duo 229 s, duo-train 537 s, duo-collect 581 s + 266 s: the 8B pairs ran (docs/SCALING.md); the
+# LoRA --async run died at step 2 in both attempts (a CUDA fault in both threads); the
+# synchronous one's first attempt collided on MASTER_PORT 29500 (fixed: launch.one_node_env).
 # Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
 #   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1
@@ -600,6 +607,34 @@ case "${1:-}" in
     GPUS=2 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
     wait_for "$NODE/duo.done" 580
     GPUS=2 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
+  async-diag)  # issue 46: the 8B LoRA --async run that died on 2x H200 (2026-11-29: a CUDA fault
+    # in both threads at step 2), call 1 of 3 in ONE message (carry .gpu/site-train.tar.xz
+    # .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data (CPU), the 8B weights (GPU 0)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
+    (prep verl /root/short.jsonl --system-prompt '') &
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"; wait ;;
+  async-diag-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM, the 8B shape
+    # calibrated; verl's shape with LoRA and --share-prompts, --async (GPU 0; on a 2-GPU machine
+    # the synchronous run beside it on GPU 1), 3 steps; their reports
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b >>"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    lora_args; fresh_runs sync async
+    [ "$G" -ge 2 ] && (CUDA_VISIBLE_DEVICES=1 VLLM_CACHE_ROOT=/root/.cache/vllm-gpu1 GPUS=1 \
+      SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}") &
+    CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora-async /root/runs-verl-async \
+      "${lora[@]}" --async; wait
+    for run in async sync; do [ -f "$NODE/lora-$run.rc" ] &&
+      GPUS=1 report "lora-$run" "/root/runs-verl-$run" 1544 "verl (published, 8x H100)"; done ;;
+  async-diag-blocking)  # call 3 of 3, if the --async run failed again: 2 steps with
+    # CUDA_LAUNCH_BLOCKING=1 (each kernel waited for: the first fault raised where it happens)
+    lora_args; fresh_runs blocking
+    CUDA_LAUNCH_BLOCKING=1 CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora-blocking \
+      /root/runs-verl-blocking "${lora[@]}" --async --max-steps 2
+    echo "[lora-blocking] exit $(cat "$NODE/lora-blocking.rc") at $(elapsed) s"
+    f=$(ls -t /root/runs-verl-blocking/training/*/.launch/launch.log | head -1)
+    tr '\r' '\n' <"$f" | grep -a -v '^\[rank0\]:  *\^' | tail -c 30000 >"$OUT/lora-blocking.launch.log" ;;
   fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
     bash infra/gpu-bundle/install.sh >/dev/null
