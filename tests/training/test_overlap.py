@@ -263,3 +263,37 @@ def test_a_resumed_run_samples_its_first_batch_fresh_and_trains_the_same_rows(
     assert resumed == whole[2:]
     assert (run.overlap["fresh_batches"], run.overlap["overlapped_batches"]) == (1, 1)
     assert [r["step"] for r in records] == [2, 2]  # in place at 2, then sent ahead at 2
+
+
+def _vote(rank: int, port: int, flags: list[bool], results) -> None:
+    """One of two CPU processes (gloo, accelerate's own set-up): its vote on `flags[rank]`."""
+    import os
+    from types import SimpleNamespace
+
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )  # fmt: skip
+    from accelerate import Accelerator
+
+    trainer = SimpleNamespace(accelerator=Accelerator(cpu=True))
+    results[rank] = overlap._on_every_process(flags[rank], trainer)
+    trainer.accelerator.wait_for_everyone()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("flags", [[True, False], [True, True]])
+def test_one_process_whose_batch_was_not_sent_ahead_sends_every_process_in_place(flags) -> None:
+    """The processes agree on using the batch sent ahead only if it is right on every one of
+    them: one process alone mismatching makes all of them sample in place (whose weight refresh
+    under FSDP is a collective they must all join), on two real gloo processes."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.Manager().dict()
+    mp.spawn(_vote, args=(port, flags, results), nprocs=2)
+    assert [results[0], results[1]] == [all(flags)] * 2
