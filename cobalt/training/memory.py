@@ -31,11 +31,8 @@ config, `engines.memory` for the per-layer shapes):
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
     per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
                  + length x activation bytes per token x 2         (one layer recomputed + grads)
-                 + completion x hidden x 4                         (the fused head's float32
-                                                                    gradient of the last hidden
-                                                                    states; it never holds the
-                                                                    logits: TRL computes them in
-                                                                    tiles)
+                 + completion x hidden x 4   (the fused head's float32 gradient of the last
+                                              hidden states; never the logits: TRL tiles them)
 
 On one H200 (`scripts/gpu/memory_calibrate.py`, docs/SCALING.md) this bounds what a pass of 1-16
 rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers of the 8B
@@ -347,7 +344,7 @@ def fit_micro_batch(
         trainable_dtype=numerics.trainable,
         frozen_dtype=numerics.frozen,
         reference_model=full and bool(kwargs.get("beta")),
-        vllm_bytes=_vllm_awake_bytes(kwargs, gpu_bytes)
+        vllm_bytes=vllm_awake_bytes(kwargs, gpu_bytes)
         + (
             sampler_copy_bytes(parameters, not full, numerics.trainable, numerics.frozen)
             if config.async_generation and not kwargs.get("use_vllm")
@@ -414,7 +411,7 @@ def multi_turn_completion_tokens(
     return whole
 
 
-def _vllm_awake_bytes(kwargs: dict[str, Any], total: int) -> int:
+def vllm_awake_bytes(kwargs: dict[str, Any], total: int) -> int:
     """What a colocated vLLM holds while the optimizer steps: its share, or 0 asleep."""
     colocated = kwargs.get("use_vllm") and kwargs.get("vllm_mode", "colocate") == "colocate"
     if not colocated or kwargs.get("vllm_enable_sleep_mode"):
@@ -479,13 +476,13 @@ def check_holds(
     sharding: str,
     gpu_bytes: int,
     processes: int,
-    colocated_vllm: bool = False,
+    vllm_bytes: int = 0,
     copy: int = 0,
 ) -> None:
     """Before any work: a GPU can hold its share of the model's state under this strategy, with
-    the reserve, room for one layer's activations and, when vLLM is colocated, its bf16 weights
-    left; `copy`: and the bytes of --async's copy of the policy (`sampler_copy_bytes`).
-    TrainingMemoryError names the fix."""
+    the reserve, room for one layer's activations and what a colocated vLLM holds beside it
+    (`vllm_bytes`: its bf16 weights when it sleeps, its share awake); `copy`: and the bytes of
+    --async's copy of the policy (`sampler_copy_bytes`). TrainingMemoryError names the fix."""
     parameters = parameter_count(model_config)
     state = state_bytes(
         parameters,
@@ -495,16 +492,17 @@ def check_holds(
         reference_model=reference_model,
         shards=shards,
     )
-    room = gpu_bytes - 2 * GIB - gpu_bytes // 20 - 4 * GIB
-    room -= parameters * 2 if colocated_vllm else 0
+    room = gpu_bytes - 2 * GIB - gpu_bytes // 20 - 4 * GIB - vllm_bytes
     if state + copy <= room:
         return
-    if copy and state <= room:
+    if copy and state <= room:  # vLLM instead of the copy: awake, TRL's 0.3 of the GPU at least
+        vllm = state + max(parameters * 2, int(0.3 * gpu_bytes)) <= room
         raise TrainingMemoryError(
             f"training.async_generation with transformers generation on {processes} GPU(s): "
             f"each GPU would hold {state / GIB:.0f} GiB of the model's state and a "
             f"{copy / GIB:.0f} GiB copy of the policy sampling in the background, but has "
-            f"{gpu_bytes / GIB:.0f} GiB: generate with vLLM (training.generation vllm_colocate), "
+            f"{gpu_bytes / GIB:.0f} GiB: "
+            f"{'generate with vLLM (training.generation vllm_colocate), ' if vllm else ''}"
             "spread the model over more GPUs, or drop --async"
         )
     need = (state * shards) // GIB
@@ -515,6 +513,6 @@ def check_holds(
         f"{state / GIB:.0f} GiB of the model's state ({parameters / 1e9:.1f}B parameters, "
         f"{need:.0f} GiB in all: {trainable_dtype} weights, gradients and Adam's moments"
         f"{', a reference model' if reference_model else ''}) but has {gpu_bytes / GIB:.0f} GiB"
-        f"{' with a colocated vLLM beside it' if colocated_vllm else ''}: "
+        f"{' with a colocated vLLM beside it' if vllm_bytes else ''}: "
         f"use {more}, or train LoRA adapters (--lora)"
     )

@@ -32,6 +32,7 @@ from cobalt.training.memory import (
     parameter_count,
     sampler_copy_bytes,
     state_bytes,
+    vllm_awake_bytes,
     vllm_share,
 )
 from cobalt.training.precision import checkpoint_dtype, decide
@@ -220,7 +221,9 @@ def plan_training(
             sharding=sharding,
             gpu_bytes=machine.gpu_bytes,
             processes=processes,
-            colocated_vllm=colocated,
+            vllm_bytes=max(parameters * 2, vllm_awake_bytes(kwargs or {}, machine.gpu_bytes))
+            if colocated
+            else 0,
             copy=sampler_copy_bytes(
                 parameters, config.lora is not None, numerics.trainable, numerics.frozen
             )

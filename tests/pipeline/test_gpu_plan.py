@@ -113,8 +113,9 @@ def test_a_vllm_context_beyond_the_models_positions_is_refused_before_any_work(
 def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatch) -> None:
     """--async with transformers generation keeps a whole copy of the policy on every process:
     8B under fsdp on 2 H100s (no KL term: no reference model) holds its ~61 GiB state share, not
-    that and a ~31 GiB float32 copy; the refusal names the copy and vLLM as the way out, before
-    any work."""
+    that and a ~31 GiB float32 copy; the refusal names the copy before any work, and vLLM as the
+    way out only where its awake share (TRL's 0.3 of the GPU) fits beside the state: not on 2
+    H100s, on 4 GPUs of 64 GiB (~31 GiB of state each)."""
     from cobalt.errors import UserError
     from cobalt.training.config import TrainingConfig
     from cobalt.training.plan import plan_training
@@ -130,7 +131,19 @@ def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatc
     message = str(refused.value)
     assert "\n" not in message and "training.async_generation" in message
     assert "GiB copy of the policy sampling in the background" in message
-    assert "vllm_colocate" in message
+    assert "vllm_colocate" not in message and "spread the model over more GPUs" in message
+    four_64 = Machine(4, 64 * GIB, "a 64 GiB GPU", 500 * GIB, 64)
+    on_four = {**settings, "num_processes": 4, "async_generation": True}
+    on_four["overrides"] = {"beta": 0.0, "per_device_train_batch_size": 8}
+    with pytest.raises(UserError, match=r"vllm_colocate"):
+        plan_training(TrainingConfig(**on_four), model, four_64)
+    vllm = {**on_four, "generation": "vllm_colocate"}
+    monkeypatch.setattr("cobalt.training.config.vllm_available", lambda: True)
+    assert plan_training(TrainingConfig(**vllm), model, four_64).one_step_off
+    # kept awake with half of each GPU, vLLM no longer fits beside the state (its weights did)
+    half = {**vllm, "overrides": {**vllm["overrides"], "vllm_gpu_memory_utilization": 0.5}}
+    with pytest.raises(UserError, match=r"on 4 GPU\(s\).* with a colocated vLLM beside it"):
+        plan_training(TrainingConfig(**half), model, four_64)
     # LoRA: the copy is the frozen base in its dtype (bf16 under mixed precision), and it fits
     lora = {**settings, "lora": {}, "precision": "mixed"}
     assert plan_training(TrainingConfig(**lora, async_generation=True), model, two_h100)

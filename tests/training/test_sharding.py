@@ -131,7 +131,7 @@ def holds(processes: int, sharding: str, gpu: int, lora: bool = False) -> None:
         sharding=sharding,
         gpu_bytes=gpu,
         processes=processes,
-        colocated_vllm=True,
+        vllm_bytes=parameter_count(qwen3_8b()) * 2,  # asleep: its bf16 weights
     )
 
 
