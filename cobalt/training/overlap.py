@@ -30,8 +30,9 @@ synchronous run. Where the samples come from (`Generator`):
   FSDP, before each batch is sent).
 
 Every batch is sampled in the background thread, those sampled in place too (the trainer waits
-for them): the engine runs on one thread and one stream only, so the memory it frees returns to
-its own stream's pool, never to the trainer's while its kernels may still use it.
+for them): after its start-up the engine runs on one thread and one stream only, so what it
+allocates while sampling returns to its own stream's pool, never to the trainer's while its
+kernels may still use it.
 
 Plain Python, no Prefect.
 """
