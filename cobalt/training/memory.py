@@ -496,7 +496,7 @@ def check_holds(
     if state + copy <= room:
         return
     if copy and state <= room:  # vLLM instead of the copy: awake, TRL's 0.3 of the GPU at least
-        vllm = state + max(parameters * 2, int(0.3 * gpu_bytes)) <= room
+        vllm = state + max(parameters * 2, vllm_awake_bytes({"use_vllm": True}, gpu_bytes)) <= room
         raise TrainingMemoryError(
             f"training.async_generation with transformers generation on {processes} GPU(s): "
             f"each GPU would hold {state / GIB:.0f} GiB of the model's state and a "
