@@ -259,6 +259,11 @@ prep_runs() {  # the runs' problems: 4 of ~9,600-token statements; 340 of ~100 t
   for g in 1 2 4; do cp -r /root/runs-verl "/root/runs-verl-$g"; done  # the scaling runs'
   touch "$NODE/prep.done"
 }
+verl_data() {  # the tiny random model and verl's runs' data alone (340 problems of ~100 tokens)
+  python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+  python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
+  prep verl /root/short.jsonl --system-prompt ''
+}
 verl_args() {  # verl's shape as flows.training options, in the array `verl`
   verl_sampling
   echo '{"training": {"max_prompt_length": 512}}' >"$NODE/verl.json"
@@ -611,9 +616,7 @@ case "${1:-}" in
     # in both threads at step 2), call 1 of 3 in ONE message (carry .gpu/site-train.tar.xz
     # .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data (CPU), the 8B weights (GPU 0)
     bash infra/gpu-bundle/install.sh >/dev/null
-    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
-    python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
-    (prep verl /root/short.jsonl --system-prompt '') &
+    (verl_data) &
     build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"; wait ;;
   async-diag-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM, the 8B shape
     # calibrated; verl's shape with LoRA and --share-prompts, --async (GPU 0; on a 2-GPU machine
@@ -638,9 +641,7 @@ case "${1:-}" in
   fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
     bash infra/gpu-bundle/install.sh >/dev/null
-    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
-    python3 scripts/gpu/long_problems.py --tokens 100 --count 340 --out /root/short.jsonl
-    prep verl /root/short.jsonl --system-prompt '' ;;
+    verl_data ;;
   fix-train)  # call 2 of 2 (carry .gpu/vllm.part-01 .gpu/PARTS): what failed twice before the
     # per-GPU cache (1 node x 2 after 2 nodes x 1, vLLM colocated), with the tiny model
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'

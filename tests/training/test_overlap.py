@@ -287,13 +287,10 @@ def test_one_process_whose_batch_was_not_sent_ahead_sends_every_process_in_place
     """The processes agree on using the batch sent ahead only if it is right on every one of
     them: one process alone mismatching makes all of them sample in place (whose weight refresh
     under FSDP is a collective they must all join), on two real gloo processes."""
-    import socket
-
     import torch.multiprocessing as mp
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    from cobalt.training.launch import _free_port
+
     results = mp.Manager().dict()
-    mp.spawn(_vote, args=(port, flags, results), nprocs=2)
+    mp.spawn(_vote, args=(_free_port(), flags, results), nprocs=2)
     assert [results[0], results[1]] == [all(flags)] * 2
