@@ -630,9 +630,15 @@ case "${1:-}" in
       "${lora[@]}" --async; wait
     for run in async sync; do [ -f "$NODE/lora-$run.rc" ] &&
       GPUS=1 report "lora-$run" "/root/runs-verl-$run" 1544 "verl (published, 8x H100)"; done ;;
-  async-diag-blocking)  # call 3 of 3, if the --async run failed again: 2 steps with
-    # CUDA_LAUNCH_BLOCKING=1 (each kernel waited for: the first fault raised where it happens)
-    lora_args; fresh_runs blocking
+  async-diag-blocking)  # call 3 of 3: if the --async run failed again, 2 steps with
+    # CUDA_LAUNCH_BLOCKING=1 (each kernel waited for: the first fault raised where it happens);
+    # if it ran on a one-GPU machine, the synchronous run on the same GPU for its time split
+    lora_args
+    if [ "$(cat "$NODE/lora-async.rc" 2>/dev/null)" = 0 ] && [ "$G" -eq 1 ]; then
+      fresh_runs sync; GPUS=1 SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}"
+      GPUS=1 report lora-sync /root/runs-verl-sync 1544 "verl (published, 8x H100)"; exit 0
+    fi
+    fresh_runs blocking
     CUDA_LAUNCH_BLOCKING=1 CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora-blocking \
       /root/runs-verl-blocking "${lora[@]}" --async --max-steps 2
     echo "[lora-blocking] exit $(cat "$NODE/lora-blocking.rc") at $(elapsed) s"
