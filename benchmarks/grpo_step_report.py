@@ -14,7 +14,8 @@ model's forward (2 x parameters, when the KL term is on and training is full), a
 attention (4 x layers x hidden x mean length / 2 per pass, 3 passes for the policy, 1 for the
 reference); gradient checkpointing's recomputation is not model work and is not counted.
 Step 1 pays one-time costs (vLLM's first wake-up, lazy allocations): the medians are over the
-steps after it when there are more than one. A stage trained under torch's flight recorder
+steps after it when there are more than one; for a one-step-off run (`--async`) not over its
+last step either, which trains with no batch sampled beside it. A stage trained under torch's flight recorder
 (`TORCH_FR_BUFFER_SIZE=20000`, `cobalt.training.collectives`) also gives the GB each process put
 through collectives a step, in total and by collective.
 """
@@ -120,6 +121,8 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
             }
         )
     settled = rows[1:] if len(rows) > 1 else rows
+    if stats.get("overlap") and len(settled) > 1:
+        settled = settled[:-1]  # one step off: the run's last step trains with nothing beside it
 
     def median(key: str) -> float | None:
         values = [r[key] for r in settled if r[key] is not None]

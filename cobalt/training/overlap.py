@@ -307,11 +307,6 @@ class OneStepOff(TrainerCallback):
                     "parallel 1 (it generates while the optimizer steps): drop the overrides "
                     "vllm_enable_sleep_mode / vllm_tensor_parallel_size"
                 )
-            log.warning(
-                "--async with vLLM colocated: its one run at a real shape (8B, LoRA, an H200) "
-                "died of a CUDA fault in step 2 before the engine was kept to its own thread; "
-                "not yet run since (docs/SCALING.md, 'Generation overlapped')"
-            )
             self.generator = VLLMColocated(trainer)
         else:
             if trainer.args.use_transformers_paged:

@@ -126,6 +126,8 @@
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
 # `async-diag-blocking` (the same run under CUDA_LAUNCH_BLOCKING=1, for the faulting kernel).
+# 2026-11-29 evening, 1x H200: async-diag 114 s, async-diag-train 368 s (the --async run ran its
+# 3 steps), async-diag-blocking 245 s (the synchronous run on the same GPU).
 # Issues 46-47 on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
 #   bash scripts/gpu/node.sh duo          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data, the 8B weights
