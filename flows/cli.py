@@ -229,8 +229,8 @@ def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_passes_args(parser: argparse.ArgumentParser) -> None:
-    """--packing, --share-prompts and --async: how GRPO's steps run (training.packing,
-    share_prompts, async_generation)."""
+    """--packing, --share-prompts, --async and --vllm-server-gpus: how GRPO's steps run
+    (training.packing, share_prompts, async_generation, vllm_server_gpus)."""
     parser.add_argument(
         "--packing",
         action="store_true",
@@ -251,17 +251,28 @@ def add_passes_args(parser: argparse.ArgumentParser) -> None:
         "one before it trains (a different update from the paper's synchronous recipe; modes "
         "cobalt and single_turn)",
     )
+    parser.add_argument(
+        "--vllm-server-gpus",
+        dest="vllm_server_gpus",
+        type=int,
+        metavar="K",
+        help="GRPO's generation on a vLLM server the stage starts on K more GPUs of this "
+        "machine (after the --gpus it trains on), the weights sent by NCCL each step; with "
+        "--async it samples the next batch while this one trains (a vLLM install)",
+    )
 
 
 def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
-    """Put --packing / --share-prompts / --async into the training values (over a --config
-    file's)."""
+    """Put --packing / --share-prompts / --async / --vllm-server-gpus into the training values
+    (over a --config file's)."""
     if args.packing or args.share_prompts:
         training["packing"] = True
     if args.share_prompts:
         training["share_prompts"] = True
     if args.async_generation:
         training["async_generation"] = True
+    if args.vllm_server_gpus is not None:
+        training["vllm_server_gpus"] = args.vllm_server_gpus
 
 
 def report_to(args: argparse.Namespace) -> list[str] | None:

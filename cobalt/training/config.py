@@ -282,7 +282,17 @@ class TrainingConfig(BaseModel):
         "on a GPU with vLLM importable for a model of 50M+ parameters, else transformers (the "
         "generating stages' choice, engines.auto).",
     )
-    vllm_server_base_url: str | None = Field(None, description="For generation='vllm_server'.")
+    vllm_server_base_url: str | None = Field(
+        None, description="For generation='vllm_server': a server you started (`trl vllm-serve`)."
+    )
+    vllm_server_gpus: int = Field(
+        0,
+        ge=0,
+        description="GPUs of this machine given to a vLLM server the stage starts and stops "
+        "(--vllm-server-gpus; `vllm serve` as `trl vllm-serve` runs it, data parallel over "
+        "them): generation runs there, the num_processes training processes on the other GPUs, "
+        "the weights sent by NCCL at each generating step. 0: no server of the stage's.",
+    )
     rollout: str | None = Field(
         None,
         description="'module:function' naming a TRL rollout_func (rollout(prompts, trainer) -> "
@@ -322,7 +332,8 @@ class TrainingConfig(BaseModel):
         description="Generation overlapped with training, one step off (--async): each "
         "generation batch is sampled in a background thread while the one before it trains, "
         "so it comes from weights one generation batch older than those it trains "
-        "(cobalt.training.overlap). vLLM colocated stays awake (no sleep mode) or transformers "
+        "(cobalt.training.overlap). vLLM colocated stays awake (no sleep mode), a vLLM server "
+        "of the stage's samples on GPUs of its own (vllm_server_gpus), or transformers "
         "samples from a copy of the policy. A different update from the synchronous default "
         "(the paper's recipe): modes cobalt and single_turn only.",
     )
@@ -414,11 +425,13 @@ class TrainingConfig(BaseModel):
                 f"single-turn generation (modes cobalt, single_turn, no training.rollout), not "
                 f"mode {self.mode}{' with a rollout' if self.rollout else ''}: drop --async"
             )
-        if self.async_generation and self.generation in ("vllm_server", "paged"):
+        if self.async_generation and self.generation == "paged":
             raise ValueError(
-                f"training.async_generation with generation {self.generation}: not supported "
-                "yet; use generation auto, vllm_colocate or transformers"
+                "training.async_generation with generation paged: not supported; use generation "
+                "auto, vllm_colocate, vllm_server or transformers"
             )
+        if self.vllm_server_gpus:
+            self._check_own_server()
         if self.async_generation and self.overrides.get("vllm_enable_sleep_mode"):
             raise ValueError(
                 "training.async_generation: vLLM generates while the optimizer steps, so it "
@@ -683,12 +696,34 @@ class TrainingConfig(BaseModel):
             "gradient_accumulation_steps": step // n // micro,
         }
 
+    def _check_own_server(self) -> None:
+        """vllm_server_gpus: a server of the stage's own, on this machine, for GRPO."""
+        if self.generation not in ("auto", "vllm_server"):
+            raise ValueError(
+                f"training.vllm_server_gpus {self.vllm_server_gpus} starts a vLLM server to "
+                f"generate, but training.generation is {self.generation}: drop one of them"
+            )
+        if self.vllm_server_base_url:
+            raise ValueError(
+                f"training.vllm_server_gpus starts a server of the stage's own, and "
+                f"vllm_server_base_url ({self.vllm_server_base_url}) names yours: drop one"
+            )
+        if self.nodes > 1 or self.mode in ("offline", "multi_turn") or self.rollout:
+            raise ValueError(
+                "training.vllm_server_gpus: a vLLM server of the stage's is built for one node "
+                "and TRL's own single-turn generation (modes cobalt and single_turn, no rollout): "
+                "drop --vllm-server-gpus, or start a server yourself (vllm_server_base_url)"
+            )
+
     def generation_choice(
         self, gpu: bool, model: str | Path | None = None, parameters: int | None = None
     ) -> tuple[str, str | None]:
-        """The generation backend and, for auto, why: vLLM colocated where the generating
-        stages would pick vLLM for this model (`engines.auto.choose`: its size, vLLM installed,
-        a GPU), else transformers. `parameters` stands for a model not built yet."""
+        """The generation backend and, for auto, why: a vLLM server where the stage starts one
+        (vllm_server_gpus); else vLLM colocated where the generating stages would pick vLLM for
+        this model (`engines.auto.choose`: its size, vLLM installed, a GPU), else transformers.
+        `parameters` stands for a model not built yet."""
+        if self.vllm_server_gpus:
+            return "vllm_server", f"a vLLM server on {self.vllm_server_gpus} GPU(s) of its own"
         if self.generation != "auto":
             return self.generation, None
         choice = choose(model, parameters=parameters, vllm_installed=vllm_available(), gpu=gpu)
@@ -702,13 +737,15 @@ class TrainingConfig(BaseModel):
         if mode == "vllm_colocate":
             return {"use_vllm": True, "vllm_mode": "colocate"}
         if mode == "vllm_server":
-            if not self.vllm_server_base_url:
-                raise ValueError("generation='vllm_server' needs vllm_server_base_url")
-            return {
-                "use_vllm": True,
-                "vllm_mode": "server",
-                "vllm_server_base_url": self.vllm_server_base_url,
-            }
+            if not self.vllm_server_base_url and not self.vllm_server_gpus:
+                raise ValueError(
+                    "generation='vllm_server' needs vllm_server_base_url (a server you started) "
+                    "or vllm_server_gpus (one the stage starts: --vllm-server-gpus N)"
+                )
+            found: dict[str, Any] = {"use_vllm": True, "vllm_mode": "server"}
+            if self.vllm_server_base_url:  # the stage's own server: set at its launch
+                found["vllm_server_base_url"] = self.vllm_server_base_url
+            return found
         return {"use_transformers_paged": mode == "paged"}
 
 

@@ -37,6 +37,12 @@ from cobalt.storage import Logger, StorageConfig, open_storage
 from cobalt.training.config import TrainingConfig
 from cobalt.training.plan import TrainingPlan, plan_training
 from cobalt.training.sharding import hybrid_env
+from cobalt.training.vllm_server import (
+    generation_server,
+    split_gpus,
+    visible_gpu_ids,
+    vllm_cache_root,
+)
 from cobalt.trajectories.problemsets import ProblemSource, load_problems
 from engines.cpu_threads import cap_cpu_threads
 
@@ -188,14 +194,42 @@ def launch(job: Job, logger: Logger = log) -> Result:
     work = Path(job.launch_dir or Path(job.output_dir, LAUNCH_DIR))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    assert job.plan is not None
+    if not job.plan.server_gpus:
+        return _launch(job, work, dict(os.environ), logger)
+    training, serving = split_gpus(
+        visible_gpu_ids(dict(os.environ), job.plan.gpus), job.plan.processes, job.plan.server_gpus
+    )
+    kwargs = job.config.grpo_kwargs("plan", job.model, job.plan.gpus)
+    logger.info("vLLM server for generation on GPU(s) %s, training on %s", serving, training)
+    with generation_server(
+        job.model, serving, work, max_model_len=kwargs.get("vllm_max_model_length")
+    ) as url:
+        # the processes see a server at a URL (TRL's server mode), its weight group on a port
+        # of this run's (TRL's fixed 51216 would collide with another run's on this host)
+        overrides = {"vllm_group_port": _free_port(), **job.config.overrides}
+        config = job.config.model_copy(
+            update={
+                "generation": "vllm_server",
+                "vllm_server_base_url": url,
+                "vllm_server_gpus": 0,
+                "overrides": overrides,
+            }
+        )
+        environ = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(training)}
+        return _launch(job.model_copy(update={"config": config}), work, environ, logger)
+
+
+def _launch(job: Job, work: Path, environ: dict[str, str], logger: Logger) -> Result:
+    """`launch` once any server of the job's is up: its processes in `environ`."""
+    assert job.plan is not None
     job_file = work / "job.json"
     job_file.write_text(job.model_dump_json(indent=1))
-    assert job.plan is not None
     port = _free_port() if job.plan.nodes == 1 else None
     command = launch_command(job_file, job.plan, port)
     logger.info("training on %d processes: %s", job.config.num_processes, " ".join(command))
     output = work / "launch.log"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), _pythonpath()]))}
+    env = {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [_root(), _pythonpath()]))}
     if port is not None:
         env = one_node_env(env, port)
     if job.plan.sharding == "hybrid":  # the 2-D mesh: nodes replicate, a node's GPUs shard
@@ -383,21 +417,6 @@ def _own_gpu() -> None:
 
     if torch.cuda.is_available() and "LOCAL_RANK" in os.environ:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-
-
-def vllm_cache_root(device: int, environ: dict[str, str]) -> str:
-    """The vLLM cache directory of a process on logical GPU `device`: vLLM's own
-    (VLLM_CACHE_ROOT, else XDG_CACHE_HOME or ~/.cache, then vllm) with `cuda<device>` under it.
-
-    vLLM 0.26 keys its torch.compile artifacts by rank only (rank_<rank>_<dp>), yet the compiled
-    code names the logical GPU it was built on: a later run whose rank R sits on another GPU
-    (1 node x 2 after 2 nodes x 1, 2 x 2 after 1 x 4) loads rank R's artifact and that process
-    dies starting vLLM (the others then see "Connection closed by peer"). One directory per GPU
-    index keeps every artifact on the GPU it was built for (vLLM's fix upstream: PR 38962)."""
-    root = environ.get("VLLM_CACHE_ROOT") or os.path.join(
-        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vllm"
-    )
-    return os.path.join(os.path.expanduser(root), f"cuda{device}")
 
 
 def _vllm_cache_per_device() -> None:

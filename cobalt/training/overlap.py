@@ -25,6 +25,11 @@ synchronous run. Where the samples come from (`Generator`):
   current weights into it at the start of each generating step (its `rollout_func` path), after
   `on_step_begin` has waited for the engine to finish the batch in flight; each job's stream
   waits for the trainer's stream as it was when the job was sent (those weight copies done).
+- `VLLMServer`: a vLLM server on GPUs of its own (TRL's server mode; the stage starts one with
+  `training.vllm_server_gpus`), asked over HTTP from the background thread by every process for
+  its own rows; TRL pushes the current weights into it by NCCL at each generating step, after
+  every process's batch in flight has finished. The split of GPUs verl's one-step-off and
+  NeMo-RL's async GRPO use: generation and training each on cards of their own.
 - `TransformersCopy`: a second copy of the policy that `generate`s in the background thread (CPU,
   small models; the copy's trainable weights refreshed from the policy, gathered whole under
   FSDP, before each batch is sent).
@@ -168,6 +173,53 @@ class VLLMColocated(Generator):
         }
 
 
+class VLLMServer(Generator):
+    """A vLLM server on GPUs of its own (TRL's server mode): each process sends its own rows,
+    one completion each (the server's prefix cache shares a prompt's), from the background thread
+    over HTTP with TRL's sampling settings: no collective and no CUDA work in this process. TRL
+    pushes the current weights (NCCL, from the main process) at each generating step, after
+    `on_step_begin` has let every process's batch in flight finish."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.vllm = trainer.vllm_generation
+        # TRL gives the main process a client (it joins the weight group); the others only ask
+        # for samples, so an HTTP client of their own will do
+        self.client = getattr(self.vllm, "vllm_client", None)
+        if self.client is None:
+            from trl.generation.vllm_client import VLLMClient
+
+            base = (
+                self.vllm.server_base_url
+                or f"http://{self.vllm.server_host}:{self.vllm.server_port}"
+            )
+            self.client = VLLMClient(base_url=base, connection_timeout=self.vllm.server_timeout)
+
+    def prepare(self, trainer: Any, prompts: list[Any]) -> Any:
+        return _prompt_ids(trainer, prompts)
+
+    def run(self, job: Any) -> dict[str, Any]:
+        v = self.vllm
+        out = self.client.generate(
+            prompts=job,
+            n=1,
+            repetition_penalty=v.repetition_penalty,
+            temperature=v.temperature,
+            top_p=v.top_p,
+            top_k=v.top_k,
+            min_p=0.0 if v.min_p is None else v.min_p,
+            max_tokens=v.max_completion_length,
+            logprobs=v.logprobs,
+            structured_outputs_regex=v.structured_outputs_regex,
+            generation_kwargs=v.generation_kwargs,
+        )
+        logprobs = out.get("logprobs")
+        return {
+            "prompt_ids": [list(p) for p in out["prompt_ids"]],
+            "completion_ids": [list(c) for c in out["completion_ids"]],
+            "logprobs": [[lp[0] for lp in seq] for seq in logprobs] if logprobs else None,
+        }
+
+
 class TransformersCopy(Generator):
     """A frozen copy of the policy (taken before the trainer wraps it; LoRA: with the same
     adapters), sampling with the trainer's generation config; its trainable weights are
@@ -295,12 +347,9 @@ class OneStepOff(TrainerCallback):
                 f"{trainer.num_iterations} a multiple of gradient_accumulation_steps "
                 f"{args.gradient_accumulation_steps}): drop the steps_per_generation override"
             )
-        if getattr(trainer, "use_vllm", False):
-            if trainer.args.vllm_mode != "colocate":
-                raise ValueError(
-                    "training.async_generation: generation through a vLLM server is not "
-                    "supported yet: use generation vllm_colocate (or auto) or transformers"
-                )
+        if getattr(trainer, "use_vllm", False) and trainer.args.vllm_mode == "server":
+            self.generator = VLLMServer(trainer)
+        elif getattr(trainer, "use_vllm", False):
             if trainer.args.vllm_enable_sleep_mode or trainer.args.vllm_tensor_parallel_size != 1:
                 raise ValueError(
                     "training.async_generation: the colocated vLLM must stay awake with tensor "
@@ -386,6 +435,10 @@ class OneStepOff(TrainerCallback):
             waited = time.perf_counter() - started
             self.wait_s += waited
             trainer._metrics["train"]["async/wait_s"].append(waited)
+            if isinstance(self.generator, VLLMServer) and trainer.accelerator.num_processes > 1:
+                # the main process pushes the weights into the one server next: every
+                # process's batch must be done (a LoRA push has no collective to wait on)
+                trainer.accelerator.wait_for_everyone()
 
     def on_train_end(self, args, state, control, **kwargs):
         self.close()

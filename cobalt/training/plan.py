@@ -76,6 +76,7 @@ class TrainingPlan(BaseModel):
     passes: str = "padded"  # GRPO's forward passes: padded (TRL's), trimmed or packed
     parameters: int | None = None  # the policy's, when its config was there to count
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
+    server_gpus: int = 0  # a vLLM server the launch starts on the GPUs after the processes'
     host_bytes_needed: int | None = None  # every process loading its copies at once
     host_bytes_free: int = 0
     collective_timeout_s: int = 600
@@ -111,9 +112,17 @@ class TrainingPlan(BaseModel):
             f"micro-batch planned for {self.gpu_bytes / GIB:.0f} GiB a GPU on every process"
             if self.gpus and self.plans_micro_batch
             else "",
-            f"generation {self.generation}"
+            (
+                f"generation on a vLLM server of the run's own ({self.server_gpus} GPU"
+                f"{'s' if self.server_gpus > 1 else ''} after the training processes', the "
+                "weights sent by NCCL each step)"
+                if self.server_gpus
+                else f"generation {self.generation}"
+            )
             + (
-                " overlapped with training, one step off (vLLM awake beside it)"
+                ", overlapped with training, one step off"
+                if self.one_step_off and self.server_gpus
+                else " overlapped with training, one step off (vLLM awake beside it)"
                 if self.one_step_off and self.generation.startswith("vllm")
                 else " overlapped with training, one step off (a copy of the policy samples)"
                 if self.one_step_off
@@ -186,6 +195,7 @@ def plan_training(
         plans_micro_batch=config.defaults().plan_micro_batch,
         generation=generation,
         one_step_off=config.async_generation,
+        server_gpus=config.vllm_server_gpus,
         passes=(
             "packed (prompts shared)"
             if config.share_prompts
@@ -283,12 +293,25 @@ def check_processes(config: TrainingConfig, gpus: int) -> None:
             f"training.accelerate_config {config.accelerate_config}: no such file; pass an "
             f"accelerate config file, or --sharding {'|'.join(SHARDINGS[1:])}"
         )
-    if gpus and n > gpus:
+    server = config.vllm_server_gpus
+    if gpus and n + server > gpus:
         shown = os.environ.get("CUDA_VISIBLE_DEVICES")
         where = f" (CUDA_VISIBLE_DEVICES={shown})" if shown is not None else ""
+        if server:
+            raise ShardingError(
+                f"training.num_processes {n} (--gpus) and vllm_server_gpus {server} "
+                f"(--vllm-server-gpus) take {n + server} GPUs: this machine has {gpus}{where}; "
+                f"pass --gpus {max(gpus - server, 1)} --vllm-server-gpus {min(server, gpus - 1)}"
+                " or fewer"
+            )
         raise ShardingError(
             f"training.num_processes {n} (--gpus): this machine has {gpus} GPU(s){where}; pass "
             f"--gpus {gpus} or fewer"
+        )
+    if server and not gpus:
+        raise ShardingError(
+            "training.vllm_server_gpus: a vLLM server needs GPUs and this machine has none; "
+            "drop --vllm-server-gpus"
         )
     sharding = resolve_sharding(config, gpus)
     if sharding in SHARDED and config.world() == 1:

@@ -92,6 +92,7 @@ _OTHER_MODES = (
         *_RUNTIME,
         "generation",
         "vllm_server_base_url",
+        "vllm_server_gpus",
         "max_prompt_length",
         "report_to",
         "reward",

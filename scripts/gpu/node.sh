@@ -128,6 +128,9 @@
 # `async-diag-blocking` (the same run under CUDA_LAUNCH_BLOCKING=1, for the faulting kernel).
 # 2026-11-29 evening, 1x H200: async-diag 114 s, async-diag-train 368 s (the --async run ran its
 # 3 steps), async-diag-blocking 245 s (the synchronous run on the same GPU).
+# Issue 46's split of GPUs (a vLLM server of the stage's) on a 2-GPU machine, ONE message:
+#   async-diag (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00),
+#   split-train (carry .gpu/vllm.part-01 .gpu/PARTS), split-sync.
 # Issues 46-47 on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
 #   bash scripts/gpu/node.sh duo          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data, the 8B weights
@@ -646,6 +649,21 @@ case "${1:-}" in
     echo "[lora-blocking] exit $(cat "$NODE/lora-blocking.rc") at $(elapsed) s"
     f=$(ls -t /root/runs-verl-blocking/training/*/.launch/launch.log | head -1)
     tr '\r' '\n' <"$f" | grep -a -v '^\[rank0\]:  *\^' | tail -c 30000 >"$OUT/lora-blocking.launch.log" ;;
+  split-train)  # issue 46's split of GPUs on a 2-GPU machine, call 2 of 3 (call 1: `async-diag`;
+    # carry .gpu/vllm.part-01 .gpu/PARTS): vLLM, the 8B shape calibrated; verl's shape with LoRA
+    # and --async, training on GPU 0 beside a vLLM server of the stage's on GPU 1, 4 steps
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b >>"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    lora_args; fresh_runs split
+    GPUS=1 SHARDING=ddp train lora-split /root/runs-verl-split "${lora[@]}" --async \
+      --vllm-server-gpus 1 --max-steps 4
+    GPUS=2 report lora-split /root/runs-verl-split 1544 "verl (published, 8x H100)"
+    f=$(ls -t /root/runs-verl-split/training/*/.launch/vllm-server.log | head -1)
+    tail -c 20000 "$f" >"$OUT/lora-split.vllm-server.log" ;;
+  split-sync)  # call 3 of 3: the same shape synchronous, vLLM colocated on both GPUs (ddp)
+    lora_args; fresh_runs sync2
+    GPUS=2 SHARDING=ddp train lora-sync2 /root/runs-verl-sync2 "${lora[@]}" --max-steps 4
+    GPUS=2 report lora-sync2 /root/runs-verl-sync2 1544 "verl (published, 8x H100)" ;;
   fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
     bash infra/gpu-bundle/install.sh >/dev/null

@@ -477,7 +477,7 @@ def test_each_gpu_index_compiles_vllm_into_a_cache_of_its_own() -> None:
     """vLLM names its compiled artifacts by rank only; a process on GPU 1 that loaded what rank
     1 built on GPU 0 (1 node x 2 after 2 nodes x 1) died starting vLLM. Each launched process
     now caches under its GPU's index, below the user's VLLM_CACHE_ROOT or XDG cache."""
-    from cobalt.training.launch import vllm_cache_root
+    from cobalt.training.vllm_server import vllm_cache_root
 
     home = {"VLLM_CACHE_ROOT": "/data/vllm"}
     assert vllm_cache_root(0, home) == "/data/vllm/cuda0"

@@ -1,0 +1,128 @@
+"""A vLLM server of the training stage's own (`training.vllm_server_gpus`, --vllm-server-gpus).
+
+The launch gives the training processes the first GPUs it may use and the server the next ones
+(`split_gpus`), starts the server as `trl vllm-serve` would (TRL's own command builder: vLLM's
+OpenAI server with the NCCL weight-transfer engine and the logprob settings TRL's client needs,
+data parallel over its GPUs), waits until it answers, and stops it with every process it started
+when training ends, whether it succeeded or not. TRL's server mode does the rest: the main
+training process joins the server's weight-transfer group and pushes the current weights at each
+generating step; each process sends its own prompts to `/v1/completions`.
+
+    with generation_server(model, ["2", "3"], log_dir, max_model_len=1536) as base_url:
+        ...  # train with vllm_mode="server", vllm_server_base_url=base_url
+
+Plain Python, no Prefect.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from engines.serving import LocalServer, ServerError, free_port, stop
+
+START_TIMEOUT_S = 900  # vLLM's start-up at 8B: weights, torch.compile, CUDA graphs (~1-3 min)
+
+
+def visible_gpu_ids(environ: dict[str, str], count: int) -> list[str]:
+    """The GPUs this process may use, as CUDA_VISIBLE_DEVICES names them (else 0..count-1)."""
+    shown = environ.get("CUDA_VISIBLE_DEVICES")
+    if shown is not None and shown.strip():
+        return [g.strip() for g in shown.split(",") if g.strip()]
+    return [str(i) for i in range(count)]
+
+
+def split_gpus(visible: Sequence[str], processes: int, server: int) -> tuple[list[str], list[str]]:
+    """(the training processes' GPUs, the server's): the first `processes`, then `server` more."""
+    if processes + server > len(visible):
+        raise ValueError(
+            f"training on {processes} GPU(s) beside a vLLM server on {server} needs "
+            f"{processes + server} GPUs; {len(visible)} visible ({', '.join(visible) or 'none'})"
+        )
+    return list(visible[:processes]), list(visible[processes : processes + server])
+
+
+def server_command(
+    model: str | Path, port: int, gpus: int, max_model_len: int | None = None
+) -> list[str]:
+    """`trl vllm-serve`'s command line (TRL's builder) for `model` on `gpus` GPUs (one engine
+    each), on 127.0.0.1:`port`, prefix caching on (a prompt's samples share its KV cache)."""
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    arguments = ScriptArguments(
+        model=str(model),
+        host="127.0.0.1",
+        port=port,
+        data_parallel_size=gpus,
+        max_model_len=max_model_len,
+        enable_prefix_caching=True,
+        log_level="warning",
+    )
+    return build_command(arguments)
+
+
+def server_env(environ: dict[str, str], gpus: Sequence[str]) -> dict[str, str]:
+    """The server's environment: its GPUs only, vLLM's development endpoints on (the weight
+    transfer and prefix-cache reset TRL's client calls), offline, its own compile cache."""
+    return {
+        **environ,
+        "CUDA_VISIBLE_DEVICES": ",".join(gpus),
+        "VLLM_SERVER_DEV_MODE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "NO_COLOR": "1",
+        "VLLM_CACHE_ROOT": vllm_cache_root(0, environ) + "-server",
+    }
+
+
+def vllm_cache_root(device: int, environ: dict[str, str]) -> str:
+    """The vLLM cache directory of a process on logical GPU `device`: vLLM's own
+    (VLLM_CACHE_ROOT, else XDG_CACHE_HOME or ~/.cache, then vllm) with `cuda<device>` under it.
+
+    vLLM 0.26 keys its torch.compile artifacts by rank only (rank_<rank>_<dp>), yet the compiled
+    code names the logical GPU it was built on: a later run whose rank R sits on another GPU
+    (1 node x 2 after 2 nodes x 1, 2 x 2 after 1 x 4) loads rank R's artifact and that process
+    dies starting vLLM (the others then see "Connection closed by peer"). One directory per GPU
+    index keeps every artifact on the GPU it was built for (vLLM's fix upstream: PR 38962)."""
+    root = environ.get("VLLM_CACHE_ROOT") or os.path.join(
+        environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "vllm"
+    )
+    return os.path.join(os.path.expanduser(root), f"cuda{device}")
+
+
+@contextmanager
+def generation_server(
+    model: str | Path,
+    gpus: Sequence[str],
+    log_dir: str | Path,
+    *,
+    max_model_len: int | None = None,
+    timeout_s: float = START_TIMEOUT_S,
+    command: Callable[[int], list[str]] | None = None,
+) -> Iterator[str]:
+    """Start the server on `gpus` (physical ids), wait until it answers, yield its base URL;
+    stop it after. ServerError (with the end of its log, `log_dir`/vllm-server.log) if it exits
+    or does not answer within `timeout_s`. `command(port)`: another server, for tests."""
+    port = free_port()
+    argv = command(port) if command else server_command(model, port, len(gpus), max_model_len)
+    log_path = Path(log_dir) / "vllm-server.log"
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=server_env(dict(os.environ), gpus),
+            start_new_session=True,  # a Ctrl-C to the stage reaches it through stop(), in order
+        )
+    try:
+        try:
+            LocalServer(proc, port, log_path, Path(model), "vllm").wait_until_up(timeout_s)
+        except ServerError as exc:
+            raise ServerError(
+                f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
+            ) from None
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)

@@ -1,0 +1,146 @@
+"""The training stage's own vLLM server (`training.vllm_server_gpus`, --vllm-server-gpus): the
+split of GPUs, the settings validated before any work, and the server's lifetime around the
+training (a real subprocess answering HTTP on CPU; vLLM itself runs only on a GPU:
+scripts/gpu/node.sh split-train)."""
+
+from __future__ import annotations
+
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+import cobalt.training.config as training_config
+from cobalt.training.config import TrainingConfig
+from cobalt.training.plan import ShardingError, plan_training
+from cobalt.training.vllm_server import (
+    generation_server,
+    server_command,
+    server_env,
+    split_gpus,
+    visible_gpu_ids,
+)
+from engines.machine import Machine
+from engines.serving import ServerError
+
+GIB = 2**30
+
+
+def _machine(gpus: int) -> Machine:
+    return Machine(gpus=gpus, gpu_bytes=80 * GIB, gpu_name="H100", host_bytes=512 * GIB, cpus=32)
+
+
+def test_the_server_takes_the_gpus_after_the_training_processes():
+    assert split_gpus(["0", "1", "2", "3"], 3, 1) == (["0", "1", "2"], ["3"])
+    # CUDA_VISIBLE_DEVICES names the physical cards: a job pinned to 4-7 keeps to them
+    visible = visible_gpu_ids({"CUDA_VISIBLE_DEVICES": "4,5,6,7"}, 4)
+    assert split_gpus(visible, 2, 2) == (["4", "5"], ["6", "7"])
+    assert visible_gpu_ids({}, 2) == ["0", "1"]
+    with pytest.raises(ValueError, match="needs 3 GPUs; 2 visible"):
+        split_gpus(["0", "1"], 2, 1)
+
+
+def test_the_server_runs_as_trl_serves_it_on_its_own_gpus():
+    command = server_command("/models/qwen", 8123, 2, max_model_len=1536)
+    at = command.index("serve")
+    assert command[at + 1] == "/models/qwen"
+    # one engine a GPU, the context training feeds it, prefix caching for a prompt's samples
+    for flag, value in (
+        ("--data-parallel-size", "2"),
+        ("--max-model-len", "1536"),
+        ("--port", "8123"),
+    ):
+        assert command[command.index(flag) + 1] == value
+    assert "--enable-prefix-caching" in command
+    assert "--weight-transfer-config" in command  # TRL's client pushes the weights through it
+    env = server_env({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "HOME": "/root"}, ["2", "3"])
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"  # the weight-transfer endpoints
+
+
+def test_settings_that_cannot_work_together_are_refused_before_any_work(monkeypatch):
+    monkeypatch.setattr(training_config, "vllm_available", lambda: True)
+    paper = {"preset": "paper", "mode": "single_turn", "lora": {}}
+    with pytest.raises(ValidationError, match="generation is transformers: drop one"):
+        TrainingConfig(**paper, vllm_server_gpus=1, generation="transformers")
+    with pytest.raises(ValidationError, match=r"vllm_server_base_url .* names yours: drop one"):
+        TrainingConfig(**paper, vllm_server_gpus=1, vllm_server_base_url="http://gpu-box:8000")
+    with pytest.raises(ValidationError, match="built for one node"):
+        TrainingConfig(**paper, vllm_server_gpus=1, nodes=2, rdzv_endpoint="10.0.0.1:29400")
+    with pytest.raises(ShardingError, match="take 3 GPUs: this machine has 2; pass --gpus 1"):
+        plan_training(
+            TrainingConfig(**paper, num_processes=2, vllm_server_gpus=1), None, _machine(2)
+        )
+    with pytest.raises(ShardingError, match="needs GPUs and this machine has none"):
+        plan_training(TrainingConfig(**paper, vllm_server_gpus=1), None, _machine(0))
+    with pytest.raises(ValueError, match=r"needs vllm_server_base_url .* or vllm_server_gpus"):
+        TrainingConfig(**paper, generation="vllm_server").grpo_kwargs("out", None, 1)
+
+
+def test_the_plan_says_where_generation_runs(monkeypatch):
+    monkeypatch.setattr(training_config, "vllm_available", lambda: True)
+    config = TrainingConfig(
+        preset="paper",
+        mode="single_turn",
+        lora={},
+        num_processes=2,
+        vllm_server_gpus=2,
+        async_generation=True,
+    )
+    plan = plan_training(config, None, _machine(4))
+    assert (plan.processes, plan.server_gpus, plan.generation) == (2, 2, "vllm_server")
+    text = plan.describe()
+    assert "a vLLM server of the run's own (2 GPUs after the training processes'" in text
+    assert "overlapped with training, one step off" in text
+    kwargs = config.grpo_kwargs("out", None, 4)
+    assert kwargs["vllm_mode"] == "server" and "vllm_server_base_url" not in kwargs  # set at launch
+
+
+def _health_server(root: Path):
+    """A real HTTP server whose /health answers 200 (a file of that name), on the given port."""
+    root.mkdir(exist_ok=True)
+    (root / "health").write_text("ok")
+    return lambda port: [
+        sys.executable,
+        "-m",
+        "http.server",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--directory",
+        str(root),
+    ]
+
+
+def test_the_server_answers_while_training_runs_and_is_stopped_after(tmp_path):
+    with generation_server(
+        "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
+    ) as url, urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+        assert reply.status == 200
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/health", timeout=2)
+
+
+def test_a_failed_training_still_stops_the_server(tmp_path):
+    with pytest.raises(RuntimeError, match="training failed"), generation_server(
+        "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
+    ) as url:
+        raise RuntimeError("training failed")
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{url}/health", timeout=2)
+
+
+def test_a_server_that_dies_at_start_up_names_its_gpus_and_shows_its_log(tmp_path):
+    def dies(port: int) -> list[str]:
+        code = (
+            "import os, sys; print('no engine on', os.environ['CUDA_VISIBLE_DEVICES']); sys.exit(3)"
+        )
+        return [sys.executable, "-c", code]
+
+    with pytest.raises(
+        ServerError, match=r"(?s)vLLM server on GPU\(s\) 2,3: .*exited with 3.*no engine on 2,3"
+    ), generation_server("m", ["2", "3"], tmp_path, command=dies, timeout_s=60):
+        pytest.fail("the body ran without a server")
+    assert (tmp_path / "vllm-server.log").is_file()
