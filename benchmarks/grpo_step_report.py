@@ -8,7 +8,8 @@ prints the ratio to a published figure in the same unit.
     python -m benchmarks.grpo_step_report RUN/training/KEY --trace mem.csv --gpus 4 \\
         --anchor 1544 --anchor-name "verl GRPO Qwen2-7B, 8x H100" --json out.json
 
-MFU: model FLOPs of the optimisation phase / (its seconds x GPUs x --peak-tflops): per token the
+MFU: model FLOPs of the optimisation phase / (its seconds x training GPUs x --peak-tflops; a
+vLLM server's GPUs (--vllm-server-gpus) count in tokens/s/GPU, not here): per token the
 policy's forward and backward (6 x parameters; LoRA: 4 x, no weight gradients), the reference
 model's forward (2 x parameters, when the KL term is on and training is full), and causal
 attention (4 x layers x hidden x mean length / 2 per pass, 3 passes for the policy, 1 for the
@@ -89,6 +90,8 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
     reference = not lora and float(overrides.get("beta", 1e-4)) != 0
     cumulative = [int(h["num_tokens"]) for h in steps]
     tokens = [b - a for a, b in zip([0, *cumulative[:-1]], cumulative, strict=True)]
+    # the GPUs that train: all of them, unless a vLLM server of the run's had some of them
+    trainers = min(gpus, int(stats.get("processes") or gpus))
     rows = []
     for i, h in enumerate(steps):
         total = timing["step_s"][i]
@@ -112,7 +115,9 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
                 "prompt_mean_tokens": round(prompt, 1) if prompt is not None else None,
                 "response_mean_tokens": round(response, 1),
                 "tokens_per_s_per_gpu": round(tokens[i] / (total * gpus), 1),
-                "mfu_training_phase": round(flops / (optimisation * gpus * peak_tflops * 1e12), 3)
+                "mfu_training_phase": round(
+                    flops / (optimisation * trainers * peak_tflops * 1e12), 3
+                )
                 if optimisation
                 else None,
                 "collective_gb_per_process": (timing.get("collective_gb_step") or [None] * (i + 1))[

@@ -49,7 +49,8 @@ def server_command(
     model: str | Path, port: int, gpus: int, max_model_len: int | None = None
 ) -> list[str]:
     """`trl vllm-serve`'s command line (TRL's builder) for `model` on `gpus` GPUs (one engine
-    each), on 127.0.0.1:`port`, prefix caching on (a prompt's samples share its KV cache)."""
+    each), on 127.0.0.1:`port`, prefix caching on (a prompt's samples share its KV cache),
+    sampling defaults vLLM's own rather than the model's generation_config.json."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     arguments = ScriptArguments(
@@ -61,7 +62,9 @@ def server_command(
         enable_prefix_caching=True,
         log_level="warning",
     )
-    return build_command(arguments)
+    # the sampling defaults vLLM's own, as in the colocated engine's explicit SamplingParams
+    # (else the model's generation_config.json fills any field a request leaves out)
+    return build_command(arguments, ["--generation-config", "vllm"])
 
 
 def server_env(environ: dict[str, str], gpus: Sequence[str]) -> dict[str, str]:

@@ -54,6 +54,9 @@ def test_the_server_runs_as_trl_serves_it_on_its_own_gpus():
     ):
         assert command[command.index(flag) + 1] == value
     assert "--enable-prefix-caching" in command
+    # a request's unset sampling fields take vLLM's defaults, as the colocated engine's do, not
+    # the model's generation_config.json (Qwen3's top_k 20 would change the samples)
+    assert command[command.index("--generation-config") + 1] == "vllm"
     assert "--weight-transfer-config" in command  # TRL's client pushes the weights through it
     env = server_env({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "HOME": "/root"}, ["2", "3"])
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
@@ -115,18 +118,24 @@ def _health_server(root: Path):
 
 
 def test_the_server_answers_while_training_runs_and_is_stopped_after(tmp_path):
-    with generation_server(
-        "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
-    ) as url, urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+    with (
+        generation_server(
+            "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
+        ) as url,
+        urllib.request.urlopen(f"{url}/health", timeout=5) as reply,
+    ):
         assert reply.status == 200
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{url}/health", timeout=2)
 
 
 def test_a_failed_training_still_stops_the_server(tmp_path):
-    with pytest.raises(RuntimeError, match="training failed"), generation_server(
-        "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
-    ) as url:
+    with (
+        pytest.raises(RuntimeError, match="training failed"),
+        generation_server(
+            "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
+        ) as url,
+    ):
         raise RuntimeError("training failed")
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{url}/health", timeout=2)
@@ -139,8 +148,11 @@ def test_a_server_that_dies_at_start_up_names_its_gpus_and_shows_its_log(tmp_pat
         )
         return [sys.executable, "-c", code]
 
-    with pytest.raises(
-        ServerError, match=r"(?s)vLLM server on GPU\(s\) 2,3: .*exited with 3.*no engine on 2,3"
-    ), generation_server("m", ["2", "3"], tmp_path, command=dies, timeout_s=60):
+    with (
+        pytest.raises(
+            ServerError, match=r"(?s)vLLM server on GPU\(s\) 2,3: .*exited with 3.*no engine on 2,3"
+        ),
+        generation_server("m", ["2", "3"], tmp_path, command=dies, timeout_s=60),
+    ):
         pytest.fail("the body ran without a server")
     assert (tmp_path / "vllm-server.log").is_file()
