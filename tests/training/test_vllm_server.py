@@ -156,3 +156,99 @@ def test_a_server_that_dies_at_start_up_names_its_gpus_and_shows_its_log(tmp_pat
     ):
         pytest.fail("the body ran without a server")
     assert (tmp_path / "vllm-server.log").is_file()
+
+
+class CompletionsServer:
+    """The part of vLLM's OpenAI server TRL's client uses to sample (`/health`, `/v1/models`,
+    `/v1/completions` with token-id prompts and `return_token_ids`): each row's completion is
+    its prompt reversed, the sampled token's logprob -0.5. Every request body is kept."""
+
+    def __init__(self) -> None:
+        import json
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def _send(self, payload: dict) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._send({"data": [{"id": "/models/policy"}]} if "models" in self.path else {})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+                server.requests.append(body)
+                choices = []
+                for prompt in body["prompt"]:
+                    tokens = list(reversed(prompt))
+                    choices.append(
+                        {
+                            "prompt_token_ids": prompt,
+                            "token_ids": tokens,
+                            "logprobs": {
+                                "tokens": [f"token_id:{t}" for t in tokens],
+                                "token_logprobs": [-0.5] * len(tokens),
+                                "top_logprobs": [None] * len(tokens),
+                            },
+                        }
+                    )
+                self._send({"choices": choices})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+def test_each_process_asks_the_server_for_its_own_rows_with_trls_sampling_settings(monkeypatch):
+    from types import SimpleNamespace
+
+    import trl.generation.vllm_client as client
+
+    from cobalt.training.overlap import VLLMServer
+
+    # TRL's client refuses to start without vLLM installed; asking for samples is plain HTTP
+    monkeypatch.setattr(client, "is_vllm_available", lambda *a, **k: True)
+
+    served = CompletionsServer()
+    try:
+        # TRL's VLLMGeneration as a process other than the main one holds it: no client
+        settings = SimpleNamespace(
+            vllm_client=None,
+            server_base_url=served.url,
+            server_host="0.0.0.0",
+            server_port=8000,
+            server_timeout=10.0,
+            repetition_penalty=1.1,
+            temperature=0.7,
+            top_p=0.9,
+            top_k=0,
+            min_p=None,
+            max_completion_length=8,
+            logprobs=0,
+            structured_outputs_regex=None,
+            generation_kwargs={"logit_bias": {"7": -100.0}},
+        )
+        generator = VLLMServer(SimpleNamespace(vllm_generation=settings))
+        rows = [[1, 2, 3], [1, 2, 3], [4, 5]]  # a prompt's samples are rows of their own
+        out = generator.run(rows)
+    finally:
+        served.httpd.shutdown()
+    (request,) = served.requests
+    assert request["prompt"] == rows and request["n"] == 1
+    sent = {k: request[k] for k in ("temperature", "top_p", "top_k", "min_p", "max_tokens")}
+    assert sent == {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "min_p": 0.0, "max_tokens": 8}
+    assert request["repetition_penalty"] == 1.1 and request["logit_bias"] == {"7": -100.0}
+    assert out["prompt_ids"] == rows
+    assert out["completion_ids"] == [[3, 2, 1], [3, 2, 1], [5, 4]]
+    assert out["logprobs"] == [[-0.5] * 3, [-0.5] * 3, [-0.5] * 2]
