@@ -131,7 +131,7 @@
 # Issue 46's split of GPUs (a vLLM server of the stage's) on a 2-GPU machine, ONE message:
 #   async-diag (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00),
 #   split-train (carry .gpu/vllm.part-01 .gpu/PARTS), split-sync. 2026-11-29 on 2x H200: 114 s,
-#   400 s (the server up in 145 s), 291 s: 1,648 s of held time for the three with the 1-GPU calls.
+#   400 s (the server up in 145 s), 291 s (with the one-GPU async-diag calls before: 1,648 s held).
 # Issues 46-47 on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
 #   bash scripts/gpu/node.sh duo          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data, the 8B weights
