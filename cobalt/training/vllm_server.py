@@ -4,9 +4,10 @@ The launch gives the training processes the first GPUs it may use and the server
 (`split_gpus`), starts the server as `trl vllm-serve` would (TRL's own command builder: vLLM's
 OpenAI server with the NCCL weight-transfer engine and the logprob settings TRL's client needs,
 data parallel over its GPUs), waits until it answers, and stops it with every process it started
-when training ends, whether it succeeded or not. TRL's server mode does the rest: the main
-training process joins the server's weight-transfer group and pushes the current weights at each
-generating step; each process sends its own prompts to `/v1/completions`.
+when training ends, whether it succeeded or not (and when the stage's process dies outright).
+TRL's server mode does the rest: the main training process joins the server's weight-transfer
+group and pushes the current weights at each generating step; each process sends its own prompts
+to `/v1/completions`.
 
     with generation_server(model, ["2", "3"], log_dir, max_model_len=1536) as base_url:
         ...  # train with vllm_mode="server", vllm_server_base_url=base_url
@@ -95,6 +96,18 @@ def vllm_cache_root(device: int, environ: dict[str, str]) -> str:
     return os.path.join(os.path.expanduser(root), f"cuda{device}")
 
 
+def _end_with_parent() -> None:
+    """In the server's process before it starts: SIGTERM when the stage's process dies (Linux:
+    PR_SET_PDEATHSIG), so a stage killed outright (SIGKILL, a job's time limit) does not leave
+    a server holding its GPUs; vLLM then shuts its engines down."""
+    import ctypes
+    import signal
+    import sys
+
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 @contextmanager
 def generation_server(
     model: str | Path,
@@ -118,6 +131,7 @@ def generation_server(
             stderr=subprocess.STDOUT,
             env=server_env(dict(os.environ), gpus),
             start_new_session=True,  # a Ctrl-C to the stage reaches it through stop(), in order
+            preexec_fn=_end_with_parent,
         )
     try:
         try:

@@ -5,6 +5,7 @@ scripts/gpu/node.sh split-train)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import urllib.request
 from pathlib import Path
@@ -252,3 +253,45 @@ def test_each_process_asks_the_server_for_its_own_rows_with_trls_sampling_settin
     assert out["prompt_ids"] == rows
     assert out["completion_ids"] == [[3, 2, 1], [3, 2, 1], [5, 4]]
     assert out["logprobs"] == [[-0.5] * 3, [-0.5] * 3, [-0.5] * 2]
+
+
+def test_a_stage_killed_outright_takes_its_server_with_it(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    pid_file, www = tmp_path / "server.pid", tmp_path / "www"
+    www.mkdir()
+    (www / "health").write_text("ok")
+    stage = f"""
+import os, signal, sys
+from cobalt.training.vllm_server import generation_server
+def serve(port):
+    code = ("import os, runpy, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
+            "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', sys.argv[3]]; "
+            "runpy.run_module('http.server', run_name='__main__')")
+    return [sys.executable, '-c', code, {str(pid_file)!r}, str(port), {str(www)!r}]
+with generation_server('m', ['1'], {str(tmp_path)!r}, command=serve, timeout_s=60):
+    os.kill(os.getpid(), signal.SIGKILL)  # no finally, no stop(): the kernel ends the stage
+"""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", stage],
+        cwd=root,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode == -signal.SIGKILL
+    server = int(pid_file.read_text())
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{server}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(server, os.WNOHANG)
+    state = (
+        Path(f"/proc/{server}/stat").read_text().split(")")[1].split()[0]
+        if Path(f"/proc/{server}").exists()
+        else "gone"
+    )
+    assert state in ("gone", "Z"), f"the server outlived its stage (state {state})"
