@@ -17,8 +17,11 @@ Plain Python, no Prefect.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,16 +99,15 @@ def vllm_cache_root(device: int, environ: dict[str, str]) -> str:
     return os.path.join(os.path.expanduser(root), f"cuda{device}")
 
 
-def _end_with_parent() -> None:
-    """In the server's process before it starts: SIGTERM when the stage's process dies (Linux:
-    PR_SET_PDEATHSIG), so a stage killed outright (SIGKILL, a job's time limit) does not leave
-    a server holding its GPUs; vLLM then shuts its engines down."""
-    import ctypes
-    import signal
-    import sys
-
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+def _end_with_parent() -> Callable[[], None] | None:
+    """What the server's process runs before it starts: SIGTERM to it when the stage's process
+    dies (Linux: PR_SET_PDEATHSIG), so a stage killed outright (SIGKILL, a job's time limit)
+    does not leave a server holding its GPUs; vLLM then shuts its engines down. Resolved here,
+    in the parent: between fork and exec the child only makes the call (no import, no lock)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 @contextmanager
@@ -131,7 +133,7 @@ def generation_server(
             stderr=subprocess.STDOUT,
             env=server_env(dict(os.environ), gpus),
             start_new_session=True,  # a Ctrl-C to the stage reaches it through stop(), in order
-            preexec_fn=_end_with_parent,
+            preexec_fn=_end_with_parent(),
         )
     try:
         try:
