@@ -28,7 +28,8 @@ synchronous run. Where the samples come from (`Generator`):
 - `VLLMServer`: a vLLM server on GPUs of its own (TRL's server mode; the stage starts one with
   `training.vllm_server_gpus`), asked over HTTP from the background thread by every process for
   its own rows; TRL pushes the current weights into it by NCCL at each generating step, after
-  every process's batch in flight has finished. The split of GPUs verl's one-step-off and
+  every process's batch in flight has finished, and no process asks for the next batch before
+  the push has ended (two barriers: TRL pushes from the main process alone). The split of GPUs verl's one-step-off and
   NeMo-RL's async GRPO use: generation and training each on cards of their own.
 - `TransformersCopy`: a second copy of the policy that `generate`s in the background thread (CPU,
   small models; the copy's trainable weights refreshed from the policy, gathered whole under
@@ -379,6 +380,10 @@ class OneStepOff(TrainerCallback):
         from trl.extras.profiling import profiling_context
 
         assert self.generator is not None and self.pool is not None, "attach(trainer) first"
+        if isinstance(self.generator, VLLMServer) and trainer.accelerator.num_processes > 1:
+            # TRL has just pushed the weights from the main process only: no process may ask
+            # the server for samples before that push has ended
+            trainer.accelerator.wait_for_everyone()
         ahead, self.in_flight = self.in_flight, None
         if ahead is not None and _on_every_process(ahead.prompts == prompts, trainer):
             output = self._wait(ahead)
