@@ -190,7 +190,9 @@ def one_node_env(environ: dict[str, str], port: int) -> dict[str, str]:
 
 
 def launch(job: Job, logger: Logger = log) -> Result:
-    """Run the job on `num_processes` processes and wait; LaunchError if any of them fails."""
+    """Run the job on `num_processes` processes and wait; LaunchError if any of them fails.
+    A job whose plan has a vLLM server of its own (`server_gpus`) starts it first on the GPUs
+    after the processes' and stops it after (cobalt.training.vllm_server)."""
     work = Path(job.launch_dir or Path(job.output_dir, LAUNCH_DIR))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -217,7 +219,10 @@ def launch(job: Job, logger: Logger = log) -> Result:
             }
         )
         environ = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(training)}
-        return _launch(job.model_copy(update={"config": config}), work, environ, logger)
+        try:
+            return _launch(job.model_copy(update={"config": config}), work, environ, logger)
+        except LaunchError as exc:
+            raise LaunchError(f"{exc}\nthe vLLM server's log: {work / 'vllm-server.log'}") from None
 
 
 def _launch(job: Job, work: Path, environ: dict[str, str], logger: Logger) -> Result:
