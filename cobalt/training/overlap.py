@@ -29,8 +29,8 @@ synchronous run. Where the samples come from (`Generator`):
   `training.vllm_server_gpus`), asked over HTTP from the background thread by every process for
   its own rows; TRL pushes the current weights into it by NCCL at each generating step, after
   every process's batch in flight has finished, and no process asks for the next batch before
-  the push has ended (two barriers: TRL pushes from the main process alone). The split of GPUs verl's one-step-off and
-  NeMo-RL's async GRPO use: generation and training each on cards of their own.
+  the push has ended (two barriers: TRL pushes from the main process alone). The split of GPUs
+  verl's one-step-off and NeMo-RL's async GRPO use: generation and training on cards of their own.
 - `TransformersCopy`: a second copy of the policy that `generate`s in the background thread (CPU,
   small models; the copy's trainable weights refreshed from the policy, gathered whole under
   FSDP, before each batch is sent).
@@ -179,7 +179,8 @@ class VLLMServer(Generator):
     one completion each (the server's prefix cache shares a prompt's), from the background thread
     over HTTP with TRL's sampling settings: no collective and no CUDA work in this process. TRL
     pushes the current weights (NCCL, from the main process) at each generating step, after
-    `on_step_begin` has let every process's batch in flight finish."""
+    `on_step_begin` has let every process's batch in flight finish; the rollout waits for that
+    push to end on every process before asking for samples."""
 
     def __init__(self, trainer: Any) -> None:
         self.vllm = trainer.vllm_generation
