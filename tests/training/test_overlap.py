@@ -29,12 +29,19 @@ def test_async_is_refused_where_it_is_not_built_naming_the_setting() -> None:
         {"mode": "multi_turn"},
         {"mode": "offline"},
         {"rollout": "benchmarks.parity_rollout:replay"},
-        {"generation": "vllm_server", "vllm_server_base_url": "http://x:8000"},
         {"generation": "paged"},
         {"overrides": {"vllm_enable_sleep_mode": True}},
     ):
         with pytest.raises(ValueError, match="async_generation"):
             TrainingConfig(preset="tiny", async_generation=True, **bad)
+    # a vLLM server (yours, or the stage's own on GPUs of its own) samples one step off too
+    TrainingConfig(
+        preset="tiny",
+        async_generation=True,
+        generation="vllm_server",
+        vllm_server_base_url="http://x:8000",
+    )
+    TrainingConfig(preset="tiny", async_generation=True, vllm_server_gpus=1)
     # colocated vLLM: awake one step off, asleep under fsdp otherwise
     config = TrainingConfig(preset="tiny", async_generation=True, overrides={"use_vllm": True})
     assert "vllm_enable_sleep_mode" not in config.grpo_kwargs("/tmp/x", gpus=0)
@@ -197,7 +204,8 @@ def test_every_batch_is_sampled_in_the_background_thread(tmp_path, monkeypatch) 
 
 
 def test_the_engine_in_use_decides_the_generator(monkeypatch) -> None:
-    """A trainer on vLLM colocated must keep it awake at tensor parallel 1; a server is refused."""
+    """A trainer on vLLM colocated must keep it awake at tensor parallel 1; a trainer in TRL's
+    server mode asks the server."""
 
     class Args:
         steps_per_generation = gradient_accumulation_steps = 2
@@ -215,8 +223,11 @@ def test_the_engine_in_use_decides_the_generator(monkeypatch) -> None:
         OneStepOff().attach(Trainer())
     Args.steps_per_generation = 4
 
-    with pytest.raises(ValueError, match="vLLM server"):
-        OneStepOff().attach(Trainer())
+    monkeypatch.setattr(overlap.VLLMServer, "__init__", lambda self, trainer: None)
+    served = OneStepOff()
+    served.attach(Trainer())
+    assert isinstance(served.generator, overlap.VLLMServer)
+    served.close()
     Args.vllm_mode, Args.vllm_enable_sleep_mode = "colocate", True
     with pytest.raises(ValueError, match="awake"):
         OneStepOff().attach(Trainer())
