@@ -1,0 +1,62 @@
+"""The step report (benchmarks/grpo_step_report.py) read from a stage's own files: the medians
+leave step 1 out, and a one-step-off run's last step too (nothing was sampled beside it); the
+training phase's MFU counts the GPUs that train, not a vLLM server's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.grpo_step_report import report
+
+
+def stage(where: Path, step_s: list[float], overlap: dict | None, processes: int) -> Path:
+    """A finished stage's files: steps of 1,000 tokens each, optimisation 10 s a step."""
+    where.mkdir(parents=True)
+    n = len(step_s)
+    stats = {
+        "timing": {
+            "step_s": step_s,
+            "generation_step_s": [0.0] * n,
+            "reward_step_s": [0.0] * n,
+            "weight_sync_step_s": [0.0] * n,
+            "optimisation_step_s": [10.0] * n,
+        },
+        "processes": processes,
+        **({"overlap": overlap} if overlap else {}),
+    }
+    config = {"mode": "single_turn", "preset": "paper", "lora": {}, "overrides": {}}
+    (where / "MANIFEST.json").write_text(json.dumps({"stats": stats, "spec": {"config": config}}))
+    history = [
+        {"step": i + 1, "loss": 0.0, "num_tokens": 1000 * (i + 1), "completions/mean_length": 10}
+        for i in range(n)
+    ]
+    (where / "log_history.json").write_text(json.dumps(history))
+    (where / "config.json").write_text(
+        json.dumps({"hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                    "intermediate_size": 128, "vocab_size": 1000})
+    )  # fmt: skip
+    return where
+
+
+def test_the_medians_leave_out_step_1_and_a_one_step_off_runs_last_step(tmp_path):
+    steps = [30.0, 20.0, 22.0, 12.0]
+    synchronous = report(stage(tmp_path / "sync", steps, None, 2), 2, 989.0, None)
+    assert synchronous["median_after_step_1"]["step_s"] == 20.0  # steps 2-4
+    one_step_off = report(
+        stage(tmp_path / "async", steps, {"mode": "one step off"}, 2), 2, 989.0, None
+    )
+    assert one_step_off["median_after_step_1"]["step_s"] == 21.0  # steps 2-3
+
+
+def test_the_training_phase_mfu_counts_the_gpus_that_train(tmp_path):
+    both = report(stage(tmp_path / "both", [10.0] * 3, None, 2), 2, 989.0, None)
+    beside_a_server = report(stage(tmp_path / "one", [10.0] * 3, None, 1), 2, 989.0, None)
+    rows, split = both["steps"], beside_a_server["steps"]
+    # the same tokens a second over both GPUs; the same model work on one GPU instead of two
+    assert [r["tokens_per_s_per_gpu"] for r in rows] == [r["tokens_per_s_per_gpu"] for r in split]
+    assert split[1]["mfu_training_phase"] == pytest.approx(
+        2 * rows[1]["mfu_training_phase"], rel=0.02
+    )
