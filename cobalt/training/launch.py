@@ -341,8 +341,7 @@ def _first_gpu() -> str:
     """The GPU a one-process launch runs on: the first this process may use. accelerate sets
     CUDA_VISIBLE_DEVICES to `--gpu_ids`, so a plain "0" would move a job pinned to another card
     (CUDA_VISIBLE_DEVICES=1) onto card 0."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
-    return visible or "0"
+    return visible_gpu_ids(dict(os.environ), 1)[0]
 
 
 def _root() -> str:
