@@ -619,7 +619,13 @@ class TrainingConfig(BaseModel):
         }
         preset = self.defaults()
         kwargs = common | preset.grpo | {"use_cpu": not gpu}
-        if preset.prompts_per_step:
+        batch = self.overrides.get("generation_batch_size")
+        own_step = {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(
+            self.overrides
+        )
+        # a generation_batch_size of the user's replaces the preset's step (below)
+        replaced = preset.plan_micro_batch and batch is not None and not own_step
+        if preset.prompts_per_step and not replaced:
             step = preset.prompts_per_step
             if step % self.world():
                 raise ShardingError(
@@ -634,11 +640,7 @@ class TrainingConfig(BaseModel):
             kwargs |= {"save_strategy": "steps", "save_steps": self.save_steps}
             kwargs.setdefault("save_total_limit", 2)
         kwargs |= self.numerics_kwargs(gpu) | self.generation_kwargs(gpu, model) | self.overrides
-        batch = self.overrides.get("generation_batch_size")
-        own_step = {"per_device_train_batch_size", "gradient_accumulation_steps"} & set(
-            self.overrides
-        )
-        if preset.plan_micro_batch and batch is not None and not own_step:
+        if replaced:
             # a smaller generation batch (a short run, a benchmark): one optimizer step per
             # batch, each process's share split into micro-batches by the memory plan
             share, rest = divmod(int(batch), self.world())

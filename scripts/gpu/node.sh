@@ -179,13 +179,27 @@ trace() {  # every GPU's memory every 0.5 s into $1, until the returned pid is k
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used --format=csv,noheader,nounits \
     -lms 500 >"$1" 2>/dev/null </dev/null & echo $!
 }
+bounded() {  # SECONDS CMD...: CMD in a process group of its own, the whole group ended after
+  # SECONDS (0: never); a stage's vLLM server follows its stage (parent-death signal)
+  local limit="$1"; shift
+  setsid "$@" & local pid=$! guard=""
+  if [ "$limit" -gt 0 ]; then
+    (sleep "$limit"; echo "bounded: $1 ended after $limit s" >&2
+     kill -TERM -- "-$pid" 2>/dev/null; sleep 20; kill -KILL -- "-$pid" 2>/dev/null) & guard=$!
+  fi
+  wait "$pid"; local rc=$?
+  [ -n "$guard" ] && pkill -P "$guard" sleep 2>/dev/null; [ -n "$guard" ] && kill "$guard" 2>/dev/null
+  return $rc
+}
 train() {  # NAME STORAGE ARGS...: flows.training on $GPUS GPUs (4) with $SHARDING (fsdp), traced
+  # ($TRAIN_TIMEOUT: its whole process group ended after that many seconds)
   local name="$1" storage="$2"; shift 2
   rm -f "$NODE/$name.rc"
   local pid; pid=$(trace "$NODE/$name.mem.csv")
   # torch's flight recorder on: each step's collective GB in the stage's timing (FR=0: off)
-  TORCH_FR_BUFFER_SIZE=${FR:-20000} TORCH_NCCL_TRACE_BUFFER_SIZE=${FR:-20000} \
-  PREFECT_HOME="$NODE/prefect-$name" python3 -m flows.training --storage "$storage" \
+  bounded "${TRAIN_TIMEOUT:-0}" env TORCH_FR_BUFFER_SIZE=${FR:-20000} \
+    TORCH_NCCL_TRACE_BUFFER_SIZE=${FR:-20000} PREFECT_HOME="$NODE/prefect-$name" \
+    python3 -m flows.training --storage "$storage" \
     --model "$MODEL" --preset paper --mode single_turn --gpus "${GPUS:-4}" \
     --sharding "${SHARDING:-fsdp}" --max-steps 3 --backend namespace --report-to none \
     --set save_strategy=no "$@" >"$NODE/$name.log" 2>&1
@@ -665,6 +679,53 @@ case "${1:-}" in
     lora_args; fresh_runs sync2
     GPUS=2 SHARDING=ddp train lora-sync2 /root/runs-verl-sync2 "${lora[@]}" --max-steps 4
     GPUS=2 report lora-sync2 /root/runs-verl-sync2 1544 "verl (published, 8x H100)" ;;
+  g4)  # issues 46-47 on ONE fresh 4-GPU machine, call 1 of 4 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data and the tiny
+    # model's on the CPU, the 8B weights on GPU 0
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
+    (verl_data; tinyv_prep) >"$NODE/g4-prep.log" 2>&1 &
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
+    wait; tail -4 "$NODE/g4-prep.log" ;;
+  g4-train)  # call 2 of 4 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape calibrated
+    # on GPU 0 beside the tiny model on GPUs 1-3 (2 processes + the stage's vLLM server, --async);
+    # then, detached, verl's shape at 8B, full fine-tuning under fsdp (g4-chain), this call
+    # waiting for the first run: 3 processes + a server of the stage's on the 4th GPU, --async
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    (build_8b >>"$NODE/model.log" 2>&1) & calibrating=$!
+    echo '{"training": {"max_prompt_length": 4072}}' >"$NODE/tiny-server.json"
+    CUDA_VISIBLE_DEVICES=1,2,3 PREFECT_HOME="$NODE/prefect-tinyv" bounded 300 python3 -m \
+      flows.training --storage /root/runs-tinyv --model /root/tiny-random --preset tiny \
+      --mode single_turn --max-steps 8 --config "$NODE/tiny-server.json" --backend namespace \
+      --report-to none --gpus 2 --vllm-server-gpus 1 --async >"$OUT/tiny-server.log" 2>&1
+    echo "[tiny-server] exit $? at $(elapsed) s"
+    tr '\r' '\n' <"$OUT/tiny-server.log" | grep -a -o -E "one step off[^;']*|'step_s': \[[^]]*\]|vLLM server[^']*|[A-Za-z]*Error: [^\\]*" \
+      | grep -v errors.html | sort -u | head -8
+    wait "$calibrating"; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    rm -f "$NODE/split.rc" "$NODE/shared.rc" "$NODE/nodes-2x2.done"
+    setsid nohup bash scripts/gpu/node.sh g4-chain </dev/null >"$NODE/g4-chain.out" 2>&1 &
+    wait_for "$NODE/split.rc" 585
+    GPUS=4 report split /root/runs-verl-split 1544 "verl (published, 8x H100)"
+    f=$(ls -t /root/runs-verl-split/training/*/.launch/vllm-server.log 2>/dev/null | head -1)
+    [ -n "$f" ] && tail -c 20000 "$f" >"$OUT/split.vllm-server.log" ;;
+  g4-chain)  # (detached by g4-train) one run after another on every GPU, each bounded in time:
+    # the split (3 training processes, a batch of 1,350: 450 rows a process), the synchronous
+    # default on 1 node x 4 (vLLM colocated), the same on 2 "nodes" x 2 (--shared-storage)
+    fresh_runs split shared nodes
+    VERL_BATCH=1350 verl_args
+    GPUS=3 TRAIN_TIMEOUT=480 train split /root/runs-verl-split "${verl[@]}" --share-prompts \
+      --async --vllm-server-gpus 1 --max-steps 4
+    verl_args
+    GPUS=4 TRAIN_TIMEOUT=360 train shared /root/runs-verl-shared "${verl[@]}" --share-prompts
+    (NODES_ARGS=("${verl[@]}" --share-prompts); TRAIN_TIMEOUT=420; two_nodes)
+    touch "$NODE/nodes-2x2.done" ;;
+  g4-collect)  # call 3 of 4: the synchronous 1 x 4 run's step report
+    wait_for "$NODE/shared.rc" 585
+    GPUS=4 report shared /root/runs-verl-shared 1544 "verl (published, 8x H100)" ;;
+  g4-nodes)  # call 4 of 4: the 2 x 2 run's step report and node 1's logs
+    wait_for "$NODE/nodes-2x2.done" 580; node_logs nodes
+    GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)" ;;
   fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
     bash infra/gpu-bundle/install.sh >/dev/null

@@ -117,6 +117,16 @@ def test_the_paper_preset_keeps_its_step_on_any_gpu_count_that_divides_it() -> N
     assert (short["per_device_train_batch_size"], short["gradient_accumulation_steps"]) == (4, 1)
     with pytest.raises(ShardingError, match=r"num_processes 3: .* use --gpus 1, 2, 4, 8"):
         TrainingConfig(preset="paper", num_processes=3).grpo_kwargs("out")
+    # a generation batch of the user's replaces the preset's step: 3 processes (4 GPUs, one
+    # for a vLLM server) take a batch that splits over 3, and still refuse one that does not
+    three = TrainingConfig(
+        preset="paper", num_processes=3, overrides={"generation_batch_size": 1350}
+    ).grpo_kwargs("out")
+    assert (three["per_device_train_batch_size"], three["gradient_accumulation_steps"]) == (450, 1)
+    with pytest.raises(ShardingError, match=r"generation_batch_size 1280 does not split over 3"):
+        TrainingConfig(
+            preset="paper", num_processes=3, overrides={"generation_batch_size": 1280}
+        ).grpo_kwargs("out")
 
 
 def holds(processes: int, sharding: str, gpu: int, lora: bool = False) -> None:
