@@ -90,8 +90,10 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
     reference = not lora and float(overrides.get("beta", 1e-4)) != 0
     cumulative = [int(h["num_tokens"]) for h in steps]
     tokens = [b - a for a, b in zip([0, *cumulative[:-1]], cumulative, strict=True)]
-    # the GPUs that train: all of them, unless a vLLM server of the run's had some of them
-    trainers = min(gpus, int(stats.get("processes") or gpus))
+    # the GPUs that train, on every node (the plan's processes; the stage's own `processes`
+    # are its node's): all of them, unless a vLLM server of the run's had some of them
+    world = (stats.get("plan") or {}).get("processes") or stats.get("processes") or gpus
+    trainers = min(gpus, int(world))
     rows = []
     for i, h in enumerate(steps):
         total = timing["step_s"][i]

@@ -159,6 +159,17 @@ class OfflineSettings(BaseModel):
         return self.ratio_clip if self.ratio_clip_high is None else self.ratio_clip_high
 
 
+def _as_every_process_sees_it(kwargs: dict[str, Any], processes: int) -> dict[str, Any]:
+    """GRPOConfig's fields for a check in this one process: TRL derives a missing generation
+    batch from the world size it runs in (per_device x processes x steps_per_generation), 1
+    here, so that batch is given explicitly for the `processes` the run launches."""
+    if processes == 1 or kwargs.get("generation_batch_size") is not None:
+        return kwargs
+    steps = kwargs.get("steps_per_generation") or kwargs.get("gradient_accumulation_steps", 1)
+    batch = int(kwargs["per_device_train_batch_size"]) * processes * int(steps)
+    return {**kwargs, "generation_batch_size": batch, "steps_per_generation": None}
+
+
 def vllm_available() -> bool:
     import importlib.util
 
@@ -507,7 +518,7 @@ class TrainingConfig(BaseModel):
 
         try:
             kwargs = self.grpo_kwargs("unused-output-dir")
-            GRPOConfig(**kwargs)
+            GRPOConfig(**_as_every_process_sees_it(kwargs, self.world()))
         except (ValueError, TypeError) as exc:
             raise ValueError(f"training config ({self.preset} preset): {exc}") from None
         check_batch(kwargs, self.world())
@@ -628,10 +639,16 @@ class TrainingConfig(BaseModel):
         if preset.prompts_per_step and not replaced:
             step = preset.prompts_per_step
             if step % self.world():
+                import math
+
+                generations = int(kwargs["num_generations"])
+                whole = math.lcm(self.world(), generations)  # rows a process, groups whole
+                nearest = max(whole, step * generations // whole * whole)
                 raise ShardingError(
                     f"training.num_processes {self.world()}: the {self.preset} preset's step "
-                    f"of {step} prompts x {kwargs['num_generations']} samples must split evenly "
-                    f"over the processes: use --gpus {_divisors(step)} (in all)"
+                    f"of {step} prompts x {generations} samples must split evenly over the "
+                    f"processes: use --gpus {_divisors(step)} (in all), or a step of your own "
+                    f"that does (--set generation_batch_size={nearest}, a multiple of {whole})"
                 )
             kwargs["gradient_accumulation_steps"] = step // self.world()
         if self.max_steps is not None:

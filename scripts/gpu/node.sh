@@ -122,6 +122,12 @@
 # every micro-batch (40 x 8 before), the trimmed runs 16 x 20 as before; compare each run's
 # nvidia-smi peak with its plan's estimate (docs/SCALING.md, "The memory plan against what a GPU
 # allocates"). On an H100 node, `node.sh paper`: the paper's lengths now reduce every micro-batch.
+# Issues 46-47 on ONE fresh 4-GPU machine, four calls in ONE message (2026-11-29, the sixth
+# session): g4 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00), g4-train
+# (carry .gpu/vllm.part-01 .gpu/PARTS), g4-collect, g4-nodes: the 8B split (3 training processes
+# + the stage's vLLM server, --async), the synchronous 1 x 4, then 2 x 2, each bounded in time.
+# Measured: 182 s, 564 s, 371 s, 332 s (1,723 s held with a fifth call); the first two runs were
+# ended by their bounds (480 s, 360 s) in the final save: raised since (600 s, 480 s).
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -184,11 +190,12 @@ bounded() {  # SECONDS CMD...: CMD in a process group of its own, the whole grou
   local limit="$1"; shift
   setsid "$@" & local pid=$! guard=""
   if [ "$limit" -gt 0 ]; then
-    (sleep "$limit"; echo "bounded: $1 ended after $limit s" >&2
-     kill -TERM -- "-$pid" 2>/dev/null; sleep 20; kill -KILL -- "-$pid" 2>/dev/null) & guard=$!
+    # the guard's first sleep ended early (CMD done) ends the guard: nothing is signalled
+    (sleep "$limit" && { echo "bounded: $1 ended after $limit s" >&2
+     kill -TERM -- "-$pid" 2>/dev/null; sleep 20; kill -KILL -- "-$pid" 2>/dev/null; }) & guard=$!
   fi
   wait "$pid"; local rc=$?
-  [ -n "$guard" ] && pkill -P "$guard" sleep 2>/dev/null; [ -n "$guard" ] && kill "$guard" 2>/dev/null
+  [ -n "$guard" ] && pkill -P "$guard" sleep 2>/dev/null
   return $rc
 }
 train() {  # NAME STORAGE ARGS...: flows.training on $GPUS GPUs (4) with $SHARDING (fsdp), traced
@@ -714,11 +721,11 @@ case "${1:-}" in
     # default on 1 node x 4 (vLLM colocated), the same on 2 "nodes" x 2 (--shared-storage)
     fresh_runs split shared nodes
     VERL_BATCH=1350 verl_args
-    GPUS=3 TRAIN_TIMEOUT=480 train split /root/runs-verl-split "${verl[@]}" --share-prompts \
+    GPUS=3 TRAIN_TIMEOUT=600 train split /root/runs-verl-split "${verl[@]}" --share-prompts \
       --async --vllm-server-gpus 1 --max-steps 4
     verl_args
-    GPUS=4 TRAIN_TIMEOUT=360 train shared /root/runs-verl-shared "${verl[@]}" --share-prompts
-    (NODES_ARGS=("${verl[@]}" --share-prompts); TRAIN_TIMEOUT=420; two_nodes)
+    GPUS=4 TRAIN_TIMEOUT=480 train shared /root/runs-verl-shared "${verl[@]}" --share-prompts
+    (NODES_ARGS=("${verl[@]}" --share-prompts); TRAIN_TIMEOUT=480; two_nodes)
     touch "$NODE/nodes-2x2.done" ;;
   g4-collect)  # call 3 of 4: the synchronous 1 x 4 run's step report
     wait_for "$NODE/shared.rc" 585

@@ -1,6 +1,6 @@
 """The step report (benchmarks/grpo_step_report.py) read from a stage's own files: the medians
 leave step 1 out, and a one-step-off run's last step too (nothing was sampled beside it); the
-training phase's MFU counts the GPUs that train, not a vLLM server's."""
+training phase's MFU counts the GPUs that train, not a vLLM server's, on every node."""
 
 from __future__ import annotations
 
@@ -12,8 +12,11 @@ import pytest
 from benchmarks.grpo_step_report import report
 
 
-def stage(where: Path, step_s: list[float], overlap: dict | None, processes: int) -> Path:
-    """A finished stage's files: steps of 1,000 tokens each, optimisation 10 s a step."""
+def stage(
+    where: Path, step_s: list[float], overlap: dict | None, processes: int, world: int | None = None
+) -> Path:
+    """A finished stage's files: steps of 1,000 tokens each, optimisation 10 s a step;
+    `processes` this node's training processes, `world` every node's (the plan's)."""
     where.mkdir(parents=True)
     n = len(step_s)
     stats = {
@@ -25,6 +28,7 @@ def stage(where: Path, step_s: list[float], overlap: dict | None, processes: int
             "optimisation_step_s": [10.0] * n,
         },
         "processes": processes,
+        "plan": {"processes": world or processes},
         **({"overlap": overlap} if overlap else {}),
     }
     config = {"mode": "single_turn", "preset": "paper", "lora": {}, "overrides": {}}
@@ -51,12 +55,27 @@ def test_the_medians_leave_out_step_1_and_a_one_step_off_runs_last_step(tmp_path
     assert one_step_off["median_after_step_1"]["step_s"] == 21.0  # steps 2-3
 
 
+# a peak of 1e-4 TFLOP/s: the tiny stage's model work a visible share of it (at an H100's 989
+# every MFU rounds to 0.0 and any two compare equal)
+PEAK = 1e-4
+
+
 def test_the_training_phase_mfu_counts_the_gpus_that_train(tmp_path):
-    both = report(stage(tmp_path / "both", [10.0] * 3, None, 2), 2, 989.0, None)
-    beside_a_server = report(stage(tmp_path / "one", [10.0] * 3, None, 1), 2, 989.0, None)
+    both = report(stage(tmp_path / "both", [10.0] * 3, None, 2), 2, PEAK, None)
+    beside_a_server = report(stage(tmp_path / "one", [10.0] * 3, None, 1), 2, PEAK, None)
     rows, split = both["steps"], beside_a_server["steps"]
     # the same tokens a second over both GPUs; the same model work on one GPU instead of two
     assert [r["tokens_per_s_per_gpu"] for r in rows] == [r["tokens_per_s_per_gpu"] for r in split]
+    assert rows[1]["mfu_training_phase"] > 0.01
     assert split[1]["mfu_training_phase"] == pytest.approx(
         2 * rows[1]["mfu_training_phase"], rel=0.02
     )
+
+
+def test_the_mfu_of_a_run_over_two_nodes_counts_every_nodes_gpus(tmp_path):
+    """Node 0's stage of 2 nodes x 2 GPUs says 2 processes (its own) and a plan of 4: its model
+    work ran on 4 GPUs, as on 1 node x 4 (it had read 2, and doubled the MFU)."""
+    one_node = report(stage(tmp_path / "one", [10.0] * 3, None, 4), 4, PEAK, None)
+    node_0 = report(stage(tmp_path / "two", [10.0] * 3, None, 2, world=4), 4, PEAK, None)
+    assert one_node["steps"][1]["mfu_training_phase"] > 0.01
+    assert node_0["steps"][1]["mfu_training_phase"] == one_node["steps"][1]["mfu_training_phase"]

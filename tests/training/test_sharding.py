@@ -115,8 +115,13 @@ def test_the_paper_preset_keeps_its_step_on_any_gpu_count_that_divides_it() -> N
         preset="paper", num_processes=4, overrides={"generation_batch_size": 16}
     ).grpo_kwargs("out")
     assert (short["per_device_train_batch_size"], short["gradient_accumulation_steps"]) == (4, 1)
-    with pytest.raises(ShardingError, match=r"num_processes 3: .* use --gpus 1, 2, 4, 8"):
+    with pytest.raises(ShardingError, match=r"num_processes 3: .* use --gpus 1, 2, 4, 8.*, "
+                       r"or a step of your own that does \(--set generation_batch_size=1008, "
+                       r"a multiple of 48\)"):  # fmt: skip
         TrainingConfig(preset="paper", num_processes=3).grpo_kwargs("out")
+    TrainingConfig(
+        preset="paper", num_processes=3, overrides={"generation_batch_size": 1008}
+    ).check()  # the batch the refusal offers is taken
     # a generation batch of the user's replaces the preset's step: 3 processes (4 GPUs, one
     # for a vLLM server) take a batch that splits over 3, and still refuse one that does not
     three = TrainingConfig(
@@ -494,3 +499,17 @@ def test_each_gpu_index_compiles_vllm_into_a_cache_of_its_own() -> None:
     assert vllm_cache_root(1, home) == "/data/vllm/cuda1"
     assert vllm_cache_root(1, {"XDG_CACHE_HOME": "/xdg"}) == "/xdg/vllm/cuda1"
     assert vllm_cache_root(0, {}).endswith("/.cache/vllm/cuda0")
+
+
+def test_the_config_check_sees_the_generation_batch_of_every_process() -> None:
+    """The check before any work builds TRL's GRPOConfig in the flow's one process, where TRL
+    would take a world of 1: the tiny preset on 2 processes (a micro-batch of 1 each, 2
+    completions a step in all) was refused there as a batch of 1 for groups of 2, though each
+    launched process sees 2. A batch that the processes would refuse is still refused, as
+    they would count it."""
+    TrainingConfig(preset="tiny", mode="single_turn", num_processes=2).check()
+    three = TrainingConfig(
+        preset="tiny", mode="single_turn", num_processes=2, overrides={"num_generations": 3}
+    )
+    with pytest.raises(ValueError, match=r"generation_batch_size \(2\) must be divisible by "):
+        three.check()
