@@ -128,6 +128,9 @@
 # + the stage's vLLM server, --async), the synchronous 1 x 4, then 2 x 2, each bounded in time.
 # Measured: 182 s, 564 s, 371 s, 332 s (1,723 s held with a fifth call); the first two runs were
 # ended by their bounds (480 s, 360 s) in the final save: raised since (600 s, 480 s).
+# Issue 46 goal 2 (NeMo-RL's shape, not yet run), ONE message on a fresh 4-GPU machine: g4
+# (its carry), g4-nemo (carry .gpu/vllm.part-01 .gpu/PARTS; the synchronous 1 x 4, ~12 min),
+# g4-nemo-collect twice (the split 3 + 1, ~15 min): most of a session's 30 device minutes.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -238,9 +241,11 @@ prep() {  # NAME PROBLEMS [TRAJECTORY ARGS]: a problem set and its turn-0 trajec
   echo "prep $name exit $? at $(elapsed) s"
 }
 verl_sampling() {  # the end-of-turn bias from eos_calibrate.py, else every response 200 tokens
-  if [ -f "$MODEL/eos_calibration.json" ]; then
-    CAP=1024 KWARGS=$(python3 -c 'import json, sys
-print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$MODEL/eos_calibration.json")
+  # ($CALIBRATION: another calibration's file, $CAP_TOKENS its cap)
+  local calibration=${CALIBRATION:-$MODEL/eos_calibration.json}
+  if [ -f "$calibration" ]; then
+    CAP=${CAP_TOKENS:-1024} KWARGS=$(python3 -c 'import json, sys
+print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$calibration")
   else
     CAP=200 KWARGS='{"ignore_eos": true}'; echo "no eos_calibration.json: responses of 200 tokens"
   fi
@@ -733,6 +738,33 @@ case "${1:-}" in
   g4-nodes)  # call 4 of 4: the 2 x 2 run's step report and node 1's logs
     wait_for "$NODE/nodes-2x2.done" 580; node_logs nodes
     GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)" ;;
+  g4-nemo)  # issue 46 goal 2 (NeMo-RL's shape) on a 4-GPU machine, after `g4` (call 2 of 3,
+    # carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape calibrated to responses of mean
+    # ~1,000 tokens capped at 4,096 (kept aside: eos_calibration_1000.json); then, detached
+    # (g4-nemo-chain), 64 prompts x 32 samples through flows.training, full fine-tuning under
+    # fsdp, --share-prompts: the synchronous 1 x 4, then the split 3 + 1 (--async, 63 prompts:
+    # 672 rows a process); this call waits for the first
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b >>"$NODE/model.log" 2>&1
+    CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" --mean 1000 --cap 4096 \
+      >>"$NODE/model.log" 2>&1 && mv "$MODEL/eos_calibration.json" "$MODEL/eos_calibration_1000.json"
+    echo "calibrated (mean 1,000, cap 4,096): exit $? at $(elapsed) s"; tail -1 "$NODE/model.log"
+    rm -f "$NODE/nemo-sync.rc" "$NODE/nemo-split.rc"
+    setsid nohup bash scripts/gpu/node.sh g4-nemo-chain </dev/null >"$NODE/g4-nemo-chain.out" 2>&1 &
+    wait_for "$NODE/nemo-sync.rc" 585
+    GPUS=4 report nemo-sync /root/runs-verl-nemo-sync 3052 "NeMo-RL v0.5 FP8 (published, 16x H100)" ;;
+  g4-nemo-chain)  # (detached by g4-nemo) the two runs, each bounded in time
+    fresh_runs nemo-sync nemo-split
+    nemo=(--set num_generations=32)
+    CALIBRATION=$MODEL/eos_calibration_1000.json CAP_TOKENS=4096 VERL_BATCH=2048 verl_args
+    GPUS=4 TRAIN_TIMEOUT=900 train nemo-sync /root/runs-verl-nemo-sync "${verl[@]}" "${nemo[@]}" \
+      --share-prompts --max-steps 2
+    CALIBRATION=$MODEL/eos_calibration_1000.json CAP_TOKENS=4096 VERL_BATCH=2016 verl_args
+    GPUS=3 TRAIN_TIMEOUT=1100 train nemo-split /root/runs-verl-nemo-split "${verl[@]}" \
+      "${nemo[@]}" --share-prompts --async --vllm-server-gpus 1 --max-steps 3 ;;
+  g4-nemo-collect)  # call 3 of 3 (twice if the split has not ended): the split run's report
+    wait_for "$NODE/nemo-split.rc" 585
+    GPUS=4 report nemo-split /root/runs-verl-nemo-split 3052 "NeMo-RL v0.5 FP8 (published, 16x H100)" ;;
   fix)  # the per-GPU vLLM cache on a fresh 2-GPU machine, call 1 of 2 (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny model, verl's data
     bash infra/gpu-bundle/install.sh >/dev/null
