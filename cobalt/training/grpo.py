@@ -249,14 +249,24 @@ def train(
         one_step_off = None
         if config.async_generation:
             # sampling with transformers: from a copy of the policy before the trainer wraps it
+            # the batch sampled ahead is judged in the background too (the rewards' cache)
             one_step_off = OneStepOff(
-                policy=None if args.use_vllm else model, peft_config=peft_config
+                policy=None if args.use_vllm else model,
+                peft_config=peft_config,
+                prejudge=rewards.prejudge,
             )
             rollout = one_step_off
             logger.info(
                 "generation overlapped with training, one step off: each batch sampled while "
                 "the one before it trains (--async)"
             )
+        if args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url:
+            # the stage's own server starts while the processes load (cobalt.training.
+            # vllm_server): each waits for it here, before any step the processes take together
+            from cobalt.training.vllm_server import wait_for_server
+
+            waited = wait_for_server(args.vllm_server_base_url, args.vllm_server_timeout)
+            logger.info("vLLM server up (waited %.0f s after loading)", waited)
         trainer = CobaltGRPOTrainer(
             model=model,
             reward_funcs=funcs,

@@ -26,6 +26,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ from cobalt.training.config import TrainingConfig
 from cobalt.training.plan import TrainingPlan, plan_training
 from cobalt.training.sharding import hybrid_env
 from cobalt.training.vllm_server import (
+    START_TIMEOUT_S,
     generation_server,
     split_gpus,
     visible_gpu_ids,
@@ -45,6 +47,7 @@ from cobalt.training.vllm_server import (
 )
 from cobalt.trajectories.problemsets import ProblemSource, load_problems
 from engines.cpu_threads import cap_cpu_threads
+from engines.serving import stop
 
 log = logging.getLogger(__name__)
 LAUNCH_DIR = ".launch"  # inside the output directory: the job, each process's log, the results
@@ -191,8 +194,9 @@ def one_node_env(environ: dict[str, str], port: int) -> dict[str, str]:
 
 def launch(job: Job, logger: Logger = log) -> Result:
     """Run the job on `num_processes` processes and wait; LaunchError if any of them fails.
-    A job whose plan has a vLLM server of its own (`server_gpus`) starts it first on the GPUs
-    after the processes' and stops it after (cobalt.training.vllm_server)."""
+    A job whose plan has a vLLM server of its own (`server_gpus`) starts it on the GPUs after
+    the processes', and the processes while it starts (they wait for it once loaded); a server
+    that exits stops them; it is stopped after (cobalt.training.vllm_server)."""
     work = Path(job.launch_dir or Path(job.output_dir, LAUNCH_DIR))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -205,28 +209,42 @@ def launch(job: Job, logger: Logger = log) -> Result:
     kwargs = job.config.grpo_kwargs("plan", job.model, job.plan.gpus)
     logger.info("vLLM server for generation on GPU(s) %s, training on %s", serving, training)
     with generation_server(
-        job.model, serving, work, max_model_len=kwargs.get("vllm_max_model_length")
-    ) as url:
+        job.model, serving, work, max_model_len=kwargs.get("vllm_max_model_length"), wait=False
+    ) as server:
         # the processes see a server at a URL (TRL's server mode), its weight group on a port
-        # of this run's (TRL's fixed 51216 would collide with another run's on this host)
-        overrides = {"vllm_group_port": _free_port(), **job.config.overrides}
+        # of this run's (TRL's fixed 51216 would collide with another run's on this host); they
+        # load their model while it starts, then wait for it up to vLLM's start-up time
+        overrides = {
+            "vllm_group_port": _free_port(),
+            "vllm_server_timeout": START_TIMEOUT_S,
+            **job.config.overrides,
+        }
         config = job.config.model_copy(
             update={
                 "generation": "vllm_server",
-                "vllm_server_base_url": url,
+                "vllm_server_base_url": server.url,
                 "vllm_server_gpus": 0,
                 "overrides": overrides,
             }
         )
         environ = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(training)}
         try:
-            return _launch(job.model_copy(update={"config": config}), work, environ, logger)
+            return _launch(
+                job.model_copy(update={"config": config}), work, environ, logger, server.exited
+            )
         except LaunchError as exc:
             raise LaunchError(f"{exc}\nthe vLLM server's log: {work / 'vllm-server.log'}") from None
 
 
-def _launch(job: Job, work: Path, environ: dict[str, str], logger: Logger) -> Result:
-    """`launch` once any server of the job's is up: its processes in `environ`."""
+def _launch(
+    job: Job,
+    work: Path,
+    environ: dict[str, str],
+    logger: Logger,
+    beside: Callable[[], str | None] | None = None,
+) -> Result:
+    """`launch`'s processes in `environ`; `beside()` (a server of the job's) says why the
+    training cannot go on, else None: then the processes are stopped and LaunchError says it."""
     assert job.plan is not None
     job_file = work / "job.json"
     job_file.write_text(job.model_dump_json(indent=1))
@@ -240,7 +258,7 @@ def _launch(job: Job, work: Path, environ: dict[str, str], logger: Logger) -> Re
     if job.plan.sharding == "hybrid":  # the 2-D mesh: nodes replicate, a node's GPUs shard
         env |= hybrid_env(job.plan.nodes, job.plan.per_node)
     with output.open("wb") as sink:
-        code = subprocess.call(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+        code = run_watched(command, env, sink, beside, job.config.num_processes)
     result = work / "result.json"
     if code != 0 or not result.exists():
         text = output.read_text(errors="replace")
@@ -256,6 +274,36 @@ def _launch(job: Job, work: Path, environ: dict[str, str], logger: Logger) -> Re
         )
     found = json.loads(result.read_text())
     return found["history"], found["timing"], found["extra"]
+
+
+def run_watched(
+    command: list[str],
+    env: dict[str, str],
+    sink: Any,
+    beside: Callable[[], str | None] | None,
+    processes: int,
+    poll_s: float = 1.0,
+) -> int:
+    """Run the launcher to its end and return its exit code; every `poll_s`, `beside()` (None:
+    nothing to watch): once it says why training cannot go on, the launcher and every process
+    under it are stopped and LaunchError says why. Stopped also when this process is
+    interrupted (as subprocess.call does)."""
+    proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=poll_s if beside else None)
+            except subprocess.TimeoutExpired:
+                assert beside is not None
+                failed = beside()
+                if failed:
+                    stop(proc)
+                    raise LaunchError(
+                        f"training on {processes} processes stopped: {failed}"
+                    ) from None
+    except BaseException:
+        stop(proc)
+        raise
 
 
 # a collective that outlived `ddp_timeout`: NCCL's watchdog, gloo's transport, torch's own

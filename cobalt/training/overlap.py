@@ -9,11 +9,17 @@ the run's first batch, a resumed run's first, and any batch whose prompts were n
 sent ahead, are sampled the usual way, from the current weights (so a resumed run's first batch
 is one step fresher than the uninterrupted run's was: the same rows, not the same samples).
 
+With `prejudge` (the training stage passes the sandbox rewards' own), a batch sampled ahead is
+also judged in the background thread once sampled: its programs run in the sandbox while the
+step before trains, their results cached by program and tests, so TRL's reward step finds them
+(the same judge and the same results: only when they are computed changes).
+
 The loss is TRL's, unchanged: the PPO ratio's denominator is the trainer's own recomputation with
 the weights it trains (as verl's one-step-off recomputes old log-probabilities), so the samples'
 age is not corrected unless TRL's importance-sampling correction is on
 (`training.vllm_is_correction`, which with vLLM weighs each token by the trainer's over the
-sampler's probability, capped). Rewards are computed in the trainer's thread, as before.
+sampler's probability, capped). Rewards are computed in the trainer's thread, as before (with
+`prejudge`, from results the background thread already has).
 
 The next batch's prompts come from the trainer's own data loader, read one generation batch ahead
 (`CobaltGRPOTrainer(lookahead=True)`, `Lookahead`; past an epoch's end, the next epoch's first
@@ -48,7 +54,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +99,31 @@ class Lookahead:
 class _InFlight:
     prompts: list[Any]
     future: Future
+
+
+def decoded_completions(
+    trainer: Any, prompts: list[Any], prompt_ids: list[list[int]], completion_ids: list[list[int]]
+) -> list[Any]:
+    """The completions as TRL's `_generate_and_score_completions` decodes them for its reward
+    functions (TRL 1.16): for conversational prompts one assistant message each, through the
+    tokenizer's response parser where it has one, else `batch_decode` skipping special tokens;
+    plain text otherwise."""
+    from trl.chat_template_utils import parse_response
+    from trl.data_utils import is_conversational
+
+    if not is_conversational({"prompt": prompts[0]}):
+        return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    tokenizer = trainer._tokenizer
+    if (
+        getattr(tokenizer, "response_template", None) is not None
+        or getattr(tokenizer, "response_schema", None) is not None
+    ):
+        return [
+            [parse_response(tokenizer, ids, prefix=prompt_ids[i], tools=trainer.tools)]
+            for i, ids in enumerate(completion_ids)
+        ]
+    contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+    return [[{"role": "assistant", "content": content}] for content in contents]
 
 
 class Generator:
@@ -318,9 +349,19 @@ class OneStepOff(TrainerCallback):
     counts the batches served from the background (`overlapped`), sampled in place (`fresh`), and
     the seconds the trainer waited for the background."""
 
-    def __init__(self, policy: Any = None, peft_config: Any = None) -> None:
+    def __init__(
+        self,
+        policy: Any = None,
+        peft_config: Any = None,
+        prejudge: Callable[[list[dict[str, Any]], list[Any]], None] | None = None,
+    ) -> None:
         """`policy`: the model the trainer is about to wrap, copied now for sampling with
-        transformers (None: the trainer samples with vLLM); `peft_config`: its LoRA adapters."""
+        transformers (None: the trainer samples with vLLM); `peft_config`: its LoRA adapters;
+        `prejudge(rows, completions)`: run in the background thread on a batch sampled ahead
+        (its rows, its completions as TRL decodes them), e.g. the sandbox rewards' judge
+        filling its cache; a failure there is logged, the trainer's reward step judges anyway."""
+        self.prejudge = prejudge
+        self.prejudged = 0
         self.copy_of_policy = None
         if policy is not None:
             self.copy_of_policy = copy.deepcopy(policy)
@@ -402,15 +443,27 @@ class OneStepOff(TrainerCallback):
         if upcoming is not None:
             next_prompts = [row["prompt"] for row in upcoming]
             job = self.generator.prepare(trainer, next_prompts)
-            self.in_flight = _InFlight(next_prompts, self.pool.submit(self._in_thread, job))
+            future = self.pool.submit(self._in_thread, job, upcoming)
+            self.in_flight = _InFlight(next_prompts, future)
         return output
 
-    def _in_thread(self, job: Any) -> dict[str, Any]:
+    def _in_thread(self, job: Any, rows: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         assert self.generator is not None
         if not self._thread_ready:  # here, not as the pool's initializer: its error would be lost
             self.generator.thread_setup()
             self._thread_ready = True
-        return self.generator.run(job)
+        output = self.generator.run(job)
+        if rows and self.prejudge is not None:
+            try:
+                prompts = [row["prompt"] for row in rows]
+                completions = decoded_completions(
+                    self.trainer, prompts, output["prompt_ids"], output["completion_ids"]
+                )
+                self.prejudge(rows, completions)
+                self.prejudged += 1
+            except Exception:  # the trainer's reward step judges these rows anyway
+                log.warning("async generation: judging a batch ahead failed", exc_info=True)
+        return output
 
     def _upcoming(self, trainer: Any) -> list[dict[str, Any]] | None:
         """The next generation batch's rows, unless this one is the run's last."""
@@ -464,5 +517,6 @@ class OneStepOff(TrainerCallback):
             "generator": type(self.generator).__name__ if self.generator else None,
             "overlapped_batches": self.overlapped,
             "fresh_batches": self.fresh,
+            "prejudged_batches": self.prejudged,
             "wait_s": round(self.wait_s, 3),
         }

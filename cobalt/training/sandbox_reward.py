@@ -7,6 +7,7 @@ judged results. The reward's formulas are `cobalt/training/reward.py`.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -69,6 +70,7 @@ class CobaltRewards:
         self.count_tokens = count_tokens
         self.opened_thinking = opened_thinking
         self._cache: dict[tuple[str, str], Judged] = {}
+        self._lock = threading.Lock()
 
     def program(self, text: str) -> str | None:
         """The program a completion submits, as the trajectory stage takes it: the last code
@@ -93,16 +95,20 @@ class CobaltRewards:
             (c, s.model_dump_json()) if c is not None else None
             for c, s in zip(codes, suites, strict=True)
         ]
-        todo = {k: s for k, s in zip(keys, suites, strict=True) if k and k not in self._cache}
+        with self._lock:  # the trainer's thread and the background one (`prejudge`) share it
+            found = {k: self._cache[k] for k in keys if k and k in self._cache}
+        todo = {k: s for k, s in zip(keys, suites, strict=True) if k and k not in found}
         if todo:
             requests = [
                 JudgeRequest(id=str(i), code=k[0], tests=s) for i, (k, s) in enumerate(todo.items())
             ]
             for key, verdict in zip(todo, self.judge.judge_many(requests), strict=True):
-                self._cache[key] = Judged(verdict.pass_rate, tuple(verdict.passed))
-        if len(self._cache) > 50_000:
-            self._cache.clear()
-        return [self._cache.get(k) if k else None for k in keys]
+                found[key] = Judged(verdict.pass_rate, tuple(verdict.passed))
+            with self._lock:
+                if len(self._cache) > 50_000:
+                    self._cache.clear()
+                self._cache.update({k: found[k] for k in todo})
+        return [found[k] if k else None for k in keys]
 
     def programs(
         self, completions: Sequence[Any], program: Sequence[str | None] | None = None
@@ -112,6 +118,12 @@ class CobaltRewards:
         if program is not None:
             return list(program)
         return [self.program(completion_text(c)) for c in completions]
+
+    def prejudge(self, rows: Sequence[dict[str, Any]], completions: Sequence[Any]) -> None:
+        """Judge a batch's programs before TRL asks for its rewards (generation overlapped with
+        training judges the batch sampled ahead in the background): the results are cached
+        under the same keys the reward functions read, so they compute the same rewards."""
+        self.results(self.programs(completions), [row["test_cases"] for row in rows])
 
     def correctness_rewards(
         self, completions, test_cases, prev_best_pass_rate, program=None

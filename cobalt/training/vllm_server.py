@@ -3,14 +3,16 @@
 The launch gives the training processes the first GPUs it may use and the server the next ones
 (`split_gpus`), starts the server as `trl vllm-serve` would (TRL's own command builder: vLLM's
 OpenAI server with the NCCL weight-transfer engine and the logprob settings TRL's client needs,
-data parallel over its GPUs), waits until it answers, and stops it with every process it started
-when training ends, whether it succeeded or not (and when the stage's process dies outright).
-TRL's server mode does the rest: the main training process joins the server's weight-transfer
-group and pushes the current weights at each generating step; each process sends its own prompts
-to `/v1/completions`.
+data parallel over its GPUs), starts training while the server starts (each training process
+loads its model, then waits for the server: `wait_for_server`), ends training at once if the
+server exits, and stops the server with every process it started when training ends, whether it
+succeeded or not (and when the stage's process dies outright). TRL's server mode does the rest:
+the main training process joins the server's weight-transfer group and pushes the current
+weights at each generating step; each process sends its own prompts to `/v1/completions`.
 
-    with generation_server(model, ["2", "3"], log_dir, max_model_len=1536) as base_url:
-        ...  # train with vllm_mode="server", vllm_server_base_url=base_url
+    with generation_server(model, ["2", "3"], log_dir, max_model_len=1536, wait=False) as server:
+        ...  # train with vllm_mode="server", vllm_server_base_url=server.url, and
+             # server.exited() watched: a message once the server has ended
 
 Plain Python, no Prefect.
 """
@@ -22,8 +24,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from engines.serving import LocalServer, ServerError, free_port, stop
@@ -110,6 +115,26 @@ def _end_with_parent() -> Callable[[], None] | None:
     return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+@dataclass
+class GenerationServer:
+    """The stage's server as it runs: its base URL, GPUs (physical ids) and process."""
+
+    url: str
+    gpus: list[str]
+    local: LocalServer
+
+    def exited(self) -> str | None:
+        """None while the server runs; once it has ended, what to tell the user (its GPUs, its
+        exit code, the end of its log)."""
+        code = self.local.proc.poll()
+        if code is None:
+            return None
+        return (
+            f"the training stage's vLLM server on GPU(s) {','.join(self.gpus)} exited with "
+            f"{code}:\n{self.local.tail()}"
+        )
+
+
 @contextmanager
 def generation_server(
     model: str | Path,
@@ -118,11 +143,13 @@ def generation_server(
     *,
     max_model_len: int | None = None,
     timeout_s: float = START_TIMEOUT_S,
+    wait: bool = True,
     command: Callable[[int], list[str]] | None = None,
-) -> Iterator[str]:
-    """Start the server on `gpus` (physical ids), wait until it answers, yield its base URL;
-    stop it after. ServerError (with the end of its log, `log_dir`/vllm-server.log) if it exits
-    or does not answer within `timeout_s`. `command(port)`: another server, for tests."""
+) -> Iterator[GenerationServer]:
+    """Start the server on `gpus` (physical ids) and yield it (`wait`: once it answers, else at
+    once, the caller watching `exited()`); stop it after. With `wait`, ServerError (with the end
+    of its log, `log_dir`/vllm-server.log) if it exits or does not answer within `timeout_s`.
+    `command(port)`: another server, for tests."""
     port = free_port()
     argv = command(port) if command else server_command(model, port, len(gpus), max_model_len)
     log_path = Path(log_dir) / "vllm-server.log"
@@ -135,13 +162,36 @@ def generation_server(
             start_new_session=True,  # a Ctrl-C to the stage reaches it through stop(), in order
             preexec_fn=_end_with_parent(),
         )
+    local = LocalServer(proc, port, log_path, Path(model), "vllm")
     try:
-        try:
-            LocalServer(proc, port, log_path, Path(model), "vllm").wait_until_up(timeout_s)
-        except ServerError as exc:
-            raise ServerError(
-                f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
-            ) from None
-        yield f"http://127.0.0.1:{port}"
+        if wait:
+            try:
+                local.wait_until_up(timeout_s)
+            except ServerError as exc:
+                raise ServerError(
+                    f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
+                ) from None
+        yield GenerationServer(f"http://127.0.0.1:{port}", list(gpus), local)
     finally:
         stop(proc)
+
+
+def wait_for_server(url: str, timeout_s: float, poll_s: float = 1.0) -> float:
+    """Wait until the server at `url` answers /health (a training process, after loading its
+    model, before anything it must do together with the others); the seconds waited.
+    TimeoutError naming the URL if it does not within `timeout_s`."""
+    started = time.monotonic()
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+                if reply.status == 200:
+                    return time.monotonic() - started
+        except OSError:
+            pass
+        if time.monotonic() - started > timeout_s:
+            raise TimeoutError(
+                f"the vLLM server at {url} did not answer within {timeout_s:.0f} s after this "
+                "process loaded its model (the stage's server logs to .launch/vllm-server.log; "
+                "--set vllm_server_timeout=SECONDS waits longer)"
+            )
+        time.sleep(poll_s)

@@ -111,11 +111,11 @@ def test_a_one_node_launch_meets_at_its_own_port_not_an_inherited_one(
     monkeypatch.setenv("MASTER_ADDR", "10.9.9.9")
     seen = {}
 
-    def call(command, env, **_):  # the launched processes' command line and environment
+    def run(command, env, *_, **__):  # the launched processes' command line and environment
         seen.update(command=command, env=env)
         return 1
 
-    monkeypatch.setattr(launching.subprocess, "call", call)
+    monkeypatch.setattr(launching, "run_watched", run)
     for processes in (1, 2):
         unplanned = job(tmp_path, str(tiny_model), num_processes=processes)
         gpus = Machine(processes, 80 << 30, "H100", 1 << 40, 16)

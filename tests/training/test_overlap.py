@@ -305,3 +305,73 @@ def test_one_process_whose_batch_was_not_sent_ahead_sends_every_process_in_place
     results = mp.Manager().dict()
     mp.spawn(_vote, args=(_free_port(), flags, results), nprocs=2)
     assert [results[0], results[1]] == [all(flags)] * 2
+
+
+@pytest.mark.timeout(300)
+def test_a_batch_sampled_ahead_is_judged_in_the_background_as_the_rewards_will_read_it(
+    tmp_path, monkeypatch
+) -> None:
+    """Each batch sent ahead is judged in the background thread once sampled, with the rows and
+    the completions (decoded as TRL decodes them) that TRL's reward step then receives: the
+    judge's cache keys are the same, so the reward step finds every result."""
+    import threading
+
+    from cobalt.training.sandbox_reward import CobaltRewards
+
+    prejudged: list[tuple[str, list[str], list]] = []
+    rewarded: list[tuple[list[str], list]] = []
+    real_prejudge, real_rewards = CobaltRewards.prejudge, CobaltRewards.correctness_rewards
+
+    def prejudge(self, rows, completions):
+        ids = [str(r["example_id"]) for r in rows]
+        prejudged.append((threading.current_thread().name, ids, list(completions)))
+        return real_prejudge(self, rows, completions)
+
+    def correctness(self, completions, test_cases, prev_best_pass_rate, program=None):
+        rewarded.append((list(test_cases), list(completions)))
+        return real_rewards(self, completions, test_cases, prev_best_pass_rate, program)
+
+    monkeypatch.setattr(CobaltRewards, "prejudge", prejudge)
+    monkeypatch.setattr(CobaltRewards, "correctness_rewards", correctness)
+    order, _, run = spied_run(tmp_path, monkeypatch, True, max_steps=4)
+    assert run.overlap["prejudged_batches"] == 3  # batches 1-3: sent ahead; batch 0 in place
+    assert [ids for _, ids, _ in prejudged] == order[1:]
+    assert all(thread.startswith("cobalt-generate") for thread, _, _ in prejudged)
+    # the completions judged ahead are the ones TRL rewards, batch for batch (the format
+    # reward asks for correctness too: the same number of calls each batch)
+    per = len(rewarded) // len(order)
+    assert per >= 1 and len(rewarded) == per * len(order)
+    assert [c for _, _, c in prejudged] == [c for _, c in rewarded[per::per]]
+
+
+def test_programs_judged_ahead_are_not_judged_again_and_reward_the_same() -> None:
+    """The rewards' cache, filled ahead, answers the reward step: the judge sees each program
+    once, and the rewards equal those of a batch judged in the reward step."""
+    from cobalt.training.sandbox_reward import CobaltRewards
+    from sandbox import SandboxConfig, TestSuite
+
+    class CountingJudge:
+        def __init__(self) -> None:
+            self.programs: list[str] = []
+
+        def judge_many(self, requests):
+            from types import SimpleNamespace
+
+            self.programs += [r.code for r in requests]
+            return [SimpleNamespace(pass_rate=0.5, passed=[True, False]) for _ in requests]
+
+    suite = TestSuite.model_validate({"inputs": ["1", "2"], "outputs": ["1", "2"]}).model_dump()
+    rows = [{"test_cases": suite}, {"test_cases": suite}]
+    completions = [
+        [{"role": "assistant", "content": "```python\nprint(1)\n```"}],
+        [{"role": "assistant", "content": "no code"}],
+    ]
+    ahead, fresh = CobaltRewards(SandboxConfig()), CobaltRewards(SandboxConfig())
+    ahead.judge, fresh.judge = CountingJudge(), CountingJudge()
+    ahead.prejudge(rows, completions)
+    assert ahead.judge.programs == ["print(1)"]
+    tests = [r["test_cases"] for r in rows]
+    rewards = ahead.correctness_rewards(completions, tests, [0.0, 0.0])
+    assert ahead.judge.programs == ["print(1)"]  # not judged again
+    assert rewards == fresh.correctness_rewards(completions, tests, [0.0, 0.0])
+    assert fresh.judge.programs == ["print(1)"]

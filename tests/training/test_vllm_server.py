@@ -122,12 +122,12 @@ def test_the_server_answers_while_training_runs_and_is_stopped_after(tmp_path):
     with (
         generation_server(
             "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
-        ) as url,
-        urllib.request.urlopen(f"{url}/health", timeout=5) as reply,
+        ) as server,
+        urllib.request.urlopen(f"{server.url}/health", timeout=5) as reply,
     ):
-        assert reply.status == 200
+        assert reply.status == 200 and server.exited() is None
     with pytest.raises(OSError):
-        urllib.request.urlopen(f"{url}/health", timeout=2)
+        urllib.request.urlopen(f"{server.url}/health", timeout=2)
 
 
 def test_a_failed_training_still_stops_the_server(tmp_path):
@@ -135,11 +135,113 @@ def test_a_failed_training_still_stops_the_server(tmp_path):
         pytest.raises(RuntimeError, match="training failed"),
         generation_server(
             "m", ["1"], tmp_path, command=_health_server(tmp_path / "www"), timeout_s=60
-        ) as url,
+        ) as server,
     ):
         raise RuntimeError("training failed")
     with pytest.raises(OSError):
-        urllib.request.urlopen(f"{url}/health", timeout=2)
+        urllib.request.urlopen(f"{server.url}/health", timeout=2)
+
+
+def _slow_server(root: Path, delay_s: float):
+    """`_health_server`, answering only after `delay_s` (vLLM's start-up, in short)."""
+    root.mkdir(exist_ok=True)
+    (root / "health").write_text("ok")
+    code = (
+        "import runpy, sys, time; time.sleep(float(sys.argv[1])); "
+        "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', sys.argv[3]]; "
+        "runpy.run_module('http.server', run_name='__main__')"
+    )
+    return lambda port: [sys.executable, "-c", code, str(delay_s), str(port), str(root)]
+
+
+def test_training_starts_while_the_server_starts_and_waits_for_it(tmp_path):
+    """The launch does not wait for the server (wait=False): the training processes load their
+    model meanwhile, then each waits until the server answers, before any collective."""
+    import time
+
+    from cobalt.training.vllm_server import wait_for_server
+
+    started = time.monotonic()
+    with generation_server(
+        "m", ["1"], tmp_path, command=_slow_server(tmp_path / "www", 2.0), wait=False
+    ) as server:
+        assert time.monotonic() - started < 1.5  # yielded before the server answers
+        assert server.exited() is None
+        waited = wait_for_server(server.url, timeout_s=60, poll_s=0.2)
+        assert waited > 0.5
+        with urllib.request.urlopen(f"{server.url}/health", timeout=5) as reply:
+            assert reply.status == 200
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"{server.url}/health", timeout=2)
+
+
+def test_a_server_that_never_answers_is_named_with_the_setting_that_waits_longer():
+    from cobalt.training.vllm_server import wait_for_server
+    from engines.serving import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(TimeoutError) as raised:
+        wait_for_server(url, timeout_s=0.5, poll_s=0.1)
+    message = str(raised.value)
+    assert url in message and "vllm-server.log" in message
+    assert "--set vllm_server_timeout=SECONDS" in message and "\n" not in message
+
+
+def test_a_server_that_dies_while_training_runs_stops_the_training_and_says_why(tmp_path):
+    """Training started beside a starting server: the server exits (here after 1 s, as vLLM
+    would on a GPU it cannot use), and the training's launcher and every process under it are
+    stopped at once, the error naming the server's GPUs, exit code and log; not a training
+    process waiting 15 minutes for a server that is gone."""
+    import os
+    import time
+
+    from cobalt.training.launch import LaunchError, run_watched
+
+    def dies(port: int) -> list[str]:
+        code = "import sys, time; time.sleep(1); print('CUDA error: no kernel image'); sys.exit(7)"
+        return [sys.executable, "-u", "-c", code]
+
+    pid_file = tmp_path / "training.pid"
+    child = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    )
+    # the launcher's own child: stopping the launcher must take it too
+    launcher = [sys.executable, "-c", f"import subprocess, sys; subprocess.call([sys.executable, '-c', {child!r}])"]  # fmt: skip
+    started = time.monotonic()
+    with (
+        generation_server("m", ["2", "3"], tmp_path, command=dies, wait=False) as server,
+        (tmp_path / "launch.log").open("wb") as sink,
+        pytest.raises(LaunchError) as raised,
+    ):
+        run_watched(launcher, dict(os.environ), sink, server.exited, 2, poll_s=0.2)
+    assert time.monotonic() - started < 60
+    first, *rest = str(raised.value).splitlines()
+    assert first == (
+        "training on 2 processes stopped: the training stage's vLLM server on GPU(s) 2,3 "
+        "exited with 7:"
+    )
+    assert "CUDA error: no kernel image" in "\n".join(rest)
+    training = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{training}").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(training, os.WNOHANG)
+    alive = Path(f"/proc/{training}").exists() and (
+        Path(f"/proc/{training}/stat").read_text().split(")")[1].split()[0] != "Z"
+    )
+    assert not alive, "a training process outlived its stopped launch"
+
+
+def test_a_watched_launch_that_ends_returns_its_exit_code(tmp_path):
+    import os
+
+    from cobalt.training.launch import run_watched
+
+    with (tmp_path / "launch.log").open("wb") as sink:
+        code = [sys.executable, "-c", "import sys; sys.exit(4)"]
+        assert run_watched(code, dict(os.environ), sink, lambda: None, 1, poll_s=0.1) == 4
+        assert run_watched(code, dict(os.environ), sink, None, 1) == 4
 
 
 def test_a_server_that_dies_at_start_up_names_its_gpus_and_shows_its_log(tmp_path):
