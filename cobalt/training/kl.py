@@ -84,6 +84,30 @@ class CobaltGRPOTrainer(GRPOTrainer):
         self._train_sampler = super()._get_train_sampler(dataset)
         return self._train_sampler
 
+    def decoded_completions(
+        self, prompts: list[Any], prompt_ids: list[list[int]], completion_ids: list[list[int]]
+    ) -> list[Any]:
+        """The completions as TRL's `_generate_and_score_completions` decodes them for its reward
+        functions (TRL 1.16): for conversational prompts one assistant message each, through the
+        tokenizer's response parser where it has one, else `batch_decode` skipping special
+        tokens; plain text otherwise (`OneStepOff` judges a batch ahead with them)."""
+        from trl.chat_template_utils import parse_response
+        from trl.data_utils import is_conversational
+
+        if not is_conversational({"prompt": prompts[0]}):
+            return self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        tokenizer = self._tokenizer
+        if (
+            getattr(tokenizer, "response_template", None) is not None
+            or getattr(tokenizer, "response_schema", None) is not None
+        ):
+            return [
+                [parse_response(tokenizer, ids, prefix=prompt_ids[i], tools=self.tools)]
+                for i, ids in enumerate(completion_ids)
+            ]
+        contents = self.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
+        return [[{"role": "assistant", "content": content}] for content in contents]
+
     def next_generation_inputs(self) -> list[dict[str, Any]] | None:
         """With `lookahead`, during the first optimizer step of a generation batch: this
         process's rows of the next generation batch, from this epoch's loader, or past its end

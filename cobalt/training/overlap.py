@@ -101,31 +101,6 @@ class _InFlight:
     future: Future
 
 
-def decoded_completions(
-    trainer: Any, prompts: list[Any], prompt_ids: list[list[int]], completion_ids: list[list[int]]
-) -> list[Any]:
-    """The completions as TRL's `_generate_and_score_completions` decodes them for its reward
-    functions (TRL 1.16): for conversational prompts one assistant message each, through the
-    tokenizer's response parser where it has one, else `batch_decode` skipping special tokens;
-    plain text otherwise."""
-    from trl.chat_template_utils import parse_response
-    from trl.data_utils import is_conversational
-
-    if not is_conversational({"prompt": prompts[0]}):
-        return trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-    tokenizer = trainer._tokenizer
-    if (
-        getattr(tokenizer, "response_template", None) is not None
-        or getattr(tokenizer, "response_schema", None) is not None
-    ):
-        return [
-            [parse_response(tokenizer, ids, prefix=prompt_ids[i], tools=trainer.tools)]
-            for i, ids in enumerate(completion_ids)
-        ]
-    contents = trainer.processing_class.batch_decode(completion_ids, skip_special_tokens=True)
-    return [[{"role": "assistant", "content": content}] for content in contents]
-
-
 class Generator:
     """Where the samples come from: `prepare` (the trainer's thread: tokenise, refresh weights)
     returns a job that `run` samples (any thread) into a rollout_func's output dict."""
@@ -456,8 +431,8 @@ class OneStepOff(TrainerCallback):
         if rows and self.prejudge is not None:
             try:
                 prompts = [row["prompt"] for row in rows]
-                completions = decoded_completions(
-                    self.trainer, prompts, output["prompt_ids"], output["completion_ids"]
+                completions = self.trainer.decoded_completions(
+                    prompts, output["prompt_ids"], output["completion_ids"]
                 )
                 self.prejudge(rows, completions)
                 self.prejudged += 1

@@ -322,7 +322,7 @@ def test_the_first_failure_wins_over_the_errors_it_caused() -> None:
     vLLM, process 0's collective then failed and its traceback came last. The first line names
     process 1's error, not process 0's consequence; without a traceback of its own, the
     process and where its output is."""
-    from cobalt.training.launch import _first_failure
+    from cobalt.training.launch_log import first_failure
 
     root = (
         "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-28_21:51:07\n"
@@ -334,14 +334,14 @@ def test_the_first_failure_wins_over_the_errors_it_caused() -> None:
         "[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:547] Connection closed by peer\n"
     )
     log = Path("launch.log")
-    assert _first_failure(own + victim + root, log) == (
+    assert first_failure(own + victim + root, log) == (
         "RuntimeError: CUDA error: invalid argument (process 1 failed first)"
     )
-    assert _first_failure(victim + root, log) == (
+    assert first_failure(victim + root, log) == (
         "process 1 failed first (exit code 1) without a Python error in the output; each "
         "process's output: launch.log"
     )
-    assert _first_failure(own + victim, log) is None  # no launcher verdict: the last error
+    assert first_failure(own + victim, log) is None  # no launcher verdict: the last error
 
 
 @pytest.mark.slow
