@@ -18,6 +18,7 @@ class Machine:
     gpu_name: str
     host_bytes: int  # host memory available now (MemAvailable)
     cpus: int
+    gpu_capability: tuple[int, int] = (0, 0)  # the lowest visible GPU's compute capability
 
     def describe(self) -> str:
         gpus = (
@@ -34,7 +35,7 @@ class Machine:
 
 def detect() -> Machine:
     """This machine as the current process sees it."""
-    gpus, smallest, name = 0, 0, ""
+    gpus, smallest, name, capability = 0, 0, "", (0, 0)
     try:
         import torch
 
@@ -43,9 +44,10 @@ def detect() -> Machine:
             props = [torch.cuda.get_device_properties(i) for i in range(gpus)]
             smallest = min(p.total_memory for p in props)
             name = props[0].name
+            capability = min((p.major, p.minor) for p in props)
     except ImportError:
         pass
-    return Machine(gpus, smallest, name, host_available_bytes(), os.cpu_count() or 1)
+    return Machine(gpus, smallest, name, host_available_bytes(), os.cpu_count() or 1, capability)
 
 
 def host_available_bytes() -> int:

@@ -229,8 +229,9 @@ def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_passes_args(parser: argparse.ArgumentParser) -> None:
-    """--packing, --share-prompts, --async and --vllm-server-gpus: how GRPO's steps run
-    (training.packing, share_prompts, async_generation, vllm_server_gpus)."""
+    """--packing, --share-prompts, --async, --vllm-server-gpus and --fp8-generation: how GRPO's
+    steps run (training.packing, share_prompts, async_generation, vllm_server_gpus,
+    fp8_generation)."""
     parser.add_argument(
         "--packing",
         action="store_true",
@@ -260,11 +261,19 @@ def add_passes_args(parser: argparse.ArgumentParser) -> None:
         "machine (after the --gpus it trains on), the weights sent by NCCL each step; with "
         "--async it samples the next batch while this one trains (a vLLM install)",
     )
+    parser.add_argument(
+        "--fp8-generation",
+        dest="fp8_generation",
+        action="store_true",
+        help="with --vllm-server-gpus: that server samples in fp8 (vLLM's online quantization, "
+        "redone at each weight update; GPUs of compute capability 8.9+), the trainer's passes "
+        "unchanged, TRL's importance-sampling correction on (a different update: off by default)",
+    )
 
 
 def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
-    """Put --packing / --share-prompts / --async / --vllm-server-gpus into the training values
-    (over a --config file's)."""
+    """Put --packing / --share-prompts / --async / --vllm-server-gpus / --fp8-generation into the
+    training values (over a --config file's)."""
     if args.packing or args.share_prompts:
         training["packing"] = True
     if args.share_prompts:
@@ -273,6 +282,8 @@ def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
         training["async_generation"] = True
     if args.vllm_server_gpus is not None:
         training["vllm_server_gpus"] = args.vllm_server_gpus
+    if args.fp8_generation:
+        training["fp8_generation"] = True
 
 
 def report_to(args: argparse.Namespace) -> list[str] | None:

@@ -17,7 +17,8 @@ Mapping notes (TRL 1.16):
 - Numerics: fp32 master weights with bf16 compute on a GPU (`precision`, decided in
   `cobalt.training.precision` for every trainer), whatever the checkpoint's dtype.
 - TRL's vLLM importance-sampling correction (on by default in TRL) is off: the recipe has none,
-  and TRL's default mode zeroes sequences whose ratio leaves [0, 3] (`vllm_is_correction`).
+  and TRL's default mode zeroes sequences whose ratio leaves [0, 3] (`vllm_is_correction`); on
+  with fp8 generation, whose sampler is not the model the trainer computes.
 - Clip ratio low/high = `epsilon` / `epsilon_high`; loss_type "dapo" (token-level mean, as verl).
 - `GRPOConfig` has no `max_prompt_length`: rows whose templated prompt is longer are dropped.
 - 128 prompts x 16 samples = `generation_batch_size` 2048 completions; mini-batch 64 prompts =
@@ -219,11 +220,12 @@ class TrainingConfig(BaseModel):
         description="KL penalty's estimator: k3 (TRL's exp(r) - r - 1) or k2 (0.5 r^2, the "
         "recipe's 'mse'). None: the preset's (paper k2, tiny k3).",
     )
-    vllm_is_correction: bool = Field(
-        False,
+    vllm_is_correction: bool | None = Field(
+        None,
         description="TRL's importance-sampling correction between vLLM's and the trainer's "
-        "probabilities (sequence_mask: sequences with a ratio above 3 get no gradient). Off: "
-        "the recipe has none.",
+        "probabilities (sequence_mask: sequences with a ratio above 3 get no gradient). None: "
+        "on with fp8_generation (the sampler's probabilities are the quantized model's), else "
+        "off (the recipe has none).",
     )
     report_to: list[str] = Field(
         default_factory=lambda: ["tensorboard"],
@@ -348,6 +350,16 @@ class TrainingConfig(BaseModel):
         "samples from a copy of the policy. A different update from the synchronous default "
         "(the paper's recipe): modes cobalt and single_turn only.",
     )
+    fp8_generation: bool = Field(
+        False,
+        description="GRPO's samples from vLLM in fp8 (--fp8-generation: its online "
+        "quantization, weights and activations of the linear layers in float8 with scales "
+        "recomputed at each weight update; the trainer's passes stay as they are), off by "
+        "default. On a vLLM server only: the stage's own (vllm_server_gpus) is started with "
+        "`--quantization fp8`; a server of yours (vllm_server_base_url) must be. Needs GPUs of "
+        "compute capability 8.9+ (Ada, Hopper). Turns on vllm_is_correction unless it is set, "
+        "per token and capped (TRL's token_truncate; --set vllm_importance_sampling_mode=...).",
+    )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
         description="What FSDP gathers each layer as under mixed precision: float32 (its master "
@@ -443,6 +455,13 @@ class TrainingConfig(BaseModel):
             )
         if self.vllm_server_gpus:
             self._check_own_server()
+        if self.fp8_generation and not (self.vllm_server_gpus or self.vllm_server_base_url):
+            raise ValueError(
+                "training.fp8_generation quantizes a vLLM server's model (TRL's colocated engine "
+                "has no quantization setting): add --vllm-server-gpus K (the stage's own server, "
+                "started in fp8), or name yours started with --quantization fp8 "
+                "(vllm_server_base_url)"
+            )
         if self.async_generation and self.overrides.get("vllm_enable_sleep_mode"):
             raise ValueError(
                 "training.async_generation: vLLM generates while the optimizer steps, so it "
@@ -683,7 +702,12 @@ class TrainingConfig(BaseModel):
                 "logit_bias": {int(token): float(value) for token, value in bias.items()},
             }
         if kwargs.get("use_vllm"):
-            kwargs.setdefault("vllm_importance_sampling_correction", self.vllm_is_correction)
+            kwargs.setdefault("vllm_importance_sampling_correction", self.is_correction())
+            if self.fp8_generation:
+                # per token, capped: fp8's samples drift from the trainer's probabilities at
+                # every token, so TRL's default product over a sequence (sequence_mask) weighs
+                # a whole completion by exp(-14) at ~200 tokens (docs/SCALING.md, fp8)
+                kwargs.setdefault("vllm_importance_sampling_mode", "token_truncate")
             # vLLM's context: what training can feed it, not the model's own (131k for
             # R1-Distill-Llama would not fit vLLM's share of the GPU)
             kwargs.setdefault(
@@ -715,6 +739,10 @@ class TrainingConfig(BaseModel):
             "gradient_accumulation_steps": step // n // micro,
         }
 
+    def is_correction(self) -> bool:
+        """vllm_is_correction as set, else on exactly when the sampler is quantized (fp8)."""
+        return self.fp8_generation if self.vllm_is_correction is None else self.vllm_is_correction
+
     def _check_own_server(self) -> None:
         """vllm_server_gpus: a server of the stage's own, on this machine, for GRPO."""
         if self.generation not in ("auto", "vllm_server"):
@@ -742,7 +770,11 @@ class TrainingConfig(BaseModel):
         this model (`engines.auto.choose`: its size, vLLM installed, a GPU), else transformers.
         `parameters` stands for a model not built yet."""
         if self.vllm_server_gpus:
-            return "vllm_server", f"a vLLM server on {self.vllm_server_gpus} GPU(s) of its own"
+            precision = " in fp8" if self.fp8_generation else ""
+            return (
+                "vllm_server",
+                f"a vLLM server{precision} on {self.vllm_server_gpus} GPU(s) of its own",
+            )
         if self.generation != "auto":
             return self.generation, None
         choice = choose(model, parameters=parameters, vllm_installed=vllm_available(), gpu=gpu)

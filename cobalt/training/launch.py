@@ -209,7 +209,12 @@ def launch(job: Job, logger: Logger = log) -> Result:
     kwargs = job.config.grpo_kwargs("plan", job.model, job.plan.gpus)
     logger.info("vLLM server for generation on GPU(s) %s, training on %s", serving, training)
     with generation_server(
-        job.model, serving, work, max_model_len=kwargs.get("vllm_max_model_length"), wait=False
+        job.model,
+        serving,
+        work,
+        max_model_len=kwargs.get("vllm_max_model_length"),
+        quantization="fp8" if job.config.fp8_generation else None,
+        wait=False,
     ) as server:
         # the processes see a server at a URL (TRL's server mode), its weight group on a port
         # of this run's (TRL's fixed 51216 would collide with another run's on this host); they

@@ -49,6 +49,7 @@ from engines.machine import Machine, detect
 
 HOST_HEADROOM = 0.9  # of the host memory free at the plan: what loading may take
 # the plan line's words for FSDP's gather policies (training.fsdp_gather) other than one dtype
+FP8_CAPABILITY = (8, 9)  # vLLM's fp8 kernels: Ada, Hopper and later
 GATHERED = {"bf16-linear": "linear layers gathered in bfloat16, the rest in float32"}
 
 
@@ -77,6 +78,8 @@ class TrainingPlan(BaseModel):
     parameters: int | None = None  # the policy's, when its config was there to count
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
     server_gpus: int = 0  # a vLLM server the launch starts on the GPUs after the processes'
+    fp8_generation: bool = False  # that server (or the user's) samples in fp8
+    is_correction: str | None = None  # TRL's importance-sampling correction's mode, if on
     host_bytes_needed: int | None = None  # every process loading its copies at once
     host_bytes_free: int = 0
     collective_timeout_s: int = 600
@@ -128,6 +131,12 @@ class TrainingPlan(BaseModel):
                 if self.one_step_off
                 else ""
             )
+            + (
+                ", sampling in fp8 (vLLM's online quantization; importance-sampling correction "
+                f"{self.is_correction or 'off'})"
+                if self.fp8_generation
+                else ""
+            )
             if self.generation != "none"
             else "",
             f"{self.passes} forward passes" if self.generation != "none" else "",
@@ -157,7 +166,7 @@ def plan_training(
     ShardingError / TrainingMemoryError / ValueError name what to change."""
     machine = machine or detect()
     gpus = machine.gpus
-    check_processes(config, gpus)
+    check_processes(config, gpus, machine.gpu_capability)
     sharding = resolve_sharding(config, gpus)
     has_config = model is not None and Path(model, "config.json").is_file()
     checkpoint = checkpoint_dtype(model) if has_config else "float32"
@@ -196,6 +205,10 @@ def plan_training(
         generation=generation,
         one_step_off=config.async_generation,
         server_gpus=config.vllm_server_gpus,
+        fp8_generation=config.fp8_generation,
+        is_correction=(kwargs or {}).get("vllm_importance_sampling_mode", "sequence_mask")
+        if (kwargs or {}).get("vllm_importance_sampling_correction")
+        else None,
         passes=(
             "packed (prompts shared)"
             if config.share_prompts
@@ -279,8 +292,11 @@ def check_context(
         )
 
 
-def check_processes(config: TrainingConfig, gpus: int) -> None:
-    """The process count and sharding can run on a machine with `gpus` GPUs."""
+def check_processes(
+    config: TrainingConfig, gpus: int, capability: tuple[int, int] = FP8_CAPABILITY
+) -> None:
+    """The process count and sharding can run on a machine with `gpus` GPUs (of at least
+    `capability`, the compute capability that fp8 generation on the stage's server needs)."""
     n, asked = config.num_processes, config.sharding
     if config.accelerate_config and asked != "auto":
         raise ShardingError(
@@ -312,6 +328,12 @@ def check_processes(config: TrainingConfig, gpus: int) -> None:
         raise ShardingError(
             "training.vllm_server_gpus: a vLLM server needs GPUs and this machine has none; "
             "drop --vllm-server-gpus"
+        )
+    if server and config.fp8_generation and capability < FP8_CAPABILITY:
+        raise ShardingError(
+            f"training.fp8_generation: vLLM's fp8 needs GPUs of compute capability "
+            f"{'.'.join(map(str, FP8_CAPABILITY))} or more (Ada, Hopper); this machine's is "
+            f"{'.'.join(map(str, capability))}: drop --fp8-generation"
         )
     sharding = resolve_sharding(config, gpus)
     if sharding in SHARDED and config.world() == 1:

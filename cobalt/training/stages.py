@@ -472,12 +472,15 @@ class TrainingSummary(BaseModel):
 
 
 def overlap_phrase(overlap: dict[str, Any] | None) -> str:
-    """'one step off: 7 of 8 generation batches overlapped; ' for an --async run, else ''."""
+    """'one step off: 7 of 8 generation batches overlapped, 7 judged ahead; ' for an --async
+    run (the rewards' programs run in the background for the batches judged ahead), else ''."""
     if not overlap:
         return ""
     done = overlap.get("overlapped_batches", 0)
     total = done + overlap.get("fresh_batches", 0)
-    return f"one step off: {done} of {total} generation batches overlapped; "
+    judged = overlap.get("prejudged_batches", 0)
+    ahead = f", {judged} judged ahead" if judged else ""
+    return f"one step off: {done} of {total} generation batches overlapped{ahead}; "
 
 
 def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:

@@ -55,11 +55,17 @@ def split_gpus(visible: Sequence[str], processes: int, server: int) -> tuple[lis
 
 
 def server_command(
-    model: str | Path, port: int, gpus: int, max_model_len: int | None = None
+    model: str | Path,
+    port: int,
+    gpus: int,
+    max_model_len: int | None = None,
+    quantization: str | None = None,
 ) -> list[str]:
     """`trl vllm-serve`'s command line (TRL's builder) for `model` on `gpus` GPUs (one engine
     each), on 127.0.0.1:`port`, prefix caching on (a prompt's samples share its KV cache),
-    sampling defaults vLLM's own rather than the model's generation_config.json."""
+    sampling defaults vLLM's own rather than the model's generation_config.json; `quantization`
+    ('fp8'): vLLM's online quantization of the model it loads, redone by vLLM's weight transfer
+    at each update (it reloads the sent weights layer by layer and quantizes them again)."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     arguments = ScriptArguments(
@@ -73,7 +79,10 @@ def server_command(
     )
     # the sampling defaults vLLM's own, as in the colocated engine's explicit SamplingParams
     # (else the model's generation_config.json fills any field a request leaves out)
-    return build_command(arguments, ["--generation-config", "vllm"])
+    extra = ["--generation-config", "vllm"]
+    if quantization:
+        extra += ["--quantization", quantization]
+    return build_command(arguments, extra)
 
 
 def server_env(environ: dict[str, str], gpus: Sequence[str]) -> dict[str, str]:
@@ -142,6 +151,7 @@ def generation_server(
     log_dir: str | Path,
     *,
     max_model_len: int | None = None,
+    quantization: str | None = None,
     timeout_s: float = START_TIMEOUT_S,
     wait: bool = True,
     command: Callable[[int], list[str]] | None = None,
@@ -151,7 +161,11 @@ def generation_server(
     of its log, `log_dir`/vllm-server.log) if it exits or does not answer within `timeout_s`.
     `command(port)`: another server, for tests."""
     port = free_port()
-    argv = command(port) if command else server_command(model, port, len(gpus), max_model_len)
+    argv = (
+        command(port)
+        if command
+        else server_command(model, port, len(gpus), max_model_len, quantization)
+    )
     log_path = Path(log_dir) / "vllm-server.log"
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

@@ -687,6 +687,15 @@ case "${1:-}" in
     GPUS=2 report lora-split /root/runs-verl-split 1544 "verl (published, 8x H100)"
     f=$(ls -t /root/runs-verl-split/training/*/.launch/vllm-server.log | head -1)
     tail -c 20000 "$f" >"$OUT/lora-split.vllm-server.log" ;;
+  fp8-split)  # (after split-train, on its machine) the same split with --fp8-generation: the
+    # stage's server in fp8, its weights quantized again at each push; the step against
+    # split-train's, the rewards and TRL's sampling/importance-sampling figures in the report
+    lora_args; fresh_runs fp8
+    GPUS=1 SHARDING=ddp train lora-fp8 /root/runs-verl-fp8 "${lora[@]}" --async \
+      --vllm-server-gpus 1 --fp8-generation --max-steps 4
+    GPUS=2 report lora-fp8 /root/runs-verl-fp8 1544 "verl (published, 8x H100)"
+    f=$(ls -t /root/runs-verl-fp8/training/*/.launch/vllm-server.log | head -1)
+    tail -c 20000 "$f" >"$OUT/lora-fp8.vllm-server.log" ;;
   split-sync)  # call 3 of 3: the same shape synchronous, vLLM colocated on both GPUs (ddp)
     lora_args; fresh_runs sync2
     GPUS=2 SHARDING=ddp train lora-sync2 /root/runs-verl-sync2 "${lora[@]}" --max-steps 4
@@ -1114,6 +1123,42 @@ JSON
     ROLLOUT_TIMEOUT_S=560 bash scripts/gpu/worker.sh rollout-gpus --gpus "$gpus" --serve-one \
       --problems 512 --gpu-memory-utilization 0.85 "${more[@]}"
     wait ;;
+  fp8)  # issue 46's fp8 generation on ONE fresh GPU, call 1 of 4 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz; then `bash infra/gpu-bundle/install.sh`
+    # carrying .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS: with the repository's 10 MB a call
+    # holds two parts of three at most): the 8B weights; detached
+    # beside them, the embedded default with --async (no vLLM yet: transformers samples from a
+    # copy, each batch sampled ahead judged ahead: its summary counts them), collected by fp8-gen
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    rm -f "$NODE/default-async.rc"
+    setsid nohup bash -c "PREFECT_HOME=$NODE/prefect-default timeout 900 python3 -m flows.pipeline \
+      --storage /root/runs-default --backend namespace --async >$NODE/default-async.log 2>&1
+      echo \$? >$NODE/default-async.rc" </dev/null >/dev/null 2>&1 &
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s" ;;
+  fp8-gen)  # call 3 of 4 (carry .gpu/vllm.part-01): vLLM; the 8B shape calibrated to
+    # responses of mean ~200 (cap 1,024) and ~1,000 (cap 4,096); then, detached,
+    # scripts/gpu/fp8_generation.py: the stage's server in bf16, then in fp8, verl's split batch
+    # (270 prompts x 5) and NeMo-RL's (64 x 32) on the one GPU; this call reports the default
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" --mean 1000 --cap 4096 \
+      >>"$NODE/model.log" 2>&1 && cp "$MODEL/eos_calibration.json" "$MODEL/eos_calibration_1000.json"
+    build_8b >>"$NODE/model.log" 2>&1
+    echo "calibrated (1,000, then 200): exit $(cat "$NODE/model.rc") at $(elapsed) s"
+    tail -1 "$NODE/model.log"
+    rm -f "$NODE/fp8.rc"
+    setsid nohup bash -c "timeout 1500 python3 scripts/gpu/fp8_generation.py $MODEL \
+      --shape verl:270:5:147:1024:$MODEL/eos_calibration.json \
+      --shape nemo:64:32:147:4096:$MODEL/eos_calibration_1000.json --json /root/fp8.json \
+      >$NODE/fp8.log 2>&1; echo \$? >$NODE/fp8.rc" </dev/null >/dev/null 2>&1 &
+    wait_for "$NODE/default-async.rc" 420; echo "[default-async] exit $(cat "$NODE/default-async.rc" 2>/dev/null)"
+    cp "$NODE/default-async.log" "$OUT/" 2>/dev/null
+    tr '\r' '\n' <"$NODE/default-async.log" | grep -a -E "Pass@1|one step off|judged|Error" \
+      | grep -v errors.html | tail -8
+    tail -3 "$NODE/fp8.log" ;;
+  fp8-collect)  # call 4 of 4: the comparison's JSON and log
+    wait_for "$NODE/fp8.rc" 585; echo "fp8_generation exit $(cat "$NODE/fp8.rc" 2>/dev/null)"
+    cp /root/fp8.json "$NODE/fp8.log" "$OUT/" 2>/dev/null; tail -12 "$NODE/fp8.log" ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'

@@ -159,7 +159,8 @@ def test_the_next_epochs_first_batch_is_sent_ahead_from_the_samplers_next_order(
     assert all(r["weights_current"] for r in records)
     assert "not the one trained next" not in caplog.text  # every guess was right
     assert overlap_phrase(run.overlap) == (
-        f"one step off: {batches - 1} of {batches} generation batches overlapped; "
+        f"one step off: {batches - 1} of {batches} generation batches overlapped, "
+        f"{batches - 1} judged ahead; "
     )
     assert overlap_phrase(None) == ""
 
@@ -317,6 +318,7 @@ def test_a_batch_sampled_ahead_is_judged_in_the_background_as_the_rewards_will_r
     import threading
 
     from cobalt.training.sandbox_reward import CobaltRewards
+    from cobalt.training.stages import overlap_phrase
 
     prejudged: list[tuple[str, list[str], list]] = []
     rewarded: list[tuple[list[str], list]] = []
@@ -335,6 +337,7 @@ def test_a_batch_sampled_ahead_is_judged_in_the_background_as_the_rewards_will_r
     monkeypatch.setattr(CobaltRewards, "correctness_rewards", correctness)
     order, _, run = spied_run(tmp_path, monkeypatch, True, max_steps=4)
     assert run.overlap["prejudged_batches"] == 3  # batches 1-3: sent ahead; batch 0 in place
+    assert "3 of 4 generation batches overlapped, 3 judged ahead; " in overlap_phrase(run.overlap)
     assert [ids for _, ids, _ in prejudged] == order[1:]
     assert all(thread.startswith("cobalt-generate") for thread, _, _ in prejudged)
     # the completions judged ahead are the ones TRL rewards, batch for batch (the format

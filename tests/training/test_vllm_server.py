@@ -59,6 +59,9 @@ def test_the_server_runs_as_trl_serves_it_on_its_own_gpus():
     # the model's generation_config.json (Qwen3's top_k 20 would change the samples)
     assert command[command.index("--generation-config") + 1] == "vllm"
     assert "--weight-transfer-config" in command  # TRL's client pushes the weights through it
+    assert "--quantization" not in command  # the model's own precision unless asked
+    fp8 = server_command("/models/qwen", 8123, 1, quantization="fp8")
+    assert fp8[fp8.index("--quantization") + 1] == "fp8"
     env = server_env({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "HOME": "/root"}, ["2", "3"])
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # the weight-transfer endpoints
@@ -100,6 +103,62 @@ def test_the_plan_says_where_generation_runs(monkeypatch):
     assert "overlapped with training, one step off" in text
     kwargs = config.grpo_kwargs("out", None, 4)
     assert kwargs["vllm_mode"] == "server" and "vllm_server_base_url" not in kwargs  # set at launch
+
+
+def test_fp8_generation_is_a_servers_and_turns_on_the_importance_sampling_correction(
+    monkeypatch,
+):
+    """fp8 sampling is vLLM's online quantization of a server's model: the stage's own server
+    (started with --quantization fp8) or the user's; refused where TRL builds the engine itself
+    (colocated) or on GPUs without fp8 kernels, before any work. The sampler then is not the
+    model the trainer computes, so TRL's importance-sampling correction comes on unless set."""
+    monkeypatch.setattr(training_config, "vllm_available", lambda: True)
+    paper = {"preset": "paper", "mode": "single_turn", "lora": {}}
+    with pytest.raises(ValidationError, match="add --vllm-server-gpus K") as raised:
+        TrainingConfig(**paper, fp8_generation=True)
+    assert "training.fp8_generation" in str(raised.value)
+    with pytest.raises(ValidationError, match="add --vllm-server-gpus K"):
+        TrainingConfig(**paper, fp8_generation=True, generation="vllm_colocate")
+    own = TrainingConfig(**paper, vllm_server_gpus=1, fp8_generation=True)
+    kwargs = own.grpo_kwargs("out", None, 2)
+    assert kwargs["vllm_importance_sampling_correction"] is True
+    # per token, capped: TRL's default product over a sequence would weigh fp8's completions
+    # by ~exp(-14) at 200 tokens (measured on an H200); a mode the user sets stays theirs
+    assert kwargs["vllm_importance_sampling_mode"] == "token_truncate"
+    theirs = own.model_copy(update={"overrides": {"vllm_importance_sampling_mode": "token_mask"}})
+    assert theirs.grpo_kwargs("out", None, 2)["vllm_importance_sampling_mode"] == "token_mask"
+    yours = TrainingConfig(
+        **paper, generation="vllm_server", vllm_server_base_url="http://h:8000", fp8_generation=True
+    )
+    assert yours.grpo_kwargs("out")["vllm_importance_sampling_correction"] is True
+    kept_off = own.model_copy(update={"vllm_is_correction": False})
+    assert kept_off.grpo_kwargs("out", None, 2)["vllm_importance_sampling_correction"] is False
+    bf16 = TrainingConfig(**paper, vllm_server_gpus=1)
+    assert bf16.grpo_kwargs("out", None, 2)["vllm_importance_sampling_correction"] is False
+    assert "vllm_importance_sampling_mode" not in bf16.grpo_kwargs("out", None, 2)
+
+    hopper = Machine(2, 141 * GIB, "NVIDIA H200", 512 * GIB, 32, gpu_capability=(9, 0))
+    text = plan_training(own, None, hopper).describe()
+    assert (
+        "sampling in fp8 (vLLM's online quantization; importance-sampling correction "
+        "token_truncate)" in text
+    )
+    assert "fp8" not in plan_training(bf16, None, hopper).describe()
+    ampere = Machine(2, 80 * GIB, "NVIDIA A100", 512 * GIB, 32, gpu_capability=(8, 0))
+    with pytest.raises(ShardingError, match=r"capability 8\.9 or more .* is 8\.0: drop --fp8"):
+        plan_training(own, None, ampere)
+    plan_training(bf16, None, ampere)  # bf16 sampling runs there
+
+
+def test_fp8_generation_is_a_flag_of_the_training_and_pipeline_flows(monkeypatch):
+    from flows.pipeline import parse_params as pipeline_params
+    from flows.training import parse_params as training_params
+
+    monkeypatch.setattr(training_config, "vllm_available", lambda: True)
+    argv = ["--vllm-server-gpus", "1", "--fp8-generation"]
+    assert training_params(argv).training.fp8_generation is True
+    assert pipeline_params(argv).training.fp8_generation is True
+    assert training_params(argv[:2]).training.fp8_generation is False
 
 
 def _health_server(root: Path):
@@ -395,3 +454,53 @@ def _state_after(pid: int, within_s: float) -> str:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[1].split()[0]
     except FileNotFoundError:
         return "gone"
+
+
+def test_the_fp8_script_measures_drift_from_the_trainers_probabilities(tmp_path):
+    """scripts/gpu/fp8_generation.py's measure on CPU, with the tiny model: a sampler that is
+    the model itself (its log-probabilities of completions it drew) shows no drift; one whose
+    every token is 0.5 nats more sure shows 0.5 a token, completions weighed by exp(-0.5 x their
+    length), and TRL's sequence_mask bound read from TRL's own config."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from engines.tiny import build_tiny_model
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "fp8_generation.py"
+    spec = importlib.util.spec_from_file_location("fp8_generation", script)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass resolves its annotations there
+    spec.loader.exec_module(module)
+    model_dir = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    prompts = module.prompts_of(1024, 2, 6)
+    bias = {5: 1.5}
+    out: dict = {"prompt_ids": prompts, "completion_ids": [], "logprobs": []}
+    generator = torch.Generator().manual_seed(0)
+    for prompt in prompts:
+        for _ in range(2):  # 2 samples a prompt, drawn from the model with the bias
+            ids, logps = list(prompt), []
+            for _ in range(5):
+                with torch.no_grad():
+                    logits = model(torch.tensor([ids])).logits[0, -1].float()
+                logits[5] += 1.5
+                probs = torch.log_softmax(logits, -1)
+                token = int(torch.multinomial(probs.exp(), 1, generator=generator))
+                ids.append(token)
+                logps.append([float(probs[token])])
+            out["completion_ids"].append(ids[len(prompt) :])
+            out["logprobs"].append(logps)
+    same = module.drift(model_dir, out, 2, 4, bias, dtype=torch.float32)
+    assert same["sequences"] == 4 and same["tokens"] == 20
+    assert same["token_abs_diff_mean"] < 1e-4 and same["sequence_mask_dropped"] == 0
+    assert same["sequence_mask_bounds"] == [None, 3.0]  # TRL 1.16's defaults
+    surer = {**out, "logprobs": [[[lp[0] + 0.5] for lp in row] for row in out["logprobs"]]}
+    drifted = module.drift(model_dir, surer, 2, 4, bias, dtype=torch.float32)
+    assert drifted["token_abs_diff_mean"] == pytest.approx(0.5, abs=1e-3)
+    assert drifted["token_diff_mean"] == pytest.approx(-0.5, abs=1e-3)
+    assert drifted["sequence_log_ratio_abs_mean"] == pytest.approx(2.5, abs=1e-2)
+    shape = module.Shape.parse("verl:3:5:7:64", 1024)
+    assert (len(shape.prompts), len(shape.prompts[0]), shape.kwargs) == (3, 7, {})
+    assert module.Shape.parse("x:1:1:4:8:/no/such/file", 1024).kwargs == {"ignore_eos": True}

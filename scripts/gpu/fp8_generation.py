@@ -1,0 +1,210 @@
+"""GRPO's generation in bf16 against fp8 (`--fp8-generation`) on the training stage's own vLLM
+server, on one GPU: what fp8 gains the GPU that generates in the split (`--vllm-server-gpus`),
+and how far its samples' probabilities drift from the model the trainer computes (what TRL's
+importance-sampling correction weighs, and what its default `sequence_mask` drops).
+
+For each precision the stage's server is started as the stage starts it
+(`cobalt.training.vllm_server.generation_server`, `quantization="fp8"` or none) on GPU 0, asked
+for the batch through TRL's `VLLMClient.generate` (what each training process calls), once to
+warm up and once timed. Then, the server stopped, the model is loaded in bf16 and the sampled
+tokens' log-probabilities are recomputed (the sampling's logit bias added, temperature 1): per
+token |trainer - sampler|, and per sequence exp(sum of the differences), the ratio TRL's
+`sequence_mask` keeps only within [clip_min, clip_max] (TRL's defaults). The bf16 server is the
+yardstick: vLLM in bf16 already differs from a transformers forward by its kernels' rounding.
+
+    python scripts/gpu/fp8_generation.py /root/model-8b \\
+        --shape verl:270:5:147:1024:/root/model-8b/eos_calibration.json \\
+        --shape nemo:64:32:147:4096:/root/model-8b/eos_calibration_1000.json --json $OUT/fp8.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def prompts_of(vocab: int, count: int, tokens: int, seed: int = 0) -> list[list[int]]:
+    """`count` prompts of `tokens` random token ids (the same for both precisions)."""
+    import random
+
+    draw = random.Random(seed)
+    return [[draw.randrange(100, vocab - 1) for _ in range(tokens)] for _ in range(count)]
+
+
+def sample(model: Path, quantization: str | None, shapes: list[Shape]):
+    """Each shape's timed batch from one server of the stage's in `quantization` (None: the
+    model's own precision)."""
+    from trl.generation.vllm_client import VLLMClient
+
+    from cobalt.training.vllm_server import generation_server
+
+    context = max(s.prompt_tokens + s.max_tokens for s in shapes)
+    found, outs = {}, {}
+    with (
+        tempfile.TemporaryDirectory() as logs,
+        generation_server(
+            model, ["0"], logs, max_model_len=context, quantization=quantization, timeout_s=900
+        ) as server,
+    ):
+        client = VLLMClient(base_url=server.url, connection_timeout=60)
+        for shape in shapes:
+            ask = dict(n=shape.samples, temperature=1.0, max_tokens=shape.max_tokens)
+            client.generate(shape.prompts[:8], **ask, generation_kwargs=shape.kwargs)  # warm-up
+            started = time.monotonic()
+            out = client.generate(shape.prompts, **ask, generation_kwargs=shape.kwargs)
+            seconds = time.monotonic() - started
+            completion = sum(len(c) for c in out["completion_ids"])
+            prompt = sum(len(p) for p in out["prompt_ids"]) * shape.samples
+            found[shape.name] = {
+                "seconds": round(seconds, 2),
+                "completions": len(out["completion_ids"]),
+                "completion_tokens": completion,
+                "response_mean_tokens": round(completion / len(out["completion_ids"]), 1),
+                "tokens_per_s": round((prompt + completion) / seconds, 1),
+                "completion_tokens_per_s": round(completion / seconds, 1),
+            }
+            outs[shape.name] = out
+            print(quantization or "bf16", shape.name, json.dumps(found[shape.name]), flush=True)
+        log = Path(logs, "vllm-server.log").read_text(errors="replace")
+    found["server_log_fp8_lines"] = [ln for ln in log.splitlines() if "fp8" in ln.lower()][:5]
+    return found, outs
+
+
+@dataclass
+class Shape:
+    """One batch: `prompts` (token ids) x `samples`, responses up to `max_tokens`, `kwargs` the
+    sampling's generation_kwargs (eos_calibrate.py's logit bias)."""
+
+    name: str
+    prompts: list[list[int]]
+    samples: int
+    prompt_tokens: int
+    max_tokens: int
+    kwargs: dict[str, Any]
+
+    @classmethod
+    def parse(cls, text: str, vocab: int) -> Shape:
+        """NAME:PROMPTS:SAMPLES:PROMPT_TOKENS:MAX_TOKENS[:CALIBRATION_FILE]"""
+        name, prompts, samples, prompt_tokens, max_tokens, *rest = text.split(":")
+        kwargs: dict[str, Any] = {}
+        if rest and Path(rest[0]).is_file():
+            kwargs = json.loads(Path(rest[0]).read_text())["generation_kwargs"]
+        elif rest:
+            kwargs = {"ignore_eos": True}  # no calibration: every response at the cap
+        return cls(
+            name,
+            prompts_of(vocab, int(prompts), int(prompt_tokens)),
+            int(samples),
+            int(prompt_tokens),
+            int(max_tokens),
+            kwargs,
+        )
+
+
+def drift(
+    model: Path,
+    out: dict[str, Any],
+    samples: int,
+    rows: int,
+    bias: dict[int, float],
+    dtype: Any = None,
+):
+    """The sampled tokens' log-probabilities recomputed (in bf16 unless `dtype`) against the
+    sampler's: `out` as `VLLMClient.generate` returns it, the first `rows` completions."""
+    import torch
+
+    dtype = dtype or torch.bfloat16
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.grpo_config import GRPOConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}  # TRL's own bounds
+    low = defaults["vllm_importance_sampling_clip_min"]
+    high = defaults["vllm_importance_sampling_clip_max"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    policy = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype).to(device).eval()
+    token_diffs, sequence_logs = [], []
+    with torch.no_grad():
+        for i in range(min(rows, len(out["completion_ids"]))):
+            prompt = out["prompt_ids"][i // samples]
+            completion = out["completion_ids"][i]
+            if not completion:
+                continue
+            ids = torch.tensor([prompt + completion], device=device)
+            logits = policy(ids).logits[0, len(prompt) - 1 : -1].float()
+            for token, value in bias.items():
+                logits[:, token] += value
+            own = torch.log_softmax(logits, -1).gather(
+                1, torch.tensor(completion, device=device)[:, None]
+            )[:, 0]
+            sampler = torch.tensor([lp[0] for lp in out["logprobs"][i]], device=device)
+            diff = (own - sampler).cpu()
+            token_diffs.append(diff)
+            sequence_logs.append(float(diff.sum()))
+    del policy
+    torch.cuda.empty_cache()
+    every = torch.cat(token_diffs)
+    ratios = [math.exp(min(s, 50.0)) for s in sequence_logs]
+    dropped = sum(1 for r in ratios if r < (low or 0.0) or r > (high or math.inf))
+    return {
+        "sequences": len(ratios),
+        "tokens": int(every.numel()),
+        "token_abs_diff_mean": round(float(every.abs().mean()), 5),
+        "token_abs_diff_p99": round(float(every.abs().quantile(0.99)), 5),
+        "token_diff_mean": round(float(every.mean()), 6),
+        "sequence_log_ratio_abs_mean": round(sum(abs(s) for s in sequence_logs) / len(ratios), 4),
+        "sequence_mask_bounds": [low, high],
+        "sequence_mask_dropped": dropped,
+        "sequence_mask_dropped_share": round(dropped / len(ratios), 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument(
+        "--shape",
+        action="append",
+        required=True,
+        help="NAME:PROMPTS:SAMPLES:PROMPT_TOKENS:MAX_TOKENS[:CALIBRATION_FILE] (repeatable; "
+        "a calibration file that is missing: every response at the cap)",
+    )
+    parser.add_argument("--rows", type=int, default=160, help="sequences recomputed in bf16")
+    parser.add_argument("--json", type=Path, required=True)
+    args = parser.parse_args(argv)
+    vocab = int(json.loads((args.model / "config.json").read_text())["vocab_size"])
+    shapes = [Shape.parse(text, vocab) for text in args.shape]
+    found: dict[str, Any] = {"model": str(args.model), "shapes": args.shape}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    outs = {}
+    for quantization in (None, "fp8"):
+        name = quantization or "bf16"
+        try:
+            found[name], outs[name] = sample(args.model, quantization, shapes)
+        except Exception as exc:  # the other precision's figures still land in the JSON
+            found[name] = {"error": str(exc)[-4000:]}
+            args.json.write_text(json.dumps(found, indent=1))
+            print(name, "failed:", str(exc)[-4000:], flush=True)
+            return 1
+    for shape in shapes:
+        bias = {int(k): float(v) for k, v in (shape.kwargs.get("logit_bias") or {}).items()}
+        ratio = found["fp8"][shape.name]["tokens_per_s"] / found["bf16"][shape.name]["tokens_per_s"]
+        found[f"{shape.name}_fp8_vs_bf16"] = round(ratio, 3)
+        for name in ("bf16", "fp8"):
+            measured = drift(args.model, outs[name][shape.name], shape.samples, args.rows, bias)
+            found[name][shape.name]["drift_from_bf16_forward"] = measured
+            print(name, shape.name, "drift", json.dumps(measured), flush=True)
+        print(f"{shape.name}: fp8 / bf16 generation tokens/s {ratio:.3f}", flush=True)
+    args.json.write_text(json.dumps(found, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
