@@ -129,8 +129,12 @@
 # Measured: 182 s, 564 s, 371 s, 332 s (1,723 s held with a fifth call); the first two runs were
 # ended by their bounds (480 s, 360 s) in the final save: raised since (600 s, 480 s).
 # Issue 46 goal 2 (NeMo-RL's shape, not yet run), ONE message on a fresh 4-GPU machine: g4
-# (its carry), g4-nemo (carry .gpu/vllm.part-01 .gpu/PARTS; the synchronous 1 x 4, ~12 min),
-# g4-nemo-collect twice (the split 3 + 1, ~15 min): most of a session's 30 device minutes.
+# (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz), `bash infra/gpu-bundle/install.sh`
+# (carry .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS), g4-nemo (carry .gpu/vllm.part-01; the
+# synchronous 1 x 4, ~12 min), g4-nemo-collect twice (the split 2 + 2, ~15 min): most of a
+# session's 30 device minutes. CARRY: since 2026-12-01 the bundle's vLLM is three 27 MiB parts
+# and the checkout 10.5 MB, so a call holds the two groups, or two parts, not both (a refused
+# first call of a chain still lets the next ones run: 450 s lost that day).
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -747,12 +751,13 @@ case "${1:-}" in
   g4-nodes)  # call 4 of 4: the 2 x 2 run's step report and node 1's logs
     wait_for "$NODE/nodes-2x2.done" 580; node_logs nodes
     GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)" ;;
-  g4-nemo)  # issue 46 goal 2 (NeMo-RL's shape) on a 4-GPU machine, after `g4` (call 2 of 3,
-    # carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape calibrated to responses of mean
+  g4-nemo)  # issue 46 goal 2 (NeMo-RL's shape) on a 4-GPU machine, after `g4` and the install
+    # call (carry .gpu/vllm.part-01): vLLM; the 8B shape calibrated to responses of mean
     # ~1,000 tokens capped at 4,096 (kept aside: eos_calibration_1000.json); then, detached
     # (g4-nemo-chain), 64 prompts x 32 samples through flows.training, full fine-tuning under
-    # fsdp, --share-prompts: the synchronous 1 x 4, then the split 3 + 1 (--async, 63 prompts:
-    # 672 rows a process); this call waits for the first
+    # fsdp, --share-prompts: the synchronous 1 x 4, then the split 2 + 2 (--async, 1,024 rows
+    # a training process, the stage's server data parallel on 2 GPUs); this call waits for the
+    # first
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     build_8b >>"$NODE/model.log" 2>&1
     CUDA_VISIBLE_DEVICES=0 python3 scripts/gpu/eos_calibrate.py "$MODEL" --mean 1000 --cap 4096 \
@@ -762,15 +767,16 @@ case "${1:-}" in
     setsid nohup bash scripts/gpu/node.sh g4-nemo-chain </dev/null >"$NODE/g4-nemo-chain.out" 2>&1 &
     wait_for "$NODE/nemo-sync.rc" 585
     GPUS=4 report nemo-sync /root/runs-verl-nemo-sync 3052 "NeMo-RL v0.5 FP8 (published, 16x H100)" ;;
-  g4-nemo-chain)  # (detached by g4-nemo) the two runs, each bounded in time
+  g4-nemo-chain)  # (detached by g4-nemo) the two runs, each bounded in time: the split is 2 + 2
+    # (one H200 generates the 2,048 completions in ~237 s, three train them in ~80 s: a 3 + 1
+    # split would wait on its server, docs/SCALING.md "fp8 generation")
     fresh_runs nemo-sync nemo-split
     nemo=(--set num_generations=32)
     CALIBRATION=$MODEL/eos_calibration_1000.json CAP_TOKENS=4096 VERL_BATCH=2048 verl_args
     GPUS=4 TRAIN_TIMEOUT=900 train nemo-sync /root/runs-verl-nemo-sync "${verl[@]}" "${nemo[@]}" \
       --share-prompts --max-steps 2
-    CALIBRATION=$MODEL/eos_calibration_1000.json CAP_TOKENS=4096 VERL_BATCH=2016 verl_args
-    GPUS=3 TRAIN_TIMEOUT=1100 train nemo-split /root/runs-verl-nemo-split "${verl[@]}" \
-      "${nemo[@]}" --share-prompts --async --vllm-server-gpus 1 --max-steps 3 ;;
+    GPUS=2 TRAIN_TIMEOUT=1100 train nemo-split /root/runs-verl-nemo-split "${verl[@]}" \
+      "${nemo[@]}" --share-prompts --async --vllm-server-gpus 2 --max-steps 3 ;;
   g4-nemo-collect)  # call 3 of 3 (twice if the split has not ended): the split run's report
     wait_for "$NODE/nemo-split.rc" 585
     GPUS=4 report nemo-split /root/runs-verl-nemo-split 3052 "NeMo-RL v0.5 FP8 (published, 16x H100)" ;;
