@@ -170,7 +170,34 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
         "memory_plan": stats.get("memory_plan"),
         "numerics": stats.get("numerics"),
         "overlap": stats.get("overlap"),  # --async: batches served from the background
+        # a synchronous run on every GPU: the split of its GPUs that balances its phases
+        "split_balance": None
+        if stats.get("overlap") or trainers < gpus
+        else split_balance(median("generation_s") or 0, median("optimisation_s") or 0, gpus),
         "cost": stats.get("cost"),
+    }
+
+
+def split_balance(generation_s: float, optimisation_s: float, gpus: int) -> dict[str, Any] | None:
+    """For a synchronous run on `gpus` GPUs that all generate and all train: the split
+    (`--gpus N-K --vllm-server-gpus K --async`) whose two sides take about as long, at this
+    run's own per-GPU rates (a server alone on its GPUs and training without vLLM's share
+    usually do better than these colocated rates). None for one GPU or a phase not measured."""
+    if gpus < 2 or not generation_s or not optimisation_s:
+        return None
+    generating, training = generation_s * gpus, optimisation_s * gpus  # GPU-seconds a step
+
+    def sides(k: int) -> tuple[float, float]:
+        return generating / k, training / (gpus - k)
+
+    best = min(range(1, gpus), key=lambda k: max(sides(k)))
+    generation_k, training_k = sides(best)
+    return {
+        "vllm_server_gpus": best,
+        "training_gpus": gpus - best,
+        "generation_s": round(generation_k, 1),
+        "optimisation_s": round(training_k, 1),
+        "step_s": round(max(generation_k, training_k), 1),
     }
 
 
@@ -212,6 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         line += f"; {found['anchor']['ratio']}x {args.anchor_name} ({args.anchor})"
     if m["collective_gb_per_process"] is not None:
         line += f"; collectives {m['collective_gb_per_process']} GB a process a step"
+    if found["split_balance"]:
+        b = found["split_balance"]
+        line += (
+            f"; balanced split at these rates: --gpus {b['training_gpus']} --vllm-server-gpus "
+            f"{b['vllm_server_gpus']} --async (generation ~{b['generation_s']} s beside "
+            f"optimisation ~{b['optimisation_s']} s)"
+        )
     print(line, file=sys.stderr)
     return 0
 

@@ -9,20 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.grpo_step_report import report
+from benchmarks.grpo_step_report import report, split_balance
 
 
 def stage(
-    where: Path, step_s: list[float], overlap: dict | None, processes: int, world: int | None = None
+    where: Path,
+    step_s: list[float],
+    overlap: dict | None,
+    processes: int,
+    world: int | None = None,
+    generation_s: float = 0.0,
 ) -> Path:
-    """A finished stage's files: steps of 1,000 tokens each, optimisation 10 s a step;
-    `processes` this node's training processes, `world` every node's (the plan's)."""
+    """A finished stage's files: steps of 1,000 tokens each, optimisation 10 s a step,
+    `generation_s` of sampling; `processes` this node's training processes, `world` every
+    node's (the plan's)."""
     where.mkdir(parents=True)
     n = len(step_s)
     stats = {
         "timing": {
             "step_s": step_s,
-            "generation_step_s": [0.0] * n,
+            "generation_step_s": [generation_s] * n,
             "reward_step_s": [0.0] * n,
             "weight_sync_step_s": [0.0] * n,
             "optimisation_step_s": [10.0] * n,
@@ -79,3 +85,33 @@ def test_the_mfu_of_a_run_over_two_nodes_counts_every_nodes_gpus(tmp_path):
     node_0 = report(stage(tmp_path / "two", [10.0] * 3, None, 2, world=4), 4, PEAK, None)
     assert one_node["steps"][1]["mfu_training_phase"] > 0.01
     assert node_0["steps"][1]["mfu_training_phase"] == one_node["steps"][1]["mfu_training_phase"]
+
+
+def test_a_synchronous_run_names_the_split_that_balances_its_phases(tmp_path):
+    """Goal 1's synchronous run on 4 H200s (generation 8.3 s, optimisation 19.3 s a step) puts
+    1 GPU on generation, as the measured split did (3 + 1: balanced); NeMo-RL's shape, with
+    generation as long as optimisation, 2 + 2. Read from the stage's files; not for a run that
+    was already split or one step off, nor for one GPU."""
+    assert split_balance(8.3, 19.3, 4) == {
+        "vllm_server_gpus": 1,
+        "training_gpus": 3,
+        "generation_s": 33.2,
+        "optimisation_s": 25.7,
+        "step_s": 33.2,
+    }
+    assert split_balance(60.0, 60.0, 4)["vllm_server_gpus"] == 2
+    assert split_balance(30.0, 2.0, 8)["vllm_server_gpus"] == 7
+    assert split_balance(8.3, 19.3, 1) is None
+    colocated = report(
+        stage(tmp_path / "sync", [40.0] * 3, None, 4, generation_s=10.0), 4, PEAK, None
+    )
+    assert colocated["split_balance"]["vllm_server_gpus"] == 2  # 10 s against 10 s
+    split = report(stage(tmp_path / "split", [40.0] * 3, None, 3, generation_s=10.0), 4, PEAK, None)
+    assert split["split_balance"] is None  # 3 of the 4 GPUs trained: already split
+    overlapped = report(
+        stage(tmp_path / "async", [40.0] * 4, {"mode": "one step off"}, 4, generation_s=10.0),
+        4,
+        PEAK,
+        None,
+    )
+    assert overlapped["split_balance"] is None
