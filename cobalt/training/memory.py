@@ -29,10 +29,8 @@ config, `engines.memory` for the per-layer shapes):
              would hold a bf16 copy of every trainable layer until the forward ends:
              cobalt.training.precision)
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
-    per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
-                 + length x activation bytes per token x 2         (one layer recomputed + grads)
-                 + completion x hidden x 4   (the fused head's float32 gradient of the last
-                                              hidden states; never the logits: TRL tiles them)
+    per micro-batch = its rows' activations in a checkpointed pass (cobalt.training.activations:
+             each row at its longest; with --share-prompts each prompt's tokens counted once)
 
 On one H200 (`scripts/gpu/memory_calibrate.py`, docs/SCALING.md) this bounds what a pass of 1-16
 rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers of the 8B
@@ -55,8 +53,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from cobalt.errors import UserError
+from cobalt.training.activations import (
+    fused_head_bytes,
+    micro_batch_bytes,
+    prompts_in_micro_batch,
+    sequence_bytes,
+)
 from engines.memory import (
-    activation_bytes_per_token,
     dtype_bytes,
     kv_bytes_per_token,
     text_config,
@@ -82,6 +85,7 @@ class MicroBatchPlan:
     per_sequence_gib: float
     sequence_tokens: int
     reduce_every_micro_batch: bool = False  # FSDP's gradients reduce-scattered each micro-batch
+    prompts_per_micro_batch: int | None = None  # --share-prompts: the prompts computed once each
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,6 +100,12 @@ class MicroBatchPlan:
                 "; gradients reduce-scattered every micro-batch, not held whole until the "
                 "step's last (training.gradient_sync)"
                 if self.reduce_every_micro_batch
+                else ""
+            )
+            + (
+                f"; its rows' prompts shared: {self.prompts_per_micro_batch} computed once for "
+                f"{self.micro_batch} rows"
+                if self.prompts_per_micro_batch is not None
                 else ""
             )
         )
@@ -133,19 +143,6 @@ def fixed_bytes(
         + 2 * GIB
         + total_bytes // 20  # reserve: fragmentation, CUDA context, NCCL
     )
-
-
-# TRL 1.16's fused head (trl.kernels.chunked_logprob): a tile is 4,096 tokens x 32,768 vocabulary
-# entries in the compute dtype, one in the forward and one in the backward
-HEAD_TILE = 4096 * 32768
-
-
-def fused_head_bytes(model_config: Any, compute_dtype: str) -> int:
-    """The backward of TRL's fused head beyond the sequences' own: the float32 accumulator of
-    the head's weight gradient (vocabulary x hidden x 4) and two logit tiles."""
-    config = text_config(model_config)
-    head = int(config.vocab_size) * int(config.hidden_size) * 4
-    return head + 2 * HEAD_TILE * dtype_bytes(compute_dtype)
 
 
 def held_gradient_bytes(trainable: int, shards: int) -> int:
@@ -216,28 +213,6 @@ def parameter_count(model_config: Any) -> int:
     return layers * per_layer + vocab * hidden * (1 if tied else 2) + hidden
 
 
-def sequence_bytes(
-    model_config: Any,
-    sequence_tokens: int,
-    completion_tokens: int,
-    *,
-    compute_dtype: str,
-    residual_dtype: str,
-) -> int:
-    """Activation bytes of one sequence in a checkpointed forward/backward (module docstring)."""
-    config = text_config(model_config)
-    compute = dtype_bytes(compute_dtype)
-    checkpoints = (
-        int(config.num_hidden_layers)
-        * sequence_tokens
-        * int(config.hidden_size)
-        * dtype_bytes(residual_dtype)
-    )
-    layer = sequence_tokens * activation_bytes_per_token(config, compute) * 2
-    head = completion_tokens * int(config.hidden_size) * 4  # the fused head's hidden gradient
-    return checkpoints + layer + head
-
-
 def plan_micro_batch(
     model_config: Any,
     *,
@@ -250,18 +225,26 @@ def plan_micro_batch(
     residual_dtype: str,
     largest: int = PADDED_ROWS,
     held: int = 0,
+    group: int = 1,
 ) -> MicroBatchPlan:
     """The largest divisor of `sequences_per_step` (at most `largest`) whose estimate fits
     `free_bytes`; `held`: bytes added when the step takes more than one micro-batch (gradients
-    held whole between them); `TrainingMemoryError` when not even 1 row fits."""
+    held whole between them); `group`: rows sharing a prompt that --share-prompts computes once
+    (1: none); `TrainingMemoryError` when not even 1 row fits."""
     length = prompt_tokens + completion_tokens
-    each = sequence_bytes(
-        model_config,
-        length,
-        completion_tokens,
-        compute_dtype=compute_dtype,
-        residual_dtype=residual_dtype,
-    )
+    numerics = {"compute_dtype": compute_dtype, "residual_dtype": residual_dtype}
+    each = sequence_bytes(model_config, length, completion_tokens, **numerics)
+
+    def rows_bytes(m: int) -> int:
+        return micro_batch_bytes(
+            model_config,
+            m,
+            prompt_tokens,
+            completion_tokens,
+            group=group,
+            rows_per_step=sequences_per_step,
+            **numerics,
+        )
 
     def base(m: int) -> int:
         return fixed + (held if sequences_per_step // m > 1 else 0)
@@ -269,7 +252,7 @@ def plan_micro_batch(
     fits = [
         m
         for m in range(1, min(largest, sequences_per_step) + 1)
-        if sequences_per_step % m == 0 and base(m) + m * each <= free_bytes
+        if sequences_per_step % m == 0 and base(m) + rows_bytes(m) <= free_bytes
     ]
     if not fits:
         need = base(1)
@@ -293,11 +276,14 @@ def plan_micro_batch(
     return MicroBatchPlan(
         micro_batch=m,
         gradient_accumulation_steps=sequences_per_step // m,
-        estimate_gib=round((base(m) + m * each) / GIB, 2),
+        estimate_gib=round((base(m) + rows_bytes(m)) / GIB, 2),
         free_gib=round(free_bytes / GIB, 2),
         fixed_gib=round(base(m) / GIB, 2),
         per_sequence_gib=round(each / GIB, 2),
         sequence_tokens=length,
+        prompts_per_micro_batch=prompts_in_micro_batch(m, group, sequences_per_step)
+        if group > 1
+        else None,
     )
 
 
@@ -373,6 +359,7 @@ def fit_micro_batch(
             residual_dtype="bfloat16" if numerics.trainable == "bfloat16" else "float32",
             largest=PACKED_ROWS if config.packing else PADDED_ROWS,
             held=held,
+            group=int(kwargs.get("num_generations") or 1) if config.share_prompts else 1,
         )
 
     held = held_gradient_bytes(parameters, shards) if full and sharding in HOLDS_WHOLE else 0

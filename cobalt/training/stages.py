@@ -56,6 +56,7 @@ from sandbox import SandboxConfig
 
 log = logging.getLogger(__name__)
 TRAINING_CODE = (
+    "cobalt.training.activations",
     "cobalt.training.config",
     "cobalt.training.preset_defaults",
     "cobalt.training.dense_reward",

@@ -1,5 +1,5 @@
 """What one micro-batch of the policy's training pass allocates on a GPU, against the memory
-plan's estimate of it (`cobalt.training.memory.sequence_bytes` and the fixed terms it counts per
+plan's estimate of it (`cobalt.training.activations.sequence_bytes` and the fixed terms it counts per
 row), at verl's and at the paper's lengths.
 
 A Qwen3-shaped model of the 8B width built from a config with few decoder layers (random
@@ -29,7 +29,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cobalt.training.memory import GIB, sequence_bytes  # noqa: E402
+from cobalt.training.activations import sequence_bytes  # noqa: E402
+from cobalt.training.memory import GIB  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cobalt.training.memory import fused_head_bytes, sequence_bytes
+from cobalt.training.activations import fused_head_bytes, sequence_bytes
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks/results"
 MEASURED = RESULTS / "memory_calibrate_1xh200_2026-11-29.json"

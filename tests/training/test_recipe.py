@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from cobalt.training.activations import sequence_bytes
 from cobalt.training.config import LoraSettings, TrainingConfig
 from cobalt.training.grpo import uses_format_reward
 from cobalt.training.memory import (
@@ -13,7 +14,6 @@ from cobalt.training.memory import (
     TrainingMemoryError,
     fixed_bytes,
     plan_micro_batch,
-    sequence_bytes,
 )
 from cobalt.training.sandbox_reward import CobaltRewards
 from sandbox import SandboxConfig, TestSuite

@@ -513,3 +513,40 @@ def test_the_config_check_sees_the_generation_batch_of_every_process() -> None:
     )
     with pytest.raises(ValueError, match=r"generation_batch_size \(2\) must be divisible by "):
         three.check()
+
+
+def test_shared_prompts_let_a_micro_batch_hold_more_rows_at_the_papers_lengths() -> None:
+    """At the paper's lengths (~9,900-token prompts, 6,144-token completions, 16 samples) a
+    micro-batch of packed rows holds 1-2 whole sequences; with --share-prompts each prompt's
+    tokens are counted once for the rows that sample it, so the plan fits more rows a pass on
+    the same GPU (what makes sharing pay there), its estimate counting the computed tokens and
+    the keys each row gathers. A step whose rows straddle prompts counts an extra prompt."""
+    from cobalt.training.activations import micro_batch_bytes, prompts_in_micro_batch
+    from cobalt.training.memory import fit_micro_batch
+    from cobalt.training.precision import decide
+
+    numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
+    model = qwen3_8b()
+    params = parameter_count(model)
+    packed = TrainingConfig(preset="paper", num_processes=4, packing=True)
+    shared = packed.model_copy(update={"share_prompts": True})
+
+    def plan(config: TrainingConfig):
+        return fit_micro_batch(config, config.grpo_kwargs("out"), model, params, numerics, 9897,
+                               shards=4, gpu_bytes=H200, sharding="fsdp")  # fmt: skip
+
+    alone, together = plan(packed), plan(shared)
+    assert alone.prompts_per_micro_batch is None and alone.micro_batch == 4
+    assert together.micro_batch >= 2 * alone.micro_batch
+    assert together.prompts_per_micro_batch == 1  # rows of one prompt: its 16 samples or fewer
+    assert f"1 computed once for {together.micro_batch} rows" in together.describe()
+    assert together.estimate_gib <= together.free_gib
+    kw = {"compute_dtype": "bfloat16", "residual_dtype": "float32"}
+    rows = together.micro_batch
+    whole = micro_batch_bytes(model, rows, 9897, 6144, **kw)
+    once = micro_batch_bytes(model, rows, 9897, 6144, group=16, rows_per_step=256, **kw)
+    assert once < whole and whole == rows * micro_batch_bytes(model, 1, 9897, 6144, **kw)
+    # the prompts a micro-batch holds: aligned, or straddling groups (one more, at most rows)
+    assert [prompts_in_micro_batch(m, 16, 256) for m in (1, 4, 16, 32)] == [1, 1, 1, 2]
+    assert prompts_in_micro_batch(4, 16, 250) == 2  # a process's step is not whole groups
+    assert prompts_in_micro_batch(6, 16, 96) == 2 and prompts_in_micro_batch(3, 1, 96) == 3
