@@ -134,7 +134,12 @@
 # synchronous 1 x 4, ~12 min), g4-nemo-collect twice (the split 2 + 2, ~15 min): most of a
 # session's 30 device minutes. CARRY: since 2026-12-01 the bundle's vLLM is three 27 MiB parts
 # and the checkout 10.5 MB, so a call holds the two groups, or two parts, not both (a refused
-# first call of a chain still lets the next ones run: 450 s lost that day).
+# first call of a chain still lets the next ones run: 450 s lost that day). Goal 3 (the
+# paper's lengths, 128 completions a step) the same way with g4-paper, g4-paper-collect after
+# the vLLM calls (~20 device minutes: a session of its own).
+# fp8 generation on ONE GPU (2026-12-01, one message): fp8 (carry the two groups), the install
+# call (parts 00 and 02), fp8-gen (part 01), fp8-collect: 51 s, 6 s, 167 s, 586 s + 265 s. On a
+# 2-GPU machine, fp8-split after async-diag and split-train: the flag through the product.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -1165,6 +1170,26 @@ JSON
   fp8-collect)  # call 4 of 4: the comparison's JSON and log
     wait_for "$NODE/fp8.rc" 585; echo "fp8_generation exit $(cat "$NODE/fp8.rc" 2>/dev/null)"
     cp /root/fp8.json "$NODE/fp8.log" "$OUT/" 2>/dev/null; tail -12 "$NODE/fp8.log" ;;
+  g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
+    # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token
+    # statements, 8 prompts x 16 samples a step (128 completions: 32 a GPU, where the measured
+    # 831 tokens/s/GPU decoded 4 a GPU), every response 6,144 tokens; detached, --share-prompts
+    # (the plan now counts a micro-batch's prompt once) then the trimmed default, 2 steps each
+    python3 scripts/gpu/long_problems.py --tokens 9600 --count 16 --out /root/long16.jsonl
+    (prep paper16 /root/long16.jsonl); rm -f "$NODE/paper-shared.rc" "$NODE/paper-trimmed.rc"
+    setsid nohup bash scripts/gpu/node.sh g4-paper-chain </dev/null >"$NODE/g4-paper.out" 2>&1 &
+    wait_for "$NODE/paper-shared.rc" 585
+    GPUS=4 report paper-shared /root/runs-paper16-shared 831 "this project, 2026-11-27 (4x H100)" ;;
+  g4-paper-chain)  # (detached by g4-paper) each run bounded in time
+    for run in shared trimmed; do rm -rf "/root/runs-paper16-$run"; cp -r /root/runs-paper16 \
+      "/root/runs-paper16-$run"; done
+    paper=(--max-prompt-tokens 10240 --set generation_batch_size=128 --max-steps 2
+      --set 'generation_kwargs={"ignore_eos": true}')
+    TRAIN_TIMEOUT=900 train paper-shared /root/runs-paper16-shared "${paper[@]}" --share-prompts
+    TRAIN_TIMEOUT=900 train paper-trimmed /root/runs-paper16-trimmed "${paper[@]}" ;;
+  g4-paper-collect)  # the next call: the trimmed run's report
+    wait_for "$NODE/paper-trimmed.rc" 585
+    GPUS=4 report paper-trimmed /root/runs-paper16-trimmed 831 "this project, 2026-11-27 (4x H100)" ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
