@@ -48,8 +48,8 @@ from cobalt.training.sharding import (
 from engines.machine import Machine, detect
 
 HOST_HEADROOM = 0.9  # of the host memory free at the plan: what loading may take
-# the plan line's words for FSDP's gather policies (training.fsdp_gather) other than one dtype
 FP8_CAPABILITY = (8, 9)  # vLLM's fp8 kernels: Ada, Hopper and later
+# the plan line's words for FSDP's gather policies (training.fsdp_gather) other than one dtype
 GATHERED = {"bf16-linear": "linear layers gathered in bfloat16, the rest in float32"}
 
 
@@ -79,7 +79,7 @@ class TrainingPlan(BaseModel):
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
     server_gpus: int = 0  # a vLLM server the launch starts on the GPUs after the processes'
     fp8_generation: bool = False  # that server (or the user's) samples in fp8
-    is_correction: str | None = None  # TRL's importance-sampling correction's mode, if on
+    importance_sampling: str | None = None  # TRL's correction of vLLM's samples: its mode, if on
     host_bytes_needed: int | None = None  # every process loading its copies at once
     host_bytes_free: int = 0
     collective_timeout_s: int = 600
@@ -133,7 +133,7 @@ class TrainingPlan(BaseModel):
             )
             + (
                 ", sampling in fp8 (vLLM's online quantization; importance-sampling correction "
-                f"{self.is_correction or 'off'})"
+                f"{self.importance_sampling or 'off'})"
                 if self.fp8_generation
                 else ""
             )
@@ -206,7 +206,7 @@ def plan_training(
         one_step_off=config.async_generation,
         server_gpus=config.vllm_server_gpus,
         fp8_generation=config.fp8_generation,
-        is_correction=(kwargs or {}).get("vllm_importance_sampling_mode", "sequence_mask")
+        importance_sampling=(kwargs or {}).get("vllm_importance_sampling_mode", "sequence_mask")
         if (kwargs or {}).get("vllm_importance_sampling_correction")
         else None,
         passes=(
