@@ -94,6 +94,7 @@ _OTHER_MODES = (
         "generation",
         "vllm_server_base_url",
         "vllm_server_gpus",
+        "fp8_generation",
         "max_prompt_length",
         "report_to",
         "reward",
