@@ -103,6 +103,9 @@ def test_local_workers_report_to_the_flows_temporary_server(tmp_path) -> None:
     repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(tmp_path / "prefect"), PYTHONPATH=str(repo))
+    # the temporary server's start-up time as the flows' command line sets it (Prefect's 20 s
+    # default timed out once on the 2-core CI machine under load, 2026-12-01)
+    env["PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"] = "180"
     done = subprocess.run(
         [sys.executable, "-c", PROBE], env=env, cwd=repo, capture_output=True, text=True,
         timeout=300,
