@@ -85,7 +85,7 @@ def micro_batch_bytes(
     (`group` rows to a prompt, --share-prompts) a prompt's tokens are computed once for its rows
     in the micro-batch, and each row's attention gathers the shared keys and values of its layer
     (and their gradients in the backward pass); else `rows` whole sequences."""
-    prompts = prompts_in_micro_batch(rows, group, rows_per_step) if group > 1 else rows
+    prompts = prompts_in_micro_batch(rows, group, rows_per_step)
     found = sequence_bytes(
         model_config,
         prompts * prompt_tokens + rows * completion_tokens,

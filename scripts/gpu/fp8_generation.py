@@ -73,8 +73,6 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape]):
             }
             outs[shape.name] = out
             print(quantization or "bf16", shape.name, json.dumps(found[shape.name]), flush=True)
-        log = Path(logs, "vllm-server.log").read_text(errors="replace")
-    found["server_log_fp8_lines"] = [ln for ln in log.splitlines() if "fp8" in ln.lower()][:5]
     return found, outs
 
 
