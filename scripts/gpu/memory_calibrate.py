@@ -9,9 +9,12 @@ paper preset's full fine-tuning numerics; autocast's weight cache off, as the tr
 allocate the gradients, then, with them kept (as between the micro-batches of a step), the peak
 allocated above the resting weights and gradients during one more forward and backward. Two
 micro-batch sizes of one length give the cost of a row (the slope) and of the pass (the rest);
-two depths separate what a layer adds.
+two depths separate what a layer adds. `--shared`: every row of a micro-batch samples one prompt
+and the pass is `--share-prompts`' (`cobalt.training.packing`, PyTorch's varlen attention), against
+`cobalt.training.activations.micro_batch_bytes` with the rows of one prompt counted together.
 
     python scripts/gpu/memory_calibrate.py --json out.json            # GPU 0, ~2 minutes
+    python scripts/gpu/memory_calibrate.py --shared --cases 9897:6144:1,2,4,8 --json shared.json
     python scripts/gpu/memory_calibrate.py --hidden 64 --heads 4 --vocab 512 --layers 2 \\
         --cases 8:16:1,2   # CPU: the code runs (no memory figures)
 """
@@ -29,7 +32,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cobalt.training.activations import sequence_bytes  # noqa: E402
+from cobalt.training import packing  # noqa: E402
+from cobalt.training.activations import micro_batch_bytes, sequence_bytes  # noqa: E402
 from cobalt.training.memory import GIB  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -38,21 +42,39 @@ from packing_cost import build, padded_forward  # noqa: E402
 
 
 def one_pass(
-    model: Any, rows: int, prompt: int, completion: int, device: torch.device, cache: bool
+    model: Any,
+    rows: int,
+    prompt: int,
+    completion: int,
+    device: torch.device,
+    cache: bool,
+    shared: bool = False,
 ) -> None:
     """The loss's forward and backward over `rows` full-length rows (TRL's fused head), under
-    bf16 autocast with its weight cache on or (as the trainers run) off."""
+    bf16 autocast with its weight cache on or (as the trainers run) off; `shared`: the rows
+    sample one prompt, computed once (the packed layout of --share-prompts)."""
     ids = torch.randint(5, model.config.vocab_size, (rows, prompt + completion), device=device)
     mask = torch.ones_like(ids)
     with torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache):
-        out, _, _ = padded_forward(model, ids, mask, completion)
+        if shared:
+            ids[:, :prompt] = ids[0, :prompt].clone()
+            out, _ = packing.packed_logps(model, ids, mask, completion, share_prompts=True)
+        else:
+            out, _, _ = padded_forward(model, ids, mask, completion)
     (-out.sum() / out.numel()).backward()
 
 
 def measure(
-    model: Any, rows: int, prompt: int, completion: int, device: torch.device, cache: bool
+    model: Any,
+    rows: int,
+    prompt: int,
+    completion: int,
+    device: torch.device,
+    cache: bool,
+    shared: bool = False,
 ) -> dict:
-    one_pass(model, rows, prompt, completion, device, cache)  # the gradients exist from here on
+    pass_ = (model, rows, prompt, completion, device, cache, shared)
+    one_pass(*pass_)  # the gradients exist from here on
     model.zero_grad(set_to_none=False)
     if device.type != "cuda":
         return {}
@@ -61,7 +83,7 @@ def measure(
     resting = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     began = time.perf_counter()
-    one_pass(model, rows, prompt, completion, device, cache)
+    one_pass(*pass_)
     torch.cuda.synchronize()
     return {
         "resting_gib": round(resting / GIB, 3),
@@ -85,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         "--autocast-cache", action="store_true",
         help="keep autocast's weight cache on (torch's default; the trainers turn it off)",
     )  # fmt: skip
+    arg(
+        "--shared", action="store_true",
+        help="the rows of a micro-batch share one prompt, computed once (--share-prompts)",
+    )  # fmt: skip
     arg("--json", type=Path)
     args = parser.parse_args(argv)
     cases = []
@@ -96,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for layers in args.layers:
         model = build(args, device, layers=layers, positions=max(4096, longest))
+        if args.shared:
+            packing.use_packed_attention(model)
         parameters = sum(p.numel() for p in model.parameters())
         for prompt, completion, sizes in cases:
             planned = sequence_bytes(
@@ -103,12 +131,22 @@ def main(argv: list[str] | None = None) -> int:
                 compute_dtype="bfloat16", residual_dtype="float32",
             )  # fmt: skip
             for rows in sizes:
+                if args.shared:  # the rows of one prompt together: group and step of `rows`
+                    planned_rows = micro_batch_bytes(
+                        model.config, rows, prompt, completion, compute_dtype="bfloat16",
+                        residual_dtype="float32", group=max(2, rows), rows_per_step=max(2, rows),
+                    )  # fmt: skip
+                else:
+                    planned_rows = rows * planned
                 row = {
                     "layers": layers, "parameters": parameters, "prompt": prompt,
-                    "completion": completion, "rows": rows,
-                    "planned_rows_gib": round(rows * planned / GIB, 3),
+                    "completion": completion, "rows": rows, "shared": args.shared,
+                    "planned_rows_gib": round(planned_rows / GIB, 3),
+                    "planned_rows_bytes": planned_rows,
                     "planned_logsoftmax_gib": round(completion * args.vocab * 8 / GIB, 3),
-                    **measure(model, rows, prompt, completion, device, args.autocast_cache),
+                    **measure(
+                        model, rows, prompt, completion, device, args.autocast_cache, args.shared
+                    ),
                 }  # fmt: skip
                 results.append(row)
                 print(json.dumps(row), flush=True)

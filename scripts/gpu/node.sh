@@ -1170,6 +1170,47 @@ JSON
   fp8-collect)  # call 4 of 4: the comparison's JSON and log
     wait_for "$NODE/fp8.rc" 585; echo "fp8_generation exit $(cat "$NODE/fp8.rc" 2>/dev/null)"
     cp /root/fp8.json "$NODE/fp8.log" "$OUT/" 2>/dev/null; tail -12 "$NODE/fp8.log" ;;
+  mem-shared)  # issue 46 on ONE fresh GPU, call 1 of 4 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/fitted, the embedded default's fitted
+    # model: `python -c 'import cobalt.reference as r; r.fit_embedded(".gpu/fitted")'`; call 2
+    # `bash infra/gpu-bundle/install.sh` carrying .gpu/site-remote.tar.xz .gpu/vllm.part-02
+    # .gpu/PARTS; call 3 the same carrying .gpu/vllm.part-00; call 4 `fp8-rewards` carrying
+    # .gpu/vllm.part-01): what a micro-batch of --share-prompts allocates at the paper's lengths
+    # against the memory plan (memory_calibrate.py --shared)
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    rm -rf /root/fitted; cp -r .gpu/fitted /root/fitted
+    timeout 480 python3 scripts/gpu/memory_calibrate.py --shared --cases 9897:6144:1,2,4,8,16 \
+      --json "$OUT/memory_calibrate_shared.json" >"$NODE/calibrate-shared.log" 2>&1
+    echo "calibrate --shared exit $? at $(elapsed) s"
+    grep -a '^{' "$NODE/calibrate-shared.log" || tail -20 "$NODE/calibrate-shared.log" ;;
+  fp8-rewards)  # call 4 of 4 (carry .gpu/vllm.part-01): vLLM; the fitted model served by
+    # `vllm serve` in bf16, then with --quantization fp8 (what a user's server for
+    # --fp8-generation runs), each evaluated through the product's trajectories flow (the
+    # pipeline's evaluation protocol and tiny preset on the embedded default's test problems, 32
+    # samples a problem, LiteLLM to the server)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
+    for q in bf16 fp8; do
+      quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
+      setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
+        --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 4096 --enforce-eager \
+        --gpu-memory-utilization 0.3 --seed 0 "${quant[@]}" >"$NODE/serve-$q.log" 2>&1 </dev/null &
+      server=$!
+      until python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:8100/health", timeout=2)' \
+        2>/dev/null || [ "$(elapsed)" -gt 400 ] || ! kill -0 "$server" 2>/dev/null; do sleep 3; done
+      echo "[serve $q] up at $(elapsed) s"; grep -a -i -E "quantiz|fp8|error" "$NODE/serve-$q.log" | head -5
+      for seed in 0 1; do  # two sampling seeds a precision: the yardstick of sampling noise
+        PREFECT_HOME="$NODE/prefect-fp8r" timeout 200 python3 -m flows.trajectories \
+          --storage /root/runs-fp8r --backend namespace --evaluation --preset tiny --n 32 \
+          --seed "$seed" --problems samples/synthetic_test.jsonl:taco --engine litellm \
+          --model "openai/fitted-$q" --api-base http://127.0.0.1:8100/v1 --llm-concurrency 64 \
+          >"$NODE/eval-$q-$seed.log" 2>&1
+        echo "[evaluation $q seed $seed] exit $? at $(elapsed) s"
+        tr '\r' '\n' <"$NODE/eval-$q-$seed.log" | grep -a -E "^trajectories|^\| all|Error" | tail -5
+        cp "$NODE/eval-$q-$seed.log" "$OUT/"
+      done
+      kill -- -"$server" 2>/dev/null; wait "$server" 2>/dev/null; cp "$NODE/serve-$q.log" "$OUT/"
+    done ;;
   g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
     # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token
     # statements, 8 prompts x 16 samples a step (128 completions: 32 a GPU, where the measured

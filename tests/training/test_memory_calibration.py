@@ -88,3 +88,13 @@ def test_the_calibration_script_runs_every_case_on_cpu(tmp_path) -> None:
         (2, 8, 1), (2, 8, 2), (2, 30, 1), (3, 8, 1), (3, 8, 2), (3, 30, 1),
     ]  # fmt: skip
     assert all("pass_gib" not in r and r["planned_rows_gib"] >= 0 for r in rows)
+    # --shared: the rows of a micro-batch sample one prompt, computed once (--share-prompts),
+    # planned with the prompt counted once: less than the same rows whole
+    shared = tmp_path / "shared.json"
+    assert module.main([*argv[:-1], str(shared), "--shared"]) == 0
+    together = json.loads(shared.read_text())["results"]
+    assert all(r["shared"] for r in together) and not any(r["shared"] for r in rows)
+    whole = {(r["layers"], r["prompt"], r["rows"]): r["planned_rows_bytes"] for r in rows}
+    for r in together:
+        if r["rows"] > 1:
+            assert r["planned_rows_bytes"] < whole[r["layers"], r["prompt"], r["rows"]]
