@@ -6,6 +6,10 @@ public tests, the first failing test goes back to the model, and the model repai
 - `collect_multiturn`: from those records, `turns` feedback turns per sample, batched: one
   `generate` call per turn over every live conversation of a chunk of problems, and one
   `judge_many` per turn over their programs.
+- A failed request is a recorded outcome (`engine_error`), but a call whose every completion
+  failed (a server down, a wrong model name or key) raises `EngineFailedError` before any of it
+  is recorded: a run against a dead endpoint stops with the engine's error instead of finishing
+  with Pass@1 0%.
 - `judge_turns`: runs turns' programs on the feedback tests and writes each turn's feedback (the
   one rule, shared with the multi-turn GRPO rollout, cobalt/training/multiturn.py).
 
@@ -27,6 +31,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cobalt.errors import UserError
 from cobalt.trajectories.batching import BatchConfig, Gate, Stats, chunks, progress_bar
 from cobalt.trajectories.prompts import (
     SYSTEM_PROMPT,
@@ -43,6 +48,7 @@ from cobalt.trajectories.records import (
     RecordLog,
     Sample,
     Turn,
+    is_context_overflow,
     make_turn,
 )
 from engines import Completion, Conversation, Engine, SamplingConfig
@@ -84,6 +90,13 @@ class CollectConfig(BaseModel):
     )
 
 
+class EngineFailedError(UserError):
+    """Every completion of one call to the engine failed: nothing of the call is recorded (the
+    records written before it are kept), and the task's retry or a rerun asks again."""
+
+    transient = True  # the endpoint may answer on the task's retry
+
+
 def _generate(
     engine: Engine,
     conversations: list[Conversation],
@@ -91,10 +104,22 @@ def _generate(
     gate: Gate | None,
     stats: Stats,
 ) -> list[list[Completion]]:
+    """`engine.generate`, timed; `EngineFailedError` when more than one completion came back
+    and each is an engine error (not a conversation over the model's context)."""
     started = time.perf_counter()
     with (gate or nullcontext)():
         results = engine.generate(conversations, sampling)
     stats.generate_s += time.perf_counter() - started
+    errors = [c.error for completions in results for c in completions]
+    if len(errors) > 1 and all(e is not None and not is_context_overflow(e) for e in errors):
+        config = engine.config
+        at = f" at {config.api_base}" if getattr(config, "api_base", None) else ""
+        raise EngineFailedError(
+            f"all {len(errors)} completions of one call to the {engine.kind} engine "
+            f"({config.model}{at}) failed, the first with: {' '.join(str(errors[0]).split())[:300]}"
+            "; check that the server is up and serves this model (--api-base, --model, the API "
+            "key), then run again: the records written so far are kept"
+        )
     return results
 
 

@@ -134,6 +134,11 @@ _CONTEXT_ERRORS = (
 )
 
 
+def is_context_overflow(error: str) -> bool:
+    """Whether an engine's error says the conversation is longer than the model's context."""
+    return any(s in error.lower().replace("_", " ") for s in _CONTEXT_ERRORS)
+
+
 def make_turn(turn: int, completion: Completion, max_answer_chars: int = 6000) -> Turn:
     """A turn from one completion: answer (thinking stripped and capped), code (the last block of
     the whole answer, before the cap), outcome."""
@@ -145,10 +150,9 @@ def make_turn(turn: int, completion: Completion, max_answer_chars: int = 6000) -
         seconds=completion.seconds,
     )
     if completion.error is not None:
-        overflow = any(s in completion.error.lower().replace("_", " ") for s in _CONTEXT_ERRORS)
         return Turn(
             turn=turn,
-            outcome="context_overflow" if overflow else "engine_error",
+            outcome="context_overflow" if is_context_overflow(completion.error) else "engine_error",
             finish_reason=completion.finish_reason,
             error=completion.error,
             usage=usage,

@@ -21,12 +21,14 @@ from prefect_states import task_run_states
 from trajectory_helpers import REPO, doubling
 
 from cobalt.models import ModelNameError
+from cobalt.trajectories.collect import EngineFailedError
 from cobalt.trajectories.evaluation import EvalRecord
 from cobalt.trajectories.problemsets import ProblemSetError
 from cobalt.trajectories.prompts import no_code_feedback
 from cobalt.trajectories.records import Record, read_records
 from cobalt.trajectories.stages import TrajectoryParams
 from engines import EngineConfig, MissingAPIKeyError
+from engines.serving import free_port
 from flows.trajectories import main, parse_params, trajectories_flow
 from tasks.trajectories import preflight
 
@@ -179,6 +181,36 @@ def test_litellm_engine_against_a_served_model(tmp_path, served_tiny):
     assert summary.table[0]["pass@1"] == 0.0
     with get_client(sync_client=True) as client:  # every slot was given back
         assert client.read_global_concurrency_limit_by_name("tiny-endpoint").active_slots == 0
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_a_stopped_server_stops_the_run_with_its_error(tmp_path, capsys):
+    """Every request refused (a server not up, as once on a GPU: the run finished with Pass@1
+    0% and exit 0, its records cached): the stage fails with the engine's error and the
+    endpoint, caches nothing, and the command line prints it as one line (exit 2)."""
+    dead = EngineConfig(
+        kind="litellm",
+        model="openai/tiny",
+        api_base=f"http://127.0.0.1:{free_port()}/v1",
+        max_retries=0,
+        timeout_s=5,
+    )
+    state = trajectories_flow(params(tmp_path, engine=dead), return_state=True)
+    assert state.is_failed()
+    expected = (
+        r"all 4 completions of one call to the litellm engine \(openai/tiny at "
+        r"http://127\.0\.0\.1:\d+/v1\) failed, the first with: .*Connection.*--api-base"
+    )
+    with pytest.raises(EngineFailedError, match=expected):
+        state.result()
+    assert not list((tmp_path / "runs").rglob("MANIFEST.json"))  # nothing cached
+
+    config = tmp_path / "dead.json"
+    config.write_text(json.dumps({"engine": dead.model_dump(mode="json")}))
+    argv = ["--config", str(config), "--problems", str(problems_file(tmp_path))]  # n 16
+    assert main([*argv, "--storage", str(tmp_path / "runs"), "--turns", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: all 32 completions of one call to the litellm engine")
 
 
 @pytest.mark.usefixtures("prefect_harness")
