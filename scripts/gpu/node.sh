@@ -1170,7 +1170,8 @@ JSON
   fp8-collect)  # call 4 of 4: the comparison's JSON and log
     wait_for "$NODE/fp8.rc" 585; echo "fp8_generation exit $(cat "$NODE/fp8.rc" 2>/dev/null)"
     cp /root/fp8.json "$NODE/fp8.log" "$OUT/" 2>/dev/null; tail -12 "$NODE/fp8.log" ;;
-  mem-shared)  # issue 46 on ONE fresh GPU, call 1 of 4 in ONE message (carry
+  mem-shared)  # issue 46 on ONE fresh GPU, call 1 of 4 in ONE message (MEM_SHARED=0: the
+    # fitted model alone, for fp8-rewards; carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/fitted, the embedded default's fitted
     # model: `python -c 'import cobalt.reference as r; r.fit_embedded(".gpu/fitted")'`; call 2
     # `bash infra/gpu-bundle/install.sh` carrying .gpu/site-remote.tar.xz .gpu/vllm.part-02
@@ -1180,6 +1181,7 @@ JSON
     bash infra/gpu-bundle/install.sh >/dev/null
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
     rm -rf /root/fitted; cp -r .gpu/fitted /root/fitted
+    [ "${MEM_SHARED:-1}" = 0 ] && exit 0
     timeout 480 python3 scripts/gpu/memory_calibrate.py --shared --cases 9897:6144:1,2,4,8,16 \
       --json "$OUT/memory_calibrate_shared.json" >"$NODE/calibrate-shared.log" 2>&1
     echo "calibrate --shared exit $? at $(elapsed) s"
@@ -1193,11 +1195,14 @@ JSON
     for q in bf16 fp8; do
       quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
       setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
-        --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 4096 --enforce-eager \
+        --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 2048 --enforce-eager \
         --gpu-memory-utilization 0.3 --seed 0 "${quant[@]}" >"$NODE/serve-$q.log" 2>&1 </dev/null &
       server=$!
       until python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:8100/health", timeout=2)' \
         2>/dev/null || [ "$(elapsed)" -gt 400 ] || ! kill -0 "$server" 2>/dev/null; do sleep 3; done
+      if ! kill -0 "$server" 2>/dev/null; then
+        echo "[serve $q] exited at $(elapsed) s:"; tail -5 "$NODE/serve-$q.log"; cp "$NODE/serve-$q.log" "$OUT/"; break
+      fi
       echo "[serve $q] up at $(elapsed) s"; grep -a -i -E "quantiz|fp8|error" "$NODE/serve-$q.log" | head -5
       for seed in 0 1; do  # two sampling seeds a precision: the yardstick of sampling noise
         PREFECT_HOME="$NODE/prefect-fp8r" timeout 200 python3 -m flows.trajectories \
