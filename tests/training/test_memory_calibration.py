@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from cobalt.training.activations import fused_head_bytes, sequence_bytes
+from cobalt.training.activations import fused_head_bytes, micro_batch_bytes, sequence_bytes
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks/results"
 MEASURED = RESULTS / "memory_calibrate_1xh200_2026-11-29.json"
+# micro-batches of --share-prompts at the paper's lengths: 1-16 rows of one prompt (2026-12-02)
+SHARED = RESULTS / "memory_calibrate_shared_1xh200_2026-12-02.json"
 # the same cases with autocast's weight cache on (torch's default) and the plan before
 WITH_CACHE = RESULTS / "memory_calibrate_autocast_cache_1xh200_2026-11-29.json"
 GIB = 1 << 30
@@ -51,6 +53,23 @@ def test_the_plan_covers_a_measured_pass_and_not_much_more(case: dict) -> None:
         compute_dtype="bfloat16", residual_dtype="float32",
     )  # fmt: skip
     planned = (fused_head_bytes(config, "bfloat16") + case["rows"] * each) / GIB
+    assert case["pass_gib"] <= planned <= 1.6 * case["pass_gib"], (planned, case["pass_gib"])
+
+
+@pytest.mark.parametrize(
+    "case", cases(SHARED), ids=lambda c: f"{c['layers']}L-shared-{c['rows']}"
+)
+def test_the_plan_covers_a_measured_shared_pass_and_not_much_more(case: dict) -> None:
+    """With prompts shared the plan counts the micro-batch's prompt once and the keys and values
+    each row gathers (`micro_batch_bytes` with the rows of one prompt): the same 1.0-1.6x of
+    what the varlen passes allocated, 1 to 16 rows of a 9,897-token prompt."""
+    config = shape(case["layers"])
+    rows = case["rows"]
+    planned = micro_batch_bytes(
+        config, rows, case["prompt"], case["completion"], compute_dtype="bfloat16",
+        residual_dtype="float32", group=16, rows_per_step=16,
+    )  # fmt: skip
+    planned = (fused_head_bytes(config, "bfloat16") + planned) / GIB
     assert case["pass_gib"] <= planned <= 1.6 * case["pass_gib"], (planned, case["pass_gib"])
 
 
