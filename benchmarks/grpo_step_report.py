@@ -32,6 +32,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from cobalt.training.phases import split_balance
+
 H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 / H200 SXM
 
 
@@ -175,29 +177,6 @@ def report(stage: Path, gpus: int, peak_tflops: float, trace: Path | None) -> di
         if stats.get("overlap") or trainers < gpus
         else split_balance(median("generation_s") or 0, median("optimisation_s") or 0, gpus),
         "cost": stats.get("cost"),
-    }
-
-
-def split_balance(generation_s: float, optimisation_s: float, gpus: int) -> dict[str, Any] | None:
-    """For a synchronous run on `gpus` GPUs that all generate and all train: the split
-    (`--gpus N-K --vllm-server-gpus K --async`) whose two sides take about as long, at this
-    run's own per-GPU rates (a server alone on its GPUs and training without vLLM's share
-    usually do better than these colocated rates). None for one GPU or a phase not measured."""
-    if gpus < 2 or not generation_s or not optimisation_s:
-        return None
-    generating, training = generation_s * gpus, optimisation_s * gpus  # GPU-seconds a step
-
-    def sides(k: int) -> tuple[float, float]:
-        return generating / k, training / (gpus - k)
-
-    best = min(range(1, gpus), key=lambda k: max(sides(k)))
-    generation_k, training_k = sides(best)
-    return {
-        "vllm_server_gpus": best,
-        "training_gpus": gpus - best,
-        "generation_s": round(generation_k, 1),
-        "optimisation_s": round(training_k, 1),
-        "step_s": round(max(generation_k, training_k), 1),
     }
 
 

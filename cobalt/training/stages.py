@@ -49,6 +49,7 @@ from cobalt.training.offline_data import (
     nothing_to_learn_reason,
     offline_data_spec,
 )
+from cobalt.training.phases import overlap_phrase, split_phrase
 from cobalt.training.plan import TrainingPlan, check_resume, plan_training
 from cobalt.trajectories.problemsets import ProblemSetError, ProblemSource
 from cobalt.trajectories.runs import Trajectories, find_trajectories
@@ -473,18 +474,6 @@ class TrainingSummary(BaseModel):
     line: str
 
 
-def overlap_phrase(overlap: dict[str, Any] | None) -> str:
-    """'one step off: 7 of 8 generation batches overlapped, 7 judged ahead; ' for an --async
-    run (the rewards' programs run in the background for the batches judged ahead), else ''."""
-    if not overlap:
-        return ""
-    done = overlap.get("overlapped_batches", 0)
-    total = done + overlap.get("fresh_batches", 0)
-    judged = overlap.get("prejudged_batches", 0)
-    ahead = f", {judged} judged ahead" if judged else ""
-    return f"one step off: {done} of {total} generation batches overlapped{ahead}; "
-
-
 def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> TrainingSummary:
     """One line for the log, naming the policy as a later --model takes it (its directory in
     storage); the trained model as a local directory."""
@@ -510,7 +499,8 @@ def summarize(params: TrainingParams, dataset: BanditRef, policy: PolicyRef) -> 
             f"{params.training.mode} GRPO, {policy.steps} steps, reward "
             f"{ps.get('reward_first')} -> {ps.get('reward_last')}; "
             f"reward wait {100 * timing.get('reward_share', 0):.1f}% of step time; "
-            f"{overlap_phrase(ps.get('overlap'))}{spent}; policy (--model): {policy.uri}"
+            f"{overlap_phrase(ps.get('overlap'))}{split_phrase(ps)}{spent}; "
+            f"policy (--model): {policy.uri}"
         )
     return TrainingSummary(
         dataset=dataset,

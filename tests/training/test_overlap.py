@@ -146,7 +146,7 @@ def test_the_next_epochs_first_batch_is_sent_ahead_from_the_samplers_next_order(
     before that epoch starts, so only the run's first batch is sampled in place, and the rows
     train in the synchronous order (each epoch's first batch was once sampled in place:
     with one batch an epoch, seen on an H200, --async overlapped nothing)."""
-    from cobalt.training.stages import overlap_phrase
+    from cobalt.training.phases import overlap_phrase
 
     over = {"max_steps": 8, "generation_batch_size": batch}
     sync_order, _, _ = spied_run(tmp_path, monkeypatch, False, **over)
@@ -317,8 +317,8 @@ def test_a_batch_sampled_ahead_is_judged_in_the_background_as_the_rewards_will_r
     judge's cache keys are the same, so the reward step finds every result."""
     import threading
 
+    from cobalt.training.phases import overlap_phrase
     from cobalt.training.sandbox_reward import CobaltRewards
-    from cobalt.training.stages import overlap_phrase
 
     prejudged: list[tuple[str, list[str], list]] = []
     rewarded: list[tuple[list[str], list]] = []
