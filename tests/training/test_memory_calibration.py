@@ -56,9 +56,7 @@ def test_the_plan_covers_a_measured_pass_and_not_much_more(case: dict) -> None:
     assert case["pass_gib"] <= planned <= 1.6 * case["pass_gib"], (planned, case["pass_gib"])
 
 
-@pytest.mark.parametrize(
-    "case", cases(SHARED), ids=lambda c: f"{c['layers']}L-shared-{c['rows']}"
-)
+@pytest.mark.parametrize("case", cases(SHARED), ids=lambda c: f"{c['layers']}L-shared-{c['rows']}")
 def test_the_plan_covers_a_measured_shared_pass_and_not_much_more(case: dict) -> None:
     """With prompts shared the plan counts the micro-batch's prompt once and the keys and values
     each row gathers (`micro_batch_bytes` with the rows of one prompt): the same 1.0-1.6x of
