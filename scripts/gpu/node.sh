@@ -140,6 +140,11 @@
 # fp8 generation on ONE GPU (2026-12-01, one message): fp8 (carry the two groups), the install
 # call (parts 00 and 02), fp8-gen (part 01), fp8-collect: 51 s, 6 s, 167 s, 586 s + 265 s. On a
 # 2-GPU machine, fp8-split after async-diag and split-train: the flag through the product.
+# 2026-12-02, one H200, one message of four calls: mem-shared (the two groups and .gpu/fitted,
+# 92 s), the install call (site-remote, parts 02 + PARTS), the install call (part 00),
+# fp8-rewards (part 01; 443 s: vLLM 110 s, each evaluation ~70 s). Its first attempt served
+# with --max-model-len 4096 past the fitted model's 2,048 positions: vLLM refused to start and
+# the evaluations ran against nothing (since, such a call stops the trajectory stage).
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
