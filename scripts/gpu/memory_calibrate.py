@@ -64,16 +64,9 @@ def one_pass(
     (-out.sum() / out.numel()).backward()
 
 
-def measure(
-    model: Any,
-    rows: int,
-    prompt: int,
-    completion: int,
-    device: torch.device,
-    cache: bool,
-    shared: bool = False,
-) -> dict:
-    pass_ = (model, rows, prompt, completion, device, cache, shared)
+def measure(model: Any, device: torch.device, *case: Any) -> dict:
+    """`one_pass(model, *case)` twice: the peak of the second above what rests between them."""
+    pass_ = (model, *case)
     one_pass(*pass_)  # the gradients exist from here on
     model.zero_grad(set_to_none=False)
     if device.type != "cuda":
@@ -145,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                     "planned_rows_bytes": planned_rows,
                     "planned_logsoftmax_gib": round(completion * args.vocab * 8 / GIB, 3),
                     **measure(
-                        model, rows, prompt, completion, device, args.autocast_cache, args.shared
+                        model, device, rows, prompt, completion, device, args.autocast_cache,
+                        args.shared,
                     ),
                 }  # fmt: skip
                 results.append(row)
