@@ -21,6 +21,7 @@ same on CPU and GPU.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 
@@ -59,6 +60,27 @@ def row_keys(seed: int | None, prompts: Sequence[Sequence[int]], rows: int) -> l
             row.append(int.from_bytes(h.digest()[:8], "little") >> 2)
         keys.append(row)
     return keys
+
+
+# how the engines that send seeds to vLLM (in process, served, a server through LiteLLM) seed a
+# call's requests: part of their stages' cache keys (a call used to share one seed; trajectories
+# seeded that way are not read back as this scheme's)
+SEEDING = "per-conversation seeds from row_keys"
+
+
+def conversation_seeds(
+    seed: int | None, conversations: Sequence[Sequence[dict]]
+) -> list[int | None]:
+    """One request seed per conversation, from the run's seed, the conversation and its
+    occurrence among identical conversations of the call (`row_keys`, the transformers engine's
+    keys): with one seed for the whole call, two identical conversations (two samples that wrote
+    the same program and got the same feedback) would get identical completions, every
+    conversation would share the others' noise, and runs of seeds s and s + 1 would share all
+    but one of their samples' seeds (vLLM gives sample i of a request the seed + i)."""
+    if seed is None:
+        return [None] * len(conversations)
+    encoded = [tuple(json.dumps(list(c), sort_keys=True).encode()) for c in conversations]
+    return [keys[0] for keys in row_keys(seed, encoded, 1)]
 
 
 def gumbel_noise(keys: torch.Tensor, step: int, tokens: torch.Tensor) -> torch.Tensor:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .base import Completion, Conversation, Engine, validate_conversations
 from .config import MAX_CONCURRENCY, EngineConfig, SamplingConfig
+from .keyed_sampling import conversation_seeds
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +87,10 @@ class LiteLLMEngine(Engine):
         *,
         seeds: Sequence[int | None] | None = None,
     ) -> list[list[Completion]]:
-        """`seeds`: one base seed per conversation, in place of `sampling.seed` (sample i of
-        conversation j is sent seeds[j] + i; with `n`, seeds[j])."""
+        """`seeds`: one base seed per conversation (sample i of conversation j is sent
+        seeds[j] + i; with `n`, seeds[j]); by default `conversation_seeds(sampling.seed, ...)`,
+        a hash of the seed, the conversation and its occurrence in the call, so that no two
+        conversations (nor two runs' seeds) share their samples' seeds."""
         validate_conversations(conversations)
         coro = self.agenerate(conversations, sampling, seeds=seeds)
         try:
@@ -106,14 +109,12 @@ class LiteLLMEngine(Engine):
         seeds: Sequence[int | None] | None = None,
     ) -> list[list[Completion]]:
         validate_conversations(conversations)
-        if seeds is not None and len(seeds) != len(conversations):
+        if seeds is None:
+            seeds = conversation_seeds(sampling.seed, conversations)
+        if len(seeds) != len(conversations):
             raise ValueError(f"{len(seeds)} seeds for {len(conversations)} conversations")
         semaphore = asyncio.Semaphore(self.config.concurrency)
-        per_conversation = (
-            [sampling] * len(conversations)
-            if seeds is None
-            else [sampling.model_copy(update={"seed": seed}) for seed in seeds]
-        )
+        per_conversation = [sampling.model_copy(update={"seed": seed}) for seed in seeds]
         tasks = [
             self._sample(list(c), s, semaphore)
             for c, s in zip(conversations, per_conversation, strict=True)

@@ -103,13 +103,10 @@ class ServedEngine(Engine):
     def generate(
         self, conversations: Sequence[Conversation], sampling: SamplingConfig
     ) -> list[list[Completion]]:
-        from .vllm_engine import conversation_seeds
-
         validate_conversations(conversations)
         if not conversations:
             return []
-        seeds = conversation_seeds(sampling.seed, conversations)
-        results = self.client.generate(conversations, sampling, seeds=seeds)
+        results = self.client.generate(conversations, sampling)  # seeded per conversation
         if self.server.proc.poll() is not None:  # not a request's failure: the engine is gone
             raise ServerError(
                 f"{self.launch.kind} serve exited with {self.server.proc.returncode} during "

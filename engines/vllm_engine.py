@@ -23,26 +23,9 @@ from typing import Any
 
 from .base import Completion, Conversation, Engine, reopen_thinking, validate_conversations
 from .config import MAX_CONCURRENCY, EngineConfig, SamplingConfig
-from .keyed_sampling import row_keys
+from .keyed_sampling import conversation_seeds
 
 log = logging.getLogger(__name__)
-
-
-# how this engine seeds its requests: part of a vLLM stage's cache key (a call used to share one
-# seed; trajectories seeded that way are not read back as this scheme's)
-SEEDING = "per-conversation seeds from row_keys"
-
-
-def conversation_seeds(seed: int | None, conversations: Sequence[Conversation]) -> list[int | None]:
-    """One vLLM seed per conversation, from the run's seed, the conversation and its occurrence
-    among identical conversations of the call (`row_keys`, the transformers engine's keys): with
-    one seed for the whole call, two identical conversations (two samples that wrote the same
-    program and got the same feedback) would get identical completions, and every conversation
-    would share the others' noise. vLLM gives sample i of a request the seed + i."""
-    if seed is None:
-        return [None] * len(conversations)
-    encoded = [tuple(json.dumps(list(c), sort_keys=True).encode()) for c in conversations]
-    return [keys[0] for keys in row_keys(seed, encoded, 1)]
 
 
 class VLLMEngineError(RuntimeError):

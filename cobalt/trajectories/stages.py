@@ -166,8 +166,8 @@ def engine_identity(engine: EngineConfig) -> dict[str, Any]:
             identity["config_sha256"] = hashlib.sha256(config.read_bytes()).hexdigest()[:16]
     if engine.kind == "transformers":  # how its padded batches draw tokens
         identity["sampler"] = code_version("engines.keyed_sampling")
-    elif engine.kind == "vllm":  # how its requests are seeded
-        from engines.vllm_engine import SEEDING
+    elif engine.kind in ("vllm", "litellm"):  # how its requests are seeded
+        from engines.keyed_sampling import SEEDING
 
         identity["sampler"] = SEEDING
     return identity

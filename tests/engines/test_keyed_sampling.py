@@ -101,17 +101,18 @@ def test_texts_do_not_depend_on_batching_or_order(tiny_engine_factory):
     assert len({c for row in texts(whole) for c in row}) > 3  # it still samples
 
 
-def test_the_sampler_is_part_of_a_transformers_stage_key(tiny_model_dir):
-    """Trajectories sampled by an older sampler are not read back as this one's."""
+def test_the_sampler_is_part_of_a_stage_key(tiny_model_dir):
+    """Trajectories sampled by an older sampler (or seeding) are not read back as this one's."""
     from cobalt.storage import code_version
     from cobalt.trajectories.stages import engine_identity
 
     local = engine_identity(EngineConfig(kind="transformers", model=str(tiny_model_dir)))
     assert local["sampler"] == code_version("engines.keyed_sampling")
-    served = engine_identity(EngineConfig(kind="litellm", model="served", api_base="http://x"))
-    assert "sampler" not in served
-    from engines.vllm_engine import SEEDING
+    from engines.keyed_sampling import SEEDING
 
+    # a server through LiteLLM and vLLM: how their requests are seeded (per conversation)
+    served = engine_identity(EngineConfig(kind="litellm", model="served", api_base="http://x"))
+    assert served["sampler"] == SEEDING
     gpu = engine_identity(EngineConfig(kind="vllm", model=str(tiny_model_dir)))
     assert gpu["sampler"] == SEEDING
 

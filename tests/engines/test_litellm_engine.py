@@ -8,6 +8,7 @@ import time
 import pytest
 
 from engines import EngineConfig, MissingAPIKeyError, SamplingConfig, make_engine, sum_usage
+from engines.keyed_sampling import conversation_seeds
 
 CONVERSATIONS = [
     [{"role": "user", "content": "Write a program that prints the sum of two numbers."}],
@@ -175,7 +176,10 @@ def test_n_choices_usage_and_reasoning(scripted_server):
     assert engine._n_supported is True
     assert len(scripted_server.requests) == 2  # one request per conversation, n=3 each
     request = scripted_server.requests[0]
-    assert request["n"] == 3 and request["seed"] == 5 and request["max_tokens"] == 64
+    assert sorted(r["seed"] for r in scripted_server.requests) == sorted(
+        conversation_seeds(5, CONVERSATIONS)
+    )
+    assert request["n"] == 3 and request["max_tokens"] == 64
     assert request["temperature"] == 0.6 and request["top_p"] == 0.95
     assert request["chat_template_kwargs"] == {"enable_thinking": True}
     row = results[0]
@@ -194,7 +198,9 @@ def test_server_rejecting_n_gets_one_request_per_sample(scripted_server):
     assert [c.ok for c in results[0]] == [True, True, True]
     assert engine._n_supported is False
     seeds = [(r.get("n"), r["seed"]) for r in scripted_server.requests]
-    assert seeds[0] == (3, 10) and sorted(seeds[1:]) == [(None, 10), (None, 11), (None, 12)]
+    (base,) = conversation_seeds(10, CONVERSATIONS[:1])
+    assert seeds[0] == (3, base)
+    assert sorted(seeds[1:]) == [(None, base), (None, base + 1), (None, base + 2)]
     engine.generate(CONVERSATIONS[:1], SamplingConfig(n=2, max_new_tokens=8))
     assert all("n" not in r for r in scripted_server.requests[4:])  # learnt once
 
@@ -214,8 +220,35 @@ def test_per_sample_requests_get_distinct_seeds(scripted_server):
         )
     )
     engine.generate(CONVERSATIONS[:1], SamplingConfig(n=3, seed=100, max_new_tokens=8))
-    assert sorted(r["seed"] for r in scripted_server.requests) == [100, 101, 102]
+    (base,) = conversation_seeds(100, CONVERSATIONS[:1])
+    assert sorted(r["seed"] for r in scripted_server.requests) == [base, base + 1, base + 2]
     assert all("n" not in r for r in scripted_server.requests)
+
+
+def test_each_conversation_is_seeded_on_its_own(scripted_server):
+    """By default every conversation of a call gets a seed of its own (a hash of the run's
+    seed, the conversation and its occurrence): two identical conversations do not get the same
+    completions, no two conversations share their noise, and the runs of seeds 0 and 1 share no
+    sample's seed (with the call's seed and vLLM's seed + i they shared 31 of 32: seen on a GPU,
+    2026-12-02). Reproducible: the same call sends the same seeds."""
+    engine = make_engine(
+        EngineConfig(
+            kind="litellm", model="openai/reasoner", api_base=scripted_server.api_base, use_n=False
+        )
+    )
+    calls = [CONVERSATIONS[0], CONVERSATIONS[1], CONVERSATIONS[0]]
+
+    def sent(seed: int) -> list[int]:
+        scripted_server.requests.clear()
+        engine.generate(calls, SamplingConfig(n=4, seed=seed, max_new_tokens=8))
+        return sorted(r["seed"] for r in scripted_server.requests)
+
+    zero, one = sent(0), sent(1)
+    assert len(set(zero)) == 12 and not set(zero) & set(one)
+    assert sent(0) == zero
+    scripted_server.requests.clear()
+    engine.generate(calls, SamplingConfig(n=1, max_new_tokens=8))  # no seed: none is sent
+    assert all("seed" not in r for r in scripted_server.requests)
 
 
 def test_cost_of_a_priced_model(scripted_server):
