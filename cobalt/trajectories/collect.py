@@ -113,10 +113,10 @@ def _generate(
     errors = [c.error for completions in results for c in completions]
     if len(errors) > 1 and all(e is not None and not is_context_overflow(e) for e in errors):
         config = engine.config
-        at = f" at {config.api_base}" if getattr(config, "api_base", None) else ""
+        at = f" at {config.api_base}" if config.api_base else ""
         raise EngineFailedError(
             f"all {len(errors)} completions of one call to the {engine.kind} engine "
-            f"({config.model}{at}) failed, the first with: {' '.join(str(errors[0]).split())[:300]}"
+            f"({config.model}{at}) failed, the first with: {' '.join(errors[0].split())[:300]}"
             "; check that the server is up and serves this model (--api-base, --model, the API "
             "key), then run again: the records written so far are kept"
         )
