@@ -145,6 +145,8 @@
 # fp8-rewards (part 01; 443 s: vLLM 110 s, each evaluation ~70 s). Its first attempt served
 # with --max-model-len 4096 past the fitted model's 2,048 positions: vLLM refused to start and
 # the evaluations ran against nothing (since, such a call stops the trajectory stage).
+# Its rerun with independent seeds (project c492ca0, same day, one message of the same four
+# calls): 7, 4, 1 and 596 s (vLLM up in 137 s for bf16, 70 s for fp8; evaluations ~95 s each).
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -1196,8 +1198,9 @@ JSON
     # --fp8-generation runs), each evaluated through the product's trajectories flow (the
     # pipeline's evaluation protocol and tiny preset on the embedded default's test problems, 32
     # samples a problem, LiteLLM to the server)
+    # (PRECISIONS="bf16" then "fp8": one a call, where two in one call ran 593 of its 600 s)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
-    for q in bf16 fp8; do
+    for q in ${PRECISIONS:-bf16 fp8}; do
       quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
       setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
         --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 2048 --enforce-eager \
