@@ -47,13 +47,17 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape]):
     from cobalt.training.vllm_server import generation_server
 
     context = max(s.prompt_tokens + s.max_tokens for s in shapes)
-    found, outs = {}, {}
+    found: dict[str, Any] = {}
+    outs = {}
+    started = time.monotonic()
     with (
         tempfile.TemporaryDirectory() as logs,
         generation_server(
             model, ["0"], logs, max_model_len=context, quantization=quantization, timeout_s=900
         ) as server,
     ):
+        found["server_start_s"] = round(time.monotonic() - started, 1)  # until /health answers
+        print(quantization or "bf16", "server up in", found["server_start_s"], "s", flush=True)
         client = VLLMClient(base_url=server.url, connection_timeout=60)
         for shape in shapes:
             ask = dict(n=shape.samples, temperature=1.0, max_tokens=shape.max_tokens)

@@ -1224,6 +1224,21 @@ JSON
       done
       kill -- -"$server" 2>/dev/null; wait "$server" 2>/dev/null; cp "$NODE/serve-$q.log" "$OUT/"
     done ;;
+  tiny-server)  # call 4 of 4 after mem-shared (MEM_SHARED=0) and the two install calls (carry
+    # .gpu/vllm.part-01): the training stage's own vLLM server (`generation_server`, as
+    # --vllm-server-gpus starts it) with the tiny default's model, bf16 then fp8, on GPU 0: how
+    # long it takes to answer, and TRL's client's batch from it (the split needs a second GPU
+    # for the trainer: NCCL refuses two ranks on one GPU)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    for model in tiny-random fitted; do
+      [ "$(elapsed)" -gt 330 ] && { echo "[$model] skipped: $(elapsed) s gone"; continue; }
+      timeout 250 python3 scripts/gpu/fp8_generation.py "/root/$model" --rows 64 \
+        --shape "batch:64:8:64:24:ignore-eos" --json "$OUT/server_$model.json" \
+        >"$NODE/server-$model.log" 2>&1
+      echo "[$model] exit $? at $(elapsed) s"; grep -a -E "server up|^bf16 batch \{|^fp8 batch \{|fp8 / bf16|failed" \
+        "$NODE/server-$model.log" | cut -c1-300; cp "$NODE/server-$model.log" "$OUT/"
+    done ;;
   g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
     # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token
     # statements, 8 prompts x 16 samples a step (128 completions: 32 a GPU, where the measured
