@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from .cpu_threads import decide_threads
+from .reaper import reaper
 
 ServerKind = Literal["transformers", "vllm"]
 
@@ -121,7 +122,8 @@ def local_server(
     env: dict[str, str] | None = None,
 ) -> Iterator[LocalServer]:
     """Start the server on a free port (not yet waited for: `wait_until_up()`); stop it after,
-    with every process it started (vLLM's API servers and engine cores)."""
+    with every process it started (vLLM's API servers and engine cores). If this process dies
+    outright while the server runs (SIGKILL: no `finally`), `reaper()`'s watchdog ends them."""
     port = free_port()
     log_path = Path(log_dir) / f"{kind}-serve-{port}.log"
     command = server_command(
@@ -136,12 +138,13 @@ def local_server(
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", **(env or {})}
     if kind == "transformers" and device == "cpu":  # a few threads, not one per core
         environment.setdefault("OMP_NUM_THREADS", str(decide_threads(environment)[0]))
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
-    try:
-        yield LocalServer(proc, port, log_path, Path(model_dir), kind)
-    finally:
-        stop(proc)
+    with reaper():
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+        try:
+            yield LocalServer(proc, port, log_path, Path(model_dir), kind)
+        finally:
+            stop(proc)
 
 
 def stop(proc: subprocess.Popen, grace_s: float = 30) -> None:

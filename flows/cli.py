@@ -2,7 +2,7 @@
 an error the user can fix printed as one line (exit 2) wherever in the run it is raised, with no
 traceback from Prefect either; a --config file read with the file, line and column of a mistake,
 and merged over the defaults; an embedded Prefect server given time to start on a busy machine,
-without telemetry, and no process left behind when the command is killed (flows/reaper.py)."""
+without telemetry, and no process left behind when the command is killed (engines/reaper.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from cobalt.errors import USER_ERRORS as LIBRARY_ERRORS
 from cobalt.errors import user_error
 from cobalt.params import ConfigError
-from flows.reaper import reaper
+from engines.reaper import reaper
 
 EPHEMERAL_START_S = 90  # Prefect's 20 s default is too short on a loaded 2-core machine
 # what a user can fix, before the run: printed as one line, exit status 2, no traceback

@@ -19,11 +19,8 @@ Plain Python, no Prefect.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -31,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from engines.reaper import reaper
 from engines.serving import LocalServer, ServerError, free_port, stop
 
 START_TIMEOUT_S = 900  # vLLM's start-up at 8B: weights, torch.compile, CUDA graphs (~1-3 min)
@@ -113,17 +111,6 @@ def vllm_cache_root(device: int, environ: dict[str, str]) -> str:
     return os.path.join(os.path.expanduser(root), f"cuda{device}")
 
 
-def _end_with_parent() -> Callable[[], None] | None:
-    """What the server's process runs before it starts: SIGTERM to it when the stage's process
-    dies (Linux: PR_SET_PDEATHSIG), so a stage killed outright (SIGKILL, a job's time limit)
-    does not leave a server holding its GPUs; vLLM then shuts its engines down. Resolved here,
-    in the parent: between fork and exec the child only makes the call (no import, no lock)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
 @dataclass
 class GenerationServer:
     """The stage's server as it runs: its base URL, GPUs (physical ids) and process."""
@@ -167,27 +154,27 @@ def generation_server(
         else server_command(model, port, len(gpus), max_model_len, quantization)
     )
     log_path = Path(log_dir) / "vllm-server.log"
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            argv,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=server_env(dict(os.environ), gpus),
-            start_new_session=True,  # a Ctrl-C to the stage reaches it through stop(), in order
-            preexec_fn=_end_with_parent(),
-        )
-    local = LocalServer(proc, port, log_path, Path(model), "vllm")
-    try:
-        if wait:
-            try:
-                local.wait_until_up(timeout_s)
-            except ServerError as exc:
-                raise ServerError(
-                    f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
-                ) from None
-        yield GenerationServer(f"http://127.0.0.1:{port}", list(gpus), local)
-    finally:
-        stop(proc)
+    with reaper():  # the stage killed outright: its watchdog ends the server and engine cores
+        with log_path.open("wb") as log:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=server_env(dict(os.environ), gpus),
+                start_new_session=True,  # a Ctrl-C to the stage reaches it through stop()
+            )
+        local = LocalServer(proc, port, log_path, Path(model), "vllm")
+        try:
+            if wait:
+                try:
+                    local.wait_until_up(timeout_s)
+                except ServerError as exc:
+                    raise ServerError(
+                        f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
+                    ) from None
+            yield GenerationServer(f"http://127.0.0.1:{port}", list(gpus), local)
+        finally:
+            stop(proc)
 
 
 def wait_for_server(url: str, timeout_s: float, poll_s: float = 1.0) -> float:

@@ -409,22 +409,41 @@ def test_each_process_asks_the_server_for_its_own_rows_with_trls_sampling_settin
 
 
 def test_a_stage_killed_outright_takes_its_server_with_it(tmp_path):
+    """The stage's process killed with SIGKILL while its server runs: the server ends, and so
+    does the process the server started that ignores SIGTERM and would outlive it (vLLM's
+    engine core holding its GPU after its API server is gone: vLLM issues 55510, 44751)."""
     import os
     import signal
     import subprocess
 
-    pid_file, www = tmp_path / "server.pid", tmp_path / "www"
+    pid_file, core_file, www = tmp_path / "server.pid", tmp_path / "core.pid", tmp_path / "www"
     www.mkdir()
     (www / "health").write_text("ok")
+    core = tmp_path / "core.py"  # ignores SIGTERM, as an engine core busy starting up
+    core.write_text(
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "time.sleep(600)\n"
+    )
+    server = tmp_path / "server.py"  # answers /health; starts the core
+    server.write_text(
+        "import os, runpy, subprocess, sys\n"
+        "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
+        "subprocess.Popen([sys.executable, sys.argv[4], sys.argv[5]])\n"
+        "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', sys.argv[3]]\n"
+        "runpy.run_module('http.server', run_name='__main__')\n"
+    )
     stage = f"""
-import os, signal, sys
+import os, signal, sys, time
 from cobalt.training.vllm_server import generation_server
 def serve(port):
-    code = ("import os, runpy, sys; open(sys.argv[1], 'w').write(str(os.getpid())); "
-            "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', sys.argv[3]]; "
-            "runpy.run_module('http.server', run_name='__main__')")
-    return [sys.executable, '-c', code, {str(pid_file)!r}, str(port), {str(www)!r}]
+    return [sys.executable, {str(server)!r}, {str(pid_file)!r}, str(port), {str(www)!r},
+            {str(core)!r}, {str(core_file)!r}]
 with generation_server('m', ['1'], {str(tmp_path)!r}, command=serve, timeout_s=60):
+    while not os.path.exists({str(core_file)!r}):
+        time.sleep(0.05)
+    time.sleep(1.5)  # the watchdog's next ticks see the core
     os.kill(os.getpid(), signal.SIGKILL)  # no finally, no stop(): the kernel ends the stage
 """
     root = Path(__file__).resolve().parents[2]
@@ -435,8 +454,15 @@ with generation_server('m', ['1'], {str(tmp_path)!r}, command=serve, timeout_s=6
         env={**os.environ, "PYTHONPATH": str(root)},
     )
     assert done.returncode == -signal.SIGKILL
-    state = _state_after(int(pid_file.read_text()), within_s=20)
-    assert state in ("gone", "Z"), f"the server outlived its stage (state {state})"
+    served, cored = int(pid_file.read_text()), int(core_file.read_text())
+    try:
+        assert _state_after(served, within_s=20) in ("gone", "Z"), "the server outlived its stage"
+        state = _state_after(cored, within_s=20)
+        assert state in ("gone", "Z"), f"the server's child outlived the stage (state {state})"
+    finally:
+        for pid in (served, cored):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _state_after(pid: int, within_s: float) -> str:

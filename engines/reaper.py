@@ -1,7 +1,10 @@
-"""No process outlives a flow's command line, even one killed with SIGKILL (then nothing of its own
-runs: no `finally`, no atexit). Its children and their children (Prefect's temporary API server,
-the sandbox's worker processes, vLLM's engine core, Dask's local workers) would be left running,
-adopted by init.
+"""No process outlives the process that started it, even one killed with SIGKILL (then nothing of
+its own runs: no `finally`, no atexit). Its children and their children (Prefect's temporary API
+server, the sandbox's worker processes, a vLLM server and its engine cores, Dask's local
+workers) would be left running, adopted by init, a vLLM engine core holding its GPU. A flow's
+command line runs under `reaper()` (flows/cli.py); so does every local server while it runs
+(`engines.serving.local_server`, the training stage's `generation_server`), whoever started it:
+a deployment's flow run, a notebook, a script.
 
 `reaper()` starts a watchdog for the block it wraps: this file run by a fresh interpreter (stdlib
 only, `python -I -S`), in a session of its own so that a Ctrl-C to the terminal does not end it
@@ -21,6 +24,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -31,29 +35,50 @@ STOP = b"q"  # what the watched process writes when the block ends normally
 
 @contextlib.contextmanager
 def reaper() -> Iterator[None]:
-    """While the block runs, a watchdog ends this process's descendants if this process dies."""
+    """While the block runs, a watchdog ends this process's descendants if this process dies.
+    Blocks nested or run side by side (threads) share one watchdog: the first starts it, the
+    last to end stops it."""
     if not (sys.platform.startswith("linux") and os.path.isdir("/proc/self/task")):
         yield
         return
-    watchdog = subprocess.Popen(
-        [sys.executable, "-I", "-S", os.path.abspath(__file__), str(os.getpid())],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,  # never holds the caller's pipes open
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    pid = os.getpid()  # a forked child starts a watchdog of its own
+    with _lock:
+        count, watchdog = _watchdogs.get(pid, (0, None))
+        if watchdog is None:
+            watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-S", os.path.abspath(__file__), str(pid)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,  # never holds the caller's pipes open
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        _watchdogs[pid] = (count + 1, watchdog)
     try:
         yield
     finally:
-        assert watchdog.stdin is not None
-        with contextlib.suppress(OSError):
-            watchdog.stdin.write(STOP)
-            watchdog.stdin.close()
-        try:
-            watchdog.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            watchdog.kill()
-            watchdog.wait()
+        with _lock:
+            count, watchdog = _watchdogs.pop(pid)
+            if count > 1:
+                _watchdogs[pid] = (count - 1, watchdog)
+            else:
+                _stop(watchdog)
+
+
+_lock = threading.Lock()
+_watchdogs: dict[int, tuple[int, subprocess.Popen]] = {}  # this process's: blocks inside, it
+
+
+def _stop(watchdog: subprocess.Popen) -> None:
+    """The block ended normally: the watchdog leaves every process as it is and exits."""
+    assert watchdog.stdin is not None
+    with contextlib.suppress(OSError):
+        watchdog.stdin.write(STOP)
+        watchdog.stdin.close()
+    try:
+        watchdog.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
 
 
 # --- the watchdog (runs in its own interpreter: stdlib only) ----------------------------------

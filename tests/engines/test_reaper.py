@@ -1,0 +1,118 @@
+"""`engines.reaper`: no process outlives the process that started it, even one killed with
+SIGKILL; one watchdog for blocks nested or side by side; a local server started by a process
+that dies outright ends with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from engines import reaper as reaper_module
+from engines.reaper import TICK_S, alive, descendants, reaper
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_watchdog_ends_what_a_killed_process_leaves(tmp_path: Path) -> None:
+    """A process under `reaper()` with a child and a grandchild, killed with SIGKILL: both end;
+    a block that ends normally leaves its children alone."""
+    script = (
+        "import subprocess, sys, time\n"
+        "from engines.reaper import reaper\n"
+        "with reaper():\n"
+        "    subprocess.Popen(['bash', '-c', 'sleep 300 & sleep 300; wait'])\n"
+        "    time.sleep(300 if sys.argv[1] == 'kill' else 1.5)\n"
+    )
+    for mode in ("kill", "exit"):
+        proc = subprocess.Popen([sys.executable, "-c", script, mode], cwd=REPO)
+        found: dict[int, str] = {}
+        while len(found) < 4:  # the watchdog, bash and its two sleeps
+            found.update(descendants(proc.pid))
+            time.sleep(0.1)
+        time.sleep(3 * TICK_S)  # the watchdog sees what runs at its next tick
+        if mode == "kill":
+            os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while mode == "kill" and any(alive(p, t) for p, t in found.items()):
+            assert time.monotonic() < deadline, "a child outlived the killed process"
+            time.sleep(0.2)
+        living = [p for p, t in found.items() if alive(p, t)]
+        for pid in living:
+            os.kill(pid, signal.SIGKILL)
+        assert len(living) == (0 if mode == "kill" else 3)  # bash, sleeps: ended by us
+
+
+def test_blocks_nested_or_side_by_side_share_one_watchdog() -> None:
+    """One watchdog however many blocks run; it lives until the last block ends, whichever
+    thread's block that is, and a block entered after it stopped starts a new one."""
+
+    def watchdogs() -> list[int]:
+        return [p for p in descendants(os.getpid()) if "reaper.py" in _command(p)]
+
+    started, release = threading.Event(), threading.Event()
+
+    def side() -> None:
+        with reaper():
+            started.set()
+            release.wait(30)
+
+    with reaper():
+        first = watchdogs()
+        with reaper():
+            assert watchdogs() == first
+        thread = threading.Thread(target=side)
+        thread.start()
+        started.wait(30)
+        assert watchdogs() == first and len(first) == 1
+    assert watchdogs() == first  # the thread's block still runs
+    release.set()
+    thread.join(30)
+    deadline = time.monotonic() + 10
+    while watchdogs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert watchdogs() == [] and reaper_module._watchdogs == {}
+    with reaper():
+        again = watchdogs()
+        assert len(again) == 1 and again != first
+
+
+@pytest.mark.slow
+def test_a_process_killed_outright_takes_its_local_server_with_it(tiny_model_dir, tmp_path):
+    """A process serving the tiny model with `local_server` (`transformers serve`) killed with
+    SIGKILL, no `finally` run: the server ends with it."""
+    pid_file = tmp_path / "server.pid"
+    stage = f"""
+import os, signal, time
+from engines.serving import local_server
+with local_server({str(tiny_model_dir)!r}, {str(tmp_path)!r}, env={{"OMP_NUM_THREADS": "1"}}) as s:
+    s.wait_until_up(120)
+    open({str(pid_file)!r}, "w").write(str(s.proc.pid))
+    time.sleep(3 * {TICK_S})  # the watchdog's next ticks see the server
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run([sys.executable, "-c", stage], cwd=REPO, timeout=180)
+    assert done.returncode == -signal.SIGKILL
+    server = int(pid_file.read_text())
+    deadline = time.monotonic() + 20
+    try:
+        while Path(f"/proc/{server}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not Path(f"/proc/{server}").exists(), "the server outlived its process"
+    finally:
+        if Path(f"/proc/{server}").exists():
+            os.kill(server, signal.SIGKILL)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
