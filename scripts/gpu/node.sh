@@ -147,6 +147,9 @@
 # the evaluations ran against nothing (since, such a call stops the trajectory stage).
 # Its rerun with independent seeds (project c492ca0, same day, one message of the same four
 # calls): 7, 4, 1 and 596 s (vLLM up in 137 s for bf16, 70 s for fp8; evaluations ~95 s each).
+# Then tiny-server in the same way (a fresh machine): 5, 4, 0.4 and 344 s; its rerun
+# (MODELS=tiny-random BOUND=440, the machine still warm) found the GPU held by the first run's
+# orphaned engine core and ran out its call (520 s): 1,757 of the 1,800 device s used.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
