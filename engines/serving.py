@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from .cpu_threads import decide_threads
-from .reaper import reaper
+from .reaper import alive, descendants, reaper
 
 ServerKind = Literal["transformers", "vllm"]
 
@@ -140,7 +140,13 @@ def local_server(
         environment.setdefault("OMP_NUM_THREADS", str(decide_threads(environment)[0]))
     with reaper():
         with open(log_path, "wb") as log:
-            proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment)
+            proc = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                start_new_session=True,  # a group of its own, which stop() ends (Ctrl-C: stop())
+            )
         try:
             yield LocalServer(proc, port, log_path, Path(model_dir), kind)
         finally:
@@ -149,8 +155,11 @@ def local_server(
 
 def stop(proc: subprocess.Popen, grace_s: float = 30) -> None:
     """SIGTERM to the server (vLLM shuts its API servers and engine cores down first), SIGKILL
-    after `grace_s`; then SIGKILL to any process it had started that is still running."""
-    started = _tree(proc.pid)
+    after `grace_s`; then SIGKILL to every process it started that still runs: those below it
+    now, and the rest of the process group it leads (both servers here start in a session of
+    their own), which holds the ones it left behind when it died first: vLLM's engine cores
+    outlive an API server killed outright, holding their GPUs."""
+    started = descendants(proc.pid)
     if proc.poll() is None:
         proc.terminate()
     try:
@@ -159,41 +168,8 @@ def stop(proc: subprocess.Popen, grace_s: float = 30) -> None:
         proc.kill()
         proc.wait()
     for pid, start in started.items():
-        if _start_time(pid) == start:  # the same process (not a reused pid), not a zombie
+        if alive(pid, start):  # the same process (not a reused pid), not a zombie
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-
-
-def _tree(pid: int) -> dict[int, str]:
-    """The processes below `pid` now, with their start times (Linux /proc; elsewhere none)."""
-    found: dict[int, str] = {}
-    todo = [pid]
-    while todo:
-        for child in _children(todo.pop()):
-            if child not in found and (start := _start_time(child)) is not None:
-                found[child] = start
-                todo.append(child)
-    return found
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    found = []
-    for tid in threads:
-        try:
-            found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
-        except OSError:
-            continue
-    return found
-
-
-def _start_time(pid: int) -> str | None:
-    """A running process's start time (field 22 of /proc/PID/stat); None if gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else fields[19]
+    with contextlib.suppress(OSError):  # no such group: it never led one, or it is empty
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -7,6 +7,8 @@ N` takes on a GPU host; the `vllm serve` command line it builds; how many engine
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -17,8 +19,9 @@ import pytest
 from pydantic import ValidationError
 
 from engines import EngineConfig, GPUCountError, SamplingConfig, make_engine
+from engines.reaper import alive, descendants
 from engines.served_engine import Launch, ServedEngine
-from engines.serving import ServerError, _start_time, _tree, server_command, stop
+from engines.serving import ServerError, server_command, stop
 from engines.vllm_engine import engine_kwargs, vllm_launch
 
 A = [{"role": "user", "content": "Write a program that prints the sum of two numbers."}]
@@ -73,27 +76,61 @@ def test_a_server_that_does_not_start_fails_with_the_end_of_its_log(tiny_model_d
         ServedEngine(EngineConfig(kind="transformers", model=str(tiny_model_dir)), launch)
 
 
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+
+
 def test_stopping_a_server_ends_every_process_it_started():
     """vLLM's server starts API servers and engine cores: whatever of them outlives the server's
     own shutdown (here a child that ignores SIGTERM) is killed."""
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
     parent = (
         "import subprocess, sys, time\n"
-        f"subprocess.Popen([sys.executable, '-c', {stubborn!r}])\n"
+        f"subprocess.Popen([sys.executable, '-c', {STUBBORN!r}])\n"
         "time.sleep(600)"
     )
-    proc = subprocess.Popen([sys.executable, "-c", parent])
-    deadline = time.monotonic() + 60
-    while not _tree(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    started = _tree(proc.pid)
-    assert len(started) == 1
+    proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+    started = _children_once_started(proc)
     stop(proc, grace_s=5)
     assert proc.poll() is not None
-    deadline = time.monotonic() + 10
-    while any(_start_time(p) == t for p, t in started.items()) and time.monotonic() < deadline:
+    _assert_ended(started)
+
+
+def test_stopping_a_server_that_died_first_ends_what_it_left():
+    """An API server that died on its own (killed by the kernel's OOM killer, a crash) leaves its
+    engine cores running, adopted by init and no longer below it: stop() ends them through
+    the process group the server led."""
+    parent = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {STUBBORN!r}])\n"
+        "time.sleep(600)"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", parent], start_new_session=True)
+    started = _children_once_started(proc)
+    proc.kill()
+    proc.wait()
+    assert all(alive(p, t) for p, t in started.items())  # orphaned, still running
+    try:
+        stop(proc, grace_s=5)
+        _assert_ended(started)
+    finally:
+        for pid, t in started.items():
+            if alive(pid, t):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _children_once_started(proc: subprocess.Popen) -> dict[int, str]:
+    deadline = time.monotonic() + 60
+    while not descendants(proc.pid) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(_start_time(p) == t for p, t in started.items())
+    started = descendants(proc.pid)
+    assert len(started) == 1
+    return started
+
+
+def _assert_ended(started: dict[int, str]) -> None:
+    deadline = time.monotonic() + 10
+    while any(alive(p, t) for p, t in started.items()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(alive(p, t) for p, t in started.items())
 
 
 def test_vllm_serve_mirrors_the_in_process_engine_with_data_parallel_engines():
