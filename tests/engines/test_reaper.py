@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import command_line
 
 from engines import reaper as reaper_module
 from engines.reaper import TICK_S, alive, descendants, reaper
@@ -55,7 +56,7 @@ def test_blocks_nested_or_side_by_side_share_one_watchdog() -> None:
     thread's block that is, and a block entered after it stopped starts a new one."""
 
     def watchdogs() -> list[int]:
-        return [p for p in descendants(os.getpid()) if "reaper.py" in _command(p)]
+        return [p for p in descendants(os.getpid()) if "reaper.py" in command_line(p)]
 
     started, release = threading.Event(), threading.Event()
 
@@ -109,10 +110,3 @@ with local_server({str(tiny_model_dir)!r}, {str(tmp_path)!r}, env={{"OMP_NUM_THR
     finally:
         if Path(f"/proc/{server}").exists():
             os.kill(server, signal.SIGKILL)
-
-
-def _command(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError:
-        return ""
