@@ -8,15 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from processes import command_line
 
-from engines import reaper as reaper_module
-from engines.reaper import TICK_S, alive, descendants, reaper
+from engines.reaper import TICK_S, alive, descendants
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,38 +48,54 @@ def test_the_watchdog_ends_what_a_killed_process_leaves(tmp_path: Path) -> None:
         assert len(living) == (0 if mode == "kill" else 3)  # bash, sleeps: ended by us
 
 
+SHARING = """
+import os, threading, time
+from pathlib import Path
+from engines.reaper import descendants, reaper
+
+def watchdogs():
+    return [p for p in descendants(os.getpid())
+            if "reaper.py" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+
+started, release = threading.Event(), threading.Event()
+
+def side():
+    with reaper():
+        started.set()
+        release.wait(30)
+
+assert watchdogs() == []
+with reaper():
+    first = watchdogs()
+    assert len(first) == 1
+    with reaper():
+        assert watchdogs() == first
+    thread = threading.Thread(target=side)
+    thread.start()
+    started.wait(30)
+    assert watchdogs() == first
+assert watchdogs() == first, "stopped while the thread's block still runs"
+release.set()
+thread.join(30)
+deadline = time.monotonic() + 10
+while watchdogs() and time.monotonic() < deadline:
+    time.sleep(0.05)
+assert watchdogs() == [], "still running after the last block"
+with reaper():
+    again = watchdogs()
+    assert len(again) == 1 and again != first
+print("shared")
+"""
+
+
 def test_blocks_nested_or_side_by_side_share_one_watchdog() -> None:
     """One watchdog however many blocks run; it lives until the last block ends, whichever
-    thread's block that is, and a block entered after it stopped starts a new one."""
-
-    def watchdogs() -> list[int]:
-        return [p for p in descendants(os.getpid()) if "reaper.py" in command_line(p)]
-
-    started, release = threading.Event(), threading.Event()
-
-    def side() -> None:
-        with reaper():
-            started.set()
-            release.wait(30)
-
-    with reaper():
-        first = watchdogs()
-        with reaper():
-            assert watchdogs() == first
-        thread = threading.Thread(target=side)
-        thread.start()
-        started.wait(30)
-        assert watchdogs() == first and len(first) == 1
-    assert watchdogs() == first  # the thread's block still runs
-    release.set()
-    thread.join(30)
-    deadline = time.monotonic() + 10
-    while watchdogs() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert watchdogs() == [] and reaper_module._watchdogs == {}
-    with reaper():
-        again = watchdogs()
-        assert len(again) == 1 and again != first
+    thread's block that is, and a block entered after it stopped starts a new one (in a process
+    of its own: this one's session-wide servers hold a block open)."""
+    done = subprocess.run(
+        [sys.executable, "-c", SHARING], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "shared", done.stderr
 
 
 @pytest.mark.slow

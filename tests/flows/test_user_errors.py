@@ -3,7 +3,7 @@ new user would, up to its error, and checks the exit status, the one `error:` li
 traceback), and that what was already written is still there. Before the run (parsing and
 preflight) the flows run in this process; at a stage (`harness` rows) against the session's
 Prefect API; `python -m sandbox judge` as a subprocess. Then the units: the --config reader and
-merge, the retry condition, the watchdog; and a real flow killed with SIGKILL leaves no process
+merge, the retry condition; and a real flow killed with SIGKILL leaves no process
 behind and logs no telemetry."""
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.sorting import FlowRunSort
 from prefect.states import Failed
-from processes import command_line
 
 from cobalt.analysis.judged import JudgeFailures
 from cobalt.data.sources import SourceError
@@ -442,22 +441,29 @@ def test_a_killed_flow_leaves_no_process_and_logs_no_telemetry(tmp_path: Path) -
         while time.monotonic() < deadline and proc.poll() is None:
             now = descendants(proc.pid)
             seen.update(now)
-            commands = [command_line(p) for p in now]
+            commands = [_command(p) for p in now]
             if any("uvicorn" in c for c in commands) and any(" -I -S -c " in c for c in commands):
                 break
             time.sleep(0.1)
         assert proc.poll() is None, log.read_text()
-        assert any("uvicorn" in command_line(p) for p in seen) and len(seen) >= 3, seen
+        assert any("uvicorn" in _command(p) for p in seen) and len(seen) >= 3, seen
         time.sleep(3 * TICK_S)  # the watchdog sees what runs at its next tick
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         deadline = time.monotonic() + 20
         while any(alive(p, t) for p, t in seen.items()) and time.monotonic() < deadline:
             time.sleep(0.2)
-        left = {p: command_line(p)[:80] for p, t in seen.items() if alive(p, t)}
+        left = {p: _command(p)[:80] for p, t in seen.items() if alive(p, t)}
         assert left == {}
         assert "telemetry" not in log.read_text()
     finally:
         for pid, started in seen.items():
             if alive(pid, started):
                 os.kill(pid, signal.SIGKILL)
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
