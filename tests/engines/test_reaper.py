@@ -51,11 +51,19 @@ def test_the_watchdog_ends_what_a_killed_process_leaves(tmp_path: Path) -> None:
 SHARING = """
 import os, threading, time
 from pathlib import Path
+import engines.reaper
 from engines.reaper import descendants, reaper
 
-def watchdogs():
-    return [p for p in descendants(os.getpid())
-            if "reaper.py" in Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")]
+def watchdogs():  # this process's children running the watchdog's file
+    found = []
+    for pid in descendants(os.getpid()):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\\0")
+        except OSError:  # ended meanwhile
+            continue
+        if os.path.abspath(engines.reaper.__file__).encode() in argv:
+            found.append(pid)
+    return sorted(found)
 
 started, release = threading.Event(), threading.Event()
 
@@ -95,7 +103,9 @@ def test_blocks_nested_or_side_by_side_share_one_watchdog() -> None:
     done = subprocess.run(
         [sys.executable, "-c", SHARING], cwd=REPO, capture_output=True, text=True, timeout=120
     )
-    assert done.returncode == 0 and done.stdout.strip() == "shared", done.stderr
+    assert done.returncode == 0 and done.stdout.strip() == "shared", (
+        f"exit {done.returncode}\n{done.stdout}\n{done.stderr}"
+    )
 
 
 @pytest.mark.slow
