@@ -138,17 +138,22 @@ def local_server(
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "NO_COLOR": "1", **(env or {})}
     if kind == "transformers" and device == "cpu":  # a few threads, not one per core
         environment.setdefault("OMP_NUM_THREADS", str(decide_threads(environment)[0]))
+    with running(command, log_path, environment) as proc:
+        yield LocalServer(proc, port, log_path, Path(model_dir), kind)
+
+
+@contextmanager
+def running(argv: Sequence[str], log_path: Path, env: dict[str, str]) -> Iterator[subprocess.Popen]:
+    """`argv` started with its output in `log_path`, in a session of its own (a process group
+    that `stop()` ends; a Ctrl-C to the caller reaches it through `stop()`) and under
+    `reaper()`; stopped with every process it started when the block ends."""
     with reaper():
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=environment,
-                start_new_session=True,  # a group of its own, which stop() ends (Ctrl-C: stop())
+                list(argv), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         try:
-            yield LocalServer(proc, port, log_path, Path(model_dir), kind)
+            yield proc
         finally:
             stop(proc)
 

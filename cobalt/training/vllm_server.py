@@ -20,7 +20,6 @@ Plain Python, no Prefect.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
@@ -28,8 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from engines.reaper import reaper
-from engines.serving import LocalServer, ServerError, free_port, stop
+from engines.serving import LocalServer, ServerError, free_port, running
 
 START_TIMEOUT_S = 900  # vLLM's start-up at 8B: weights, torch.compile, CUDA graphs (~1-3 min)
 
@@ -154,27 +152,16 @@ def generation_server(
         else server_command(model, port, len(gpus), max_model_len, quantization)
     )
     log_path = Path(log_dir) / "vllm-server.log"
-    with reaper():  # the stage killed outright: its watchdog ends the server and engine cores
-        with log_path.open("wb") as log:
-            proc = subprocess.Popen(
-                argv,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=server_env(dict(os.environ), gpus),
-                start_new_session=True,  # a Ctrl-C to the stage reaches it through stop()
-            )
+    with running(argv, log_path, server_env(dict(os.environ), gpus)) as proc:
         local = LocalServer(proc, port, log_path, Path(model), "vllm")
-        try:
-            if wait:
-                try:
-                    local.wait_until_up(timeout_s)
-                except ServerError as exc:
-                    raise ServerError(
-                        f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
-                    ) from None
-            yield GenerationServer(f"http://127.0.0.1:{port}", list(gpus), local)
-        finally:
-            stop(proc)
+        if wait:
+            try:
+                local.wait_until_up(timeout_s)
+            except ServerError as exc:
+                raise ServerError(
+                    f"the training stage's vLLM server on GPU(s) {','.join(gpus)}: {exc}"
+                ) from None
+        yield GenerationServer(f"http://127.0.0.1:{port}", list(gpus), local)
 
 
 def wait_for_server(url: str, timeout_s: float, poll_s: float = 1.0) -> float:
