@@ -39,9 +39,9 @@ def prompts_of(vocab: int, count: int, tokens: int, seed: int = 0) -> list[list[
     return [[draw.randrange(100, vocab - 1) for _ in range(tokens)] for _ in range(count)]
 
 
-def sample(model: Path, quantization: str | None, shapes: list[Shape]):
+def sample(model: Path, quantization: str | None, shapes: list[Shape], log_dir: Path | None = None):
     """Each shape's timed batch from one server of the stage's in `quantization` (None: the
-    model's own precision)."""
+    model's own precision); the server's log kept under `log_dir`/PRECISION if given."""
     from trl.generation.vllm_client import VLLMClient
 
     from cobalt.training.vllm_server import generation_server
@@ -51,9 +51,14 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape]):
     outs = {}
     started = time.monotonic()
     with (
-        tempfile.TemporaryDirectory() as logs,
+        tempfile.TemporaryDirectory() as scratch,
         generation_server(
-            model, ["0"], logs, max_model_len=context, quantization=quantization, timeout_s=900
+            model,
+            ["0"],
+            kept(log_dir, quantization or "bf16") or scratch,
+            max_model_len=context,
+            quantization=quantization,
+            timeout_s=900,
         ) as server,
     ):
         found["server_start_s"] = round(time.monotonic() - started, 1)  # until /health answers
@@ -78,6 +83,14 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape]):
             outs[shape.name] = out
             print(quantization or "bf16", shape.name, json.dumps(found[shape.name]), flush=True)
     return found, outs
+
+
+def kept(log_dir: Path | None, name: str) -> Path | None:
+    """`log_dir`/`name`, made, or None without a `log_dir`."""
+    if log_dir is None:
+        return None
+    (log_dir / name).mkdir(parents=True, exist_ok=True)
+    return log_dir / name
 
 
 @dataclass
@@ -180,21 +193,32 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=160, help="sequences recomputed in bf16")
     parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        choices=["bf16", "fp8"],
+        default=["bf16", "fp8"],
+        help="the servers to start, in this order (the comparison and drift need both)",
+    )
+    parser.add_argument("--log-dir", type=Path, help="keep each server's log under DIR/PRECISION")
     args = parser.parse_args(argv)
     vocab = int(json.loads((args.model / "config.json").read_text())["vocab_size"])
     shapes = [Shape.parse(text, vocab) for text in args.shape]
     found: dict[str, Any] = {"model": str(args.model), "shapes": args.shape}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     outs = {}
-    for quantization in (None, "fp8"):
-        name = quantization or "bf16"
+    for name in args.precisions:
+        quantization = None if name == "bf16" else name
         try:
-            found[name], outs[name] = sample(args.model, quantization, shapes)
+            found[name], outs[name] = sample(args.model, quantization, shapes, args.log_dir)
         except Exception as exc:  # the other precision's figures still land in the JSON
             found[name] = {"error": str(exc)[-4000:]}
             args.json.write_text(json.dumps(found, indent=1))
             print(name, "failed:", str(exc)[-4000:], flush=True)
             return 1
+    args.json.write_text(json.dumps(found, indent=1))
+    if set(args.precisions) != {"bf16", "fp8"}:
+        return 0
     for shape in shapes:
         bias = {int(k): float(v) for k, v in (shape.kwargs.get("logit_bias") or {}).items()}
         ratio = found["fp8"][shape.name]["tokens_per_s"] / found["bf16"][shape.name]["tokens_per_s"]

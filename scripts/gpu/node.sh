@@ -1248,6 +1248,22 @@ JSON
       echo "[$model] exit $? at $(elapsed) s"; grep -a -E "server up|^bf16 batch \{|^fp8 batch \{|fp8 / bf16|failed" \
         "$NODE/server-$model.log" | cut -c1-300; cp "$NODE/server-$model.log" "$OUT/"
     done ;;
+  tiny-fp8)  # ONE fresh GPU, call 3 of 3 in ONE message (call 1 `bash infra/gpu-bundle/install.sh`
+    # carrying .gpu/site-train.tar.xz .gpu/site-core.tar.xz; call 2 the same carrying
+    # .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS; this one carrying .gpu/vllm.part-01): the
+    # tiny model's own server in fp8 as the machine's first vLLM start (its start did not end
+    # within ~110 s on 2026-12-02), then in bf16 as the second; each server's log kept (vLLM's
+    # own account of where its start goes: loading, torch.compile, CUDA graphs, KV cache)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+    timeout 540 python3 scripts/gpu/fp8_generation.py /root/tiny-random --precisions fp8 bf16 \
+      --shape "batch:64:8:64:24:ignore-eos" --json "$OUT/server_tiny_fp8.json" \
+      --log-dir "$OUT/server-logs" >"$OUT/tiny-fp8.log" 2>&1
+    echo "exit $? at $(elapsed) s"; grep -a -E "server up|batch \{|failed" "$OUT/tiny-fp8.log" | cut -c1-300
+    for q in fp8 bf16; do  # vLLM's start, step by step, with its clock
+      grep -a -h -E "took|seconds|Loading|compile|graph|KV cache|Starting|startup|Error" \
+        "$OUT/server-logs/$q/vllm-server.log" 2>/dev/null | cut -c1-220 | head -30
+    done ;;
   g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
     # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token
     # statements, 8 prompts x 16 samples a step (128 completions: 32 a GPU, where the measured
