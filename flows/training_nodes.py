@@ -17,7 +17,8 @@ otherwise): node 0 commits the trained policy to the shared storage and writes t
 summary where this flow reads it back (`summary_uri`: the pipeline's `--nodes` evaluates the
 policy it names), the others wait for the commit and end with the same summary. A node's run
 that fails, crashes or is cancelled cancels the others (they would otherwise wait at the
-rendezvous or in a collective until their timeout).
+rendezvous or in a collective until their timeout); this flow's run stopped (cancelled, Ctrl-C,
+SIGTERM) cancels every node's run it placed that is still going.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.deployments import run_deployment
 from prefect.runtime import flow_run
-from prefect.states import Cancelling
+from prefect.states import Cancelled, Cancelling
 from pydantic import BaseModel
 
 from cobalt.errors import UserError
@@ -114,17 +115,23 @@ def training_nodes_flow(
     summary_at = st.path("training-nodes", str(flow_run.id), "summary.json")
     params = params.model_copy(update={"summary_uri": summary_at})
     runs = []
-    for rank in range(params.training.nodes):
-        run = run_deployment(
-            node_deployment,
-            parameters={"params": node_params(params, rank).model_dump(mode="json")},
-            work_queue_name=f"{queue_prefix}{rank}",
-            flow_run_name=f"node-{rank}-of-{params.training.nodes}",
-            timeout=0,  # placed, not awaited: the nodes must run at the same time
-        )
-        runs.append(run.id)
-        logger.info("node %d: flow run %s on work queue %s%d", rank, run.id, queue_prefix, rank)
-    seen = wait_for_nodes(runs, poll_s)
+    try:
+        for rank in range(params.training.nodes):
+            run = run_deployment(
+                node_deployment,
+                parameters={"params": node_params(params, rank).model_dump(mode="json")},
+                work_queue_name=f"{queue_prefix}{rank}",
+                flow_run_name=f"node-{rank}-of-{params.training.nodes}",
+                timeout=0,  # placed, not awaited: the nodes must run at the same time
+            )
+            runs.append(run.id)
+            logger.info("node %d: flow run %s on work queue %s%d", rank, run.id, queue_prefix, rank)
+        seen = wait_for_nodes(runs, poll_s)
+    except BaseException:  # stopped (Ctrl-C, SIGTERM: a cancelled run) or failed placing a node
+        stopped = cancel_nodes(runs, "the run that placed it stopped")
+        if stopped:
+            logger.warning("cancelled the nodes' runs still going: %s", ", ".join(stopped))
+        raise
     failed = next((n for n in seen if n.state in {s.value for s in BAD}), None)
     failed = failed or next((n for n in seen if n.state != StateType.COMPLETED.value), None)
     if failed is not None:
@@ -146,8 +153,6 @@ def wait_for_nodes(run_ids: list, poll_s: float, grace_s: float = 180.0) -> list
     """Every node's run once all are final; the first that fails cancels the ones still going
     (a running one through Cancelling: its worker stops it; a queued one at once), and after
     `grace_s` more the states are returned as they are."""
-    from prefect.states import Cancelled
-
     deadline = None
     with get_client(sync_client=True) as client:
         while True:
@@ -162,10 +167,33 @@ def wait_for_nodes(run_ids: list, poll_s: float, grace_s: float = 180.0) -> list
                 ]  # fmt: skip
             if deadline is None and any(r.state and r.state.type in BAD for r in runs):
                 deadline = time.monotonic() + grace_s
-                for r, done in zip(runs, final, strict=True):
-                    if done:
-                        continue
-                    running = r.state is not None and r.state.type == StateType.RUNNING
-                    state = Cancelling() if running else Cancelled(message="another node failed")
-                    client.set_flow_run_state(r.id, state, force=True)
+                cancel(client, [r for r, done in zip(runs, final, strict=True) if not done],
+                       "another node failed")  # fmt: skip
             time.sleep(poll_s)
+
+
+def cancel(client, runs: list, reason: str) -> list[str]:
+    """Cancel `runs` (flow runs as the client read them): a running one through Cancelling (its
+    worker stops its process), one not started yet at once; the names of those cancelled."""
+    for r in runs:
+        running = r.state is not None and r.state.type == StateType.RUNNING
+        state = Cancelling(message=reason) if running else Cancelled(message=reason)
+        client.set_flow_run_state(r.id, state, force=True)
+    return [r.name for r in runs]
+
+
+def cancel_nodes(run_ids: list, reason: str) -> list[str]:
+    """Cancel the runs of `run_ids` that are not final yet (the nodes of a coordinating run that
+    is stopping: they would otherwise train on, or wait at the rendezvous until its timeout);
+    the names of those cancelled. Best effort: an API that does not answer is logged, not
+    raised, so the reason the coordinator stopped is the one the user sees."""
+    if not run_ids:
+        return []
+    try:
+        with get_client(sync_client=True) as client:
+            runs = [client.read_flow_run(i) for i in run_ids]
+            going = [r for r in runs if r.state is None or not r.state.is_final()]
+            return cancel(client, going, reason)
+    except Exception as exc:  # noqa: BLE001 - the original exception is the one to raise
+        get_run_logger().error("could not cancel the nodes' runs %s: %s", run_ids, exc)
+        return []

@@ -208,7 +208,7 @@ trace() {  # every GPU's memory every 0.5 s into $1, until the returned pid is k
     -lms 500 >"$1" 2>/dev/null </dev/null & echo $!
 }
 bounded() {  # SECONDS CMD...: CMD in a process group of its own, the whole group ended after
-  # SECONDS (0: never); a stage's vLLM server follows its stage (parent-death signal)
+  # SECONDS (0: never); a stage's vLLM server follows its stage (engines/reaper.py)
   local limit="$1"; shift
   setsid "$@" & local pid=$! guard=""
   if [ "$limit" -gt 0 ]; then
@@ -1284,6 +1284,39 @@ JSON
   g4-paper-collect)  # the next call: the trimmed run's report
     wait_for "$NODE/paper-trimmed.rc" 585
     GPUS=4 report paper-trimmed /root/runs-paper16-trimmed 831 "this project, 2026-11-27 (4x H100)" ;;
+  paper1)  # issue 46 goal 3's passes on ONE fresh GPU, call 1 of 4 in ONE message (carry
+    # .gpu/site-train.tar.xz .gpu/site-core.tar.xz; call 2 `bash infra/gpu-bundle/install.sh`
+    # carrying .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS; call 3 `paper1-train` carrying
+    # .gpu/vllm.part-01; call 4 `paper1-collect`): the 8B shape's weights; the paper set's data
+    # (4 problems of ~9,600-token statements) on the CPU
+    bash infra/gpu-bundle/install.sh >/dev/null
+    nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
+    (python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
+     python3 scripts/gpu/long_problems.py --tokens 9600 --count 4 --out /root/long.jsonl
+     prep paper /root/long.jsonl; touch "$NODE/paper1-prep.done") >"$NODE/paper1-prep.log" 2>&1 &
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
+    wait_for "$NODE/paper1-prep.done" 400; tail -3 "$NODE/paper1-prep.log" ;;
+  paper1-train)  # call 3 of 4 (carry .gpu/vllm.part-01): vLLM; then, detached, the paper
+    # preset at its lengths with LoRA on the one GPU through flows.training (vLLM colocated, 1
+    # prompt x 16 samples a step, every response 6,144 tokens): --share-prompts, then the
+    # trimmed default; this call waits for the first
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    rm -f "$NODE/paper1-shared.rc" "$NODE/paper1-trimmed.rc"
+    setsid nohup bash scripts/gpu/node.sh paper1-chain </dev/null >"$NODE/paper1-chain.out" 2>&1 &
+    wait_for "$NODE/paper1-shared.rc" 585
+    GPUS=1 report paper1-shared /root/runs-paper-shared 831 "this project, 2026-11-27 (4x H100, full)" ;;
+  paper1-chain)  # (detached by paper1-train) each run bounded in time
+    echo '{"training": {"lora": {}}}' >"$NODE/lora-paper.json"
+    for run in shared trimmed; do rm -rf "/root/runs-paper-$run"; cp -r /root/runs-paper \
+      "/root/runs-paper-$run"; done
+    paper=(--config "$NODE/lora-paper.json" --max-prompt-tokens 10240 --max-steps 2
+      --set generation_batch_size=16 --set 'generation_kwargs={"ignore_eos": true}')
+    GPUS=1 SHARDING=ddp TRAIN_TIMEOUT=560 train paper1-shared /root/runs-paper-shared \
+      "${paper[@]}" --share-prompts
+    GPUS=1 SHARDING=ddp TRAIN_TIMEOUT=560 train paper1-trimmed /root/runs-paper-trimmed "${paper[@]}" ;;
+  paper1-collect)  # call 4 of 4: the trimmed run's report
+    wait_for "$NODE/paper1-trimmed.rc" 585
+    GPUS=1 report paper1-trimmed /root/runs-paper-trimmed 831 "this project, 2026-11-27 (4x H100, full)" ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'

@@ -4,15 +4,45 @@ on each node's work queue (node-0, node-1: here two workers on one host, CPU pro
 gloo), a worker of the CPU pool for the coordinating flow, `prefect deployment run`, S3 storage
 (moto) shared by the nodes; the pipeline with `--nodes 2` through the same workers. Then one
 node's worker gone: the node that started fails at the
-rendezvous and the coordinating flow cancels the other and fails naming it."""
+rendezvous and the coordinating flow cancels the other and fails naming it. Last, the
+coordinating run cancelled as from the UI: it cancels the nodes' runs it placed."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 from test_deployment import REPO, free_port, poll, prefect, run_deployment, start, stop, tail
+
+# the state of each flow run placed on one of the queues named in argv[1] (a JSON list)
+RUNS_ON = """
+import json, sys
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterWorkQueueName
+
+queues = json.loads(sys.argv[1])
+only = FlowRunFilter(work_queue_name=FlowRunFilterWorkQueueName(any_=queues))
+with get_client(sync_client=True) as client:
+    runs = client.read_flow_runs(flow_run_filter=only)
+print(json.dumps({r.work_queue_name: r.state.type.value for r in runs if r.state}))
+"""
+
+
+def wait_for_runs_on(env: dict, queues: list[str], timeout: float) -> dict[str, str]:
+    """Each of `queues`' flow run state once every queue has one (or what is there at timeout)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run([sys.executable, "-c", RUNS_ON, json.dumps(queues)], cwd=REPO,
+                             env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+        if len(found) == len(queues) or time.monotonic() > deadline:
+            return found
+        time.sleep(2)
 
 
 @pytest.mark.slow
@@ -93,12 +123,28 @@ def test_two_nodes_train_through_deployments_and_a_lost_node_cancels_the_run(
             params | {"training": training | endpoint | {"max_steps": 3}},
         )  # fmt: skip
         lost = poll(env, run, timeout=600)
+
+        # the coordinating run cancelled (the UI's Cancel; here `prefect flow-run cancel`) while
+        # its nodes' runs wait on queues no worker serves: its worker stops it, and it cancels them
+        out = prefect(env, "deployment", "run", "training-nodes/training-nodes", "--params",
+                      json.dumps({"params": params | {"training": training | endpoint},
+                                  "queue_prefix": "idle-"}))  # fmt: skip
+        coordinating = re.search(r"UUID:\s*([0-9a-f-]{36})", out).group(1)
+        placed = wait_for_runs_on(env, ["idle-0", "idle-1"], timeout=300)
+        assert placed == {"idle-0": "SCHEDULED", "idle-1": "SCHEDULED"}, placed
+        prefect(env, "flow-run", "cancel", coordinating)
+        cancelled = poll(env, coordinating, timeout=180)
     finally:
         for worker in (coordinator, *nodes):
             stop(worker)
     assert lost["state"] == "FAILED", lost
     assert "node 0's training run node-0-of-2 ended FAILED" in lost["message"], lost
     assert ["node-1-of-2", "node-1", "CANCELLED"] in lost["subflows"], lost
+
+    assert cancelled["state"] in ("CANCELLED", "CRASHED"), cancelled
+    assert cancelled["subflows"] == [
+        ["node-0-of-2", "idle-0", "CANCELLED"], ["node-1-of-2", "idle-1", "CANCELLED"]
+    ], cancelled  # fmt: skip
 
     import s3fs
 
