@@ -150,6 +150,10 @@
 # Then tiny-server in the same way (a fresh machine): 5, 4, 0.4 and 344 s; its rerun
 # (MODELS=tiny-random BOUND=440, the machine still warm) found the GPU held by the first run's
 # orphaned engine core and ran out its call (520 s): 1,757 of the 1,800 device s used.
+# 2026-12-02 (second session), one H200, two messages: the two install calls and tiny-fp8 (6,
+# 0.4 and 312 s: fp8 server up in 140 s, bf16 in 101 s); then, on a fresh machine, paper1 (102
+# s: 8B weights 42 s, the paper set's data 94 s), the install call, paper1-train (431 s: the
+# shared run 354 s of stage), paper1-collect (392 s): 1,505 of the 1,800 device s.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
