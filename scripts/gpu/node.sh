@@ -1308,7 +1308,7 @@ JSON
     rm -f "$NODE/paper1-shared.rc" "$NODE/paper1-trimmed.rc"
     setsid nohup bash scripts/gpu/node.sh paper1-chain </dev/null >"$NODE/paper1-chain.out" 2>&1 &
     wait_for "$NODE/paper1-shared.rc" 585
-    GPUS=1 report paper1-shared /root/runs-paper-shared 831 "this project, 2026-11-27 (4x H100, full)" ;;
+    GPUS=1 report paper1-shared /root/runs-paper-shared ;;  # LoRA on 1 GPU: no peer of its own
   paper1-chain)  # (detached by paper1-train) each run bounded in time
     echo '{"training": {"lora": {}}}' >"$NODE/lora-paper.json"
     for run in shared trimmed; do rm -rf "/root/runs-paper-$run"; cp -r /root/runs-paper \
@@ -1320,7 +1320,7 @@ JSON
     GPUS=1 SHARDING=ddp TRAIN_TIMEOUT=560 train paper1-trimmed /root/runs-paper-trimmed "${paper[@]}" ;;
   paper1-collect)  # call 4 of 4: the trimmed run's report
     wait_for "$NODE/paper1-trimmed.rc" 585
-    GPUS=1 report paper1-trimmed /root/runs-paper-trimmed 831 "this project, 2026-11-27 (4x H100, full)" ;;
+    GPUS=1 report paper1-trimmed /root/runs-paper-trimmed ;;
   paper)  # 1 prompt x 16 samples a step, every response 6,144 tokens (no end-of-turn)
     train paper /root/runs-paper --max-prompt-tokens 10240 --set generation_batch_size=16 \
       --set 'generation_kwargs={"ignore_eos": true}'
