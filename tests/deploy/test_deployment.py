@@ -141,9 +141,11 @@ def stop(proc: subprocess.Popen) -> None:
             continue
 
 
-def run_deployment(env: dict[str, str], name: str, params: dict) -> str:
-    """`prefect deployment run NAME --params ...`; returns the flow run id."""
-    out = prefect(env, "deployment", "run", name, "--params", json.dumps({"params": params}))
+def run_deployment(env: dict[str, str], name: str, params: dict, **flow_params) -> str:
+    """`prefect deployment run NAME --params ...` (`params`, and any other parameter of the
+    flow as a keyword); returns the flow run id."""
+    given = json.dumps({"params": params, **flow_params})
+    out = prefect(env, "deployment", "run", name, "--params", given)
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", out)
     assert match, out
     return match.group(1)

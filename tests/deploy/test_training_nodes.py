@@ -10,7 +10,6 @@ coordinating run cancelled as from the UI: it cancels the nodes' runs it placed.
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 import time
@@ -126,10 +125,10 @@ def test_two_nodes_train_through_deployments_and_a_lost_node_cancels_the_run(
 
         # the coordinating run cancelled (the UI's Cancel; here `prefect flow-run cancel`) while
         # its nodes' runs wait on queues no worker serves: its worker stops it, and it cancels them
-        out = prefect(env, "deployment", "run", "training-nodes/training-nodes", "--params",
-                      json.dumps({"params": params | {"training": training | endpoint},
-                                  "queue_prefix": "idle-"}))  # fmt: skip
-        coordinating = re.search(r"UUID:\s*([0-9a-f-]{36})", out).group(1)
+        coordinating = run_deployment(
+            env, "training-nodes/training-nodes", params | {"training": training | endpoint},
+            queue_prefix="idle-",
+        )  # fmt: skip
         placed = wait_for_runs_on(env, ["idle-0", "idle-1"], timeout=300)
         assert placed == {"idle-0": "SCHEDULED", "idle-1": "SCHEDULED"}, placed
         prefect(env, "flow-run", "cancel", coordinating)
