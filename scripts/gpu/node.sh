@@ -1257,10 +1257,11 @@ JSON
     # .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS; this one carrying .gpu/vllm.part-01): the
     # tiny model's own server in fp8 as the machine's first vLLM start (its start did not end
     # within ~110 s on 2026-12-02), then in bf16 as the second; each server's log kept (vLLM's
-    # own account of where its start goes: loading, torch.compile, CUDA graphs, KV cache)
+    # own account of where its start goes at INFO, which device-env.sh lowers to WARNING)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     python3 -c 'from engines.tiny import build_tiny_model as b; b("/root/tiny-random", seed=0)'
-    timeout 540 python3 scripts/gpu/fp8_generation.py /root/tiny-random --precisions fp8 bf16 \
+    VLLM_LOGGING_LEVEL=INFO timeout 540 python3 scripts/gpu/fp8_generation.py /root/tiny-random \
+      --precisions fp8 bf16 \
       --shape "batch:64:8:64:24:ignore-eos" --json "$OUT/server_tiny_fp8.json" \
       --log-dir "$OUT/server-logs" >"$OUT/tiny-fp8.log" 2>&1
     echo "exit $? at $(elapsed) s"; grep -a -E "server up|batch \{|failed" "$OUT/tiny-fp8.log" | cut -c1-300
