@@ -15,6 +15,15 @@ yardstick: vLLM in bf16 already differs from a transformers forward by its kerne
     python scripts/gpu/fp8_generation.py /root/model-8b \\
         --shape verl:270:5:147:1024:/root/model-8b/eos_calibration.json \\
         --shape nemo:64:32:147:4096:/root/model-8b/eos_calibration_1000.json --json $OUT/fp8.json
+
+With one precision and `--rows 0` it measures how fast the stage's server generates any batch,
+e.g. the paper's lengths at 1, 2, 4 and 8 prompts of 16 samples (every response at the cap):
+
+    python scripts/gpu/fp8_generation.py /root/model-8b --precisions bf16 --rows 0 \\
+        --shape p16:1:16:9900:6144:ignore-eos --shape p128:8:16:9900:6144:ignore-eos --json ...
+
+Each batch's figures include vLLM's own counters over it (`/metrics`): requests preempted (the KV
+cache full) and the share of prompt tokens found in the prefix cache.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ import math
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,7 +76,10 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape], log_dir: 
         client = VLLMClient(base_url=server.url, connection_timeout=60)
         for shape in shapes:
             ask = dict(n=shape.samples, temperature=1.0, max_tokens=shape.max_tokens)
-            client.generate(shape.prompts[:8], **ask, generation_kwargs=shape.kwargs)  # warm-up
+            # warm-up: other prompts (the timed ones stay out of the prefix cache), few tokens
+            warm = prompts_of(shape.vocab, 8, shape.prompt_tokens, seed=1)
+            client.generate(warm, **{**ask, "max_tokens": 8}, generation_kwargs=shape.kwargs)
+            before = counters(server.url)
             started = time.monotonic()
             out = client.generate(shape.prompts, **ask, generation_kwargs=shape.kwargs)
             seconds = time.monotonic() - started
@@ -79,10 +92,54 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape], log_dir: 
                 "response_mean_tokens": round(completion / len(out["completion_ids"]), 1),
                 "tokens_per_s": round((prompt + completion) / seconds, 1),
                 "completion_tokens_per_s": round(completion / seconds, 1),
+                **counted(before, counters(server.url)),
             }
             outs[shape.name] = out
             print(quantization or "bf16", shape.name, json.dumps(found[shape.name]), flush=True)
     return found, outs
+
+
+COUNTERS = {  # vLLM's Prometheus counters: what the batch made the engine do
+    "preemptions": "vllm:num_preemptions_total",
+    "prefix_cache_queries": "vllm:prefix_cache_queries_total",
+    "prefix_cache_hits": "vllm:prefix_cache_hits_total",
+}
+
+
+def counters(url: str) -> dict[str, float]:
+    """COUNTERS' values summed over the server's engines, from its `/metrics` (empty if it
+    does not answer: the figures are then left out, the timing stands)."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    except OSError:
+        return {}
+    return metric_totals(text)
+
+
+def metric_totals(text: str) -> dict[str, float]:
+    """COUNTERS' totals in a Prometheus text exposition (each series summed over its labels)."""
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        for name, metric in COUNTERS.items():
+            if line.startswith(metric + "{") or line.startswith(metric + " "):
+                found[name] = found.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return found
+
+
+def counted(before: dict[str, float], after: dict[str, float]) -> dict[str, Any]:
+    """What the batch added to each counter, and the prefix cache's hit share of its prompts."""
+    delta = {k: after[k] - before.get(k, 0.0) for k in after}
+    out: dict[str, Any] = {}
+    if "preemptions" in delta:
+        out["preemptions"] = int(delta["preemptions"])
+    if delta.get("prefix_cache_queries"):
+        out["prefix_cache_hit_share"] = round(
+            delta.get("prefix_cache_hits", 0.0) / delta["prefix_cache_queries"], 3
+        )
+    return out
 
 
 def kept(log_dir: Path | None, name: str) -> Path | None:
@@ -104,6 +161,7 @@ class Shape:
     prompt_tokens: int
     max_tokens: int
     kwargs: dict[str, Any]
+    vocab: int
 
     @classmethod
     def parse(cls, text: str, vocab: int) -> Shape:
@@ -114,13 +172,16 @@ class Shape:
             kwargs = json.loads(Path(rest[0]).read_text())["generation_kwargs"]
         elif rest:
             kwargs = {"ignore_eos": True}  # no calibration: every response at the cap
+        # each batch's own prompts (seeded by its name: the same for both precisions), so no
+        # batch finds another's in the prefix cache; the warm-up draws with seed 1
         return cls(
             name,
-            prompts_of(vocab, int(prompts), int(prompt_tokens)),
+            prompts_of(vocab, int(prompts), int(prompt_tokens), seed=2 + zlib.crc32(name.encode())),
             int(samples),
             int(prompt_tokens),
             int(max_tokens),
             kwargs,
+            vocab,
         )
 
 
@@ -191,7 +252,9 @@ def main(argv: list[str] | None = None) -> int:
         help="NAME:PROMPTS:SAMPLES:PROMPT_TOKENS:MAX_TOKENS[:CALIBRATION_FILE] (repeatable; "
         "a calibration file that is missing: every response at the cap)",
     )
-    parser.add_argument("--rows", type=int, default=160, help="sequences recomputed in bf16")
+    parser.add_argument(
+        "--rows", type=int, default=160, help="sequences recomputed in bf16 (0: no drift)"
+    )
     parser.add_argument("--json", type=Path, required=True)
     parser.add_argument(
         "--precisions",
@@ -220,14 +283,16 @@ def main(argv: list[str] | None = None) -> int:
     if set(args.precisions) != {"bf16", "fp8"}:
         return 0
     for shape in shapes:
-        bias = {int(k): float(v) for k, v in (shape.kwargs.get("logit_bias") or {}).items()}
         ratio = found["fp8"][shape.name]["tokens_per_s"] / found["bf16"][shape.name]["tokens_per_s"]
         found[f"{shape.name}_fp8_vs_bf16"] = round(ratio, 3)
+        print(f"{shape.name}: fp8 / bf16 generation tokens/s {ratio:.3f}", flush=True)
+    args.json.write_text(json.dumps(found, indent=1))
+    for shape in shapes if args.rows > 0 else []:
+        bias = {int(k): float(v) for k, v in (shape.kwargs.get("logit_bias") or {}).items()}
         for name in ("bf16", "fp8"):
             measured = drift(args.model, outs[name][shape.name], shape.samples, args.rows, bias)
             found[name][shape.name]["drift_from_bf16_forward"] = measured
             print(name, shape.name, "drift", json.dumps(measured), flush=True)
-        print(f"{shape.name}: fp8 / bf16 generation tokens/s {ratio:.3f}", flush=True)
     args.json.write_text(json.dumps(found, indent=1))
     return 0
 

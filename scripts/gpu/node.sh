@@ -1269,6 +1269,42 @@ JSON
       grep -a -h -E "took|seconds|Loading|compile|graph|KV cache|Starting|startup|Error" \
         "$OUT/server-logs/$q/vllm-server.log" 2>/dev/null | cut -c1-220 | head -30
     done ;;
+  gen-paper)  # issue 46 goal 3's generation on ONE fresh GPU, call 3 of 4 in ONE message (call 1
+    # `bash infra/gpu-bundle/install.sh` carrying .gpu/site-train.tar.xz .gpu/site-core.tar.xz;
+    # call 2 the same carrying .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS; this one carrying
+    # .gpu/vllm.part-01; call 4 `gen-paper-collect`): the 8B shape's weights, then, detached, the
+    # stage's server (as --vllm-server-gpus starts it, the whole GPU) at the paper's lengths
+    # (~9,900-token prompts, 16 samples of 6,144 tokens each) with 1, 8, 4 and 2 prompts a batch
+    # in bf16 (16 to 128 sequences decoding at once: what one server GPU of a split generates a
+    # step), then 8 prompts in fp8; vLLM at INFO, its logs kept (its KV cache, where its start goes)
+    bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
+    rm -f "$NODE/gen-paper.rc"
+    setsid nohup bash scripts/gpu/node.sh gen-paper-chain </dev/null >"$NODE/gen-paper.out" 2>&1 &
+    wait_for "$NODE/gen-paper-bf16.rc" 585
+    echo "bf16 exit $(cat "$NODE/gen-paper-bf16.rc" 2>/dev/null || echo running) at $(elapsed) s"
+    grep -a -E "server up|\{|failed" "$NODE/gen-paper-bf16.log" | cut -c1-400 ;;
+  gen-paper-chain)  # (detached by gen-paper) bf16's four batches, then fp8's largest
+    paper=(--shape p16:1:16:9900:6144:ignore-eos --shape p128:8:16:9900:6144:ignore-eos
+      --shape p64:4:16:9900:6144:ignore-eos --shape p32:2:16:9900:6144:ignore-eos)
+    VLLM_LOGGING_LEVEL=INFO timeout 1100 python3 scripts/gpu/fp8_generation.py "$MODEL" \
+      --precisions bf16 --rows 0 "${paper[@]}" --json /root/gen-paper-bf16.json \
+      --log-dir /root/gen-paper-logs >"$NODE/gen-paper-bf16.log" 2>&1
+    echo $? >"$NODE/gen-paper-bf16.rc"
+    VLLM_LOGGING_LEVEL=INFO timeout 600 python3 scripts/gpu/fp8_generation.py "$MODEL" \
+      --precisions fp8 --rows 0 --shape p128:8:16:9900:6144:ignore-eos \
+      --json /root/gen-paper-fp8.json --log-dir /root/gen-paper-logs >"$NODE/gen-paper-fp8.log" 2>&1
+    echo $? >"$NODE/gen-paper.rc" ;;
+  gen-paper-collect)  # call 4 of 4: both JSONs, the logs, the servers' start and KV cache lines
+    wait_for "$NODE/gen-paper.rc" 585
+    echo "bf16 exit $(cat "$NODE/gen-paper-bf16.rc" 2>/dev/null), fp8 exit $(cat "$NODE/gen-paper.rc" 2>/dev/null || echo running) at $(elapsed) s"
+    cp /root/gen-paper-*.json "$NODE"/gen-paper-*.log "$OUT/" 2>/dev/null
+    grep -a -h -E "server up|\{|failed" "$NODE"/gen-paper-*.log | cut -c1-400
+    for q in bf16 fp8; do  # vLLM's start and its KV cache, with its clock
+      tail -c 200000 "/root/gen-paper-logs/$q/vllm-server.log" >"$OUT/vllm-server-$q.log" 2>/dev/null
+      grep -a -h -E "took|seconds|KV cache|concurrency|Starting|Error" \
+        "/root/gen-paper-logs/$q/vllm-server.log" 2>/dev/null | cut -c1-220 | head -30
+    done ;;
   g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
     # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token
     # statements, 8 prompts x 16 samples a step (128 completions: 32 a GPU, where the measured

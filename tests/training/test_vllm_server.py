@@ -482,23 +482,57 @@ def _state_after(pid: int, within_s: float) -> str:
         return "gone"
 
 
-def test_the_fp8_script_measures_drift_from_the_trainers_probabilities(tmp_path):
-    """scripts/gpu/fp8_generation.py's measure on CPU, with the tiny model: a sampler that is
-    the model itself (its log-probabilities of completions it drew) shows no drift; one whose
-    every token is 0.5 nats more sure shows 0.5 a token, completions weighed by exp(-0.5 x their
-    length), and TRL's sequence_mask bound read from TRL's own config."""
+def _fp8_script():
+    """scripts/gpu/fp8_generation.py as a module."""
     import importlib.util
-
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from engines.tiny import build_tiny_model
 
     script = Path(__file__).resolve().parents[2] / "scripts" / "gpu" / "fp8_generation.py"
     spec = importlib.util.spec_from_file_location("fp8_generation", script)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclass resolves its annotations there
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_generation_script_reads_what_a_batch_made_vllm_do():
+    """Per batch, the script reports vLLM's own counters from /metrics: preemptions (the KV
+    cache full) and the prefix cache's hit share, each series summed over its engines' labels,
+    as the difference across the batch; a server without /metrics leaves them out."""
+    module = _fp8_script()
+    exposition = "\n".join(
+        [
+            "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+            "# TYPE vllm:num_preemptions_total counter",
+            'vllm:num_preemptions_total{engine="0",model_name="m"} 3.0',
+            'vllm:num_preemptions_total{engine="1",model_name="m"} 2.0',
+            'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1000.0',
+            'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 250.0',
+            "vllm:num_preemptions_created 1.7e9",  # another series of that name's prefix
+        ]
+    )
+    before = module.metric_totals(exposition)
+    assert before == {
+        "preemptions": 5.0,
+        "prefix_cache_queries": 1000.0,
+        "prefix_cache_hits": 250.0,
+    }
+    after = {"preemptions": 9.0, "prefix_cache_queries": 17000.0, "prefix_cache_hits": 15250.0}
+    assert module.counted(before, after) == {"preemptions": 4, "prefix_cache_hit_share": 0.938}
+    assert module.counted({}, {}) == {}
+    assert module.counters("http://127.0.0.1:9") == {}  # nothing listening
+
+
+def test_the_fp8_script_measures_drift_from_the_trainers_probabilities(tmp_path):
+    """scripts/gpu/fp8_generation.py's measure on CPU, with the tiny model: a sampler that is
+    the model itself (its log-probabilities of completions it drew) shows no drift; one whose
+    every token is 0.5 nats more sure shows 0.5 a token, completions weighed by exp(-0.5 x their
+    length), and TRL's sequence_mask bound read from TRL's own config."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from engines.tiny import build_tiny_model
+
+    module = _fp8_script()
     model_dir = build_tiny_model(tmp_path / "tiny", seed=0)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     prompts = module.prompts_of(1024, 2, 6)
