@@ -229,9 +229,9 @@ def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_passes_args(parser: argparse.ArgumentParser) -> None:
-    """--packing, --share-prompts, --async, --vllm-server-gpus and --fp8-generation: how GRPO's
-    steps run (training.packing, share_prompts, async_generation, vllm_server_gpus,
-    fp8_generation)."""
+    """--packing, --share-prompts, --async, --vllm-server-gpus, --fp8-generation and
+    --fp8-kv-cache: how GRPO's steps run (training.packing, share_prompts, async_generation,
+    vllm_server_gpus, fp8_generation, fp8_kv_cache)."""
     parser.add_argument(
         "--packing",
         action="store_true",
@@ -269,11 +269,19 @@ def add_passes_args(parser: argparse.ArgumentParser) -> None:
         "redone at each weight update; GPUs of compute capability 8.9+), the trainer's passes "
         "unchanged, TRL's importance-sampling correction on (a different update: off by default)",
     )
+    parser.add_argument(
+        "--fp8-kv-cache",
+        dest="fp8_kv_cache",
+        action="store_true",
+        help="with --vllm-server-gpus: that server keeps its KV cache in fp8 (half the bytes a "
+        "decode step reads at long contexts, twice the tokens cached; GPUs of compute "
+        "capability 8.9+), TRL's importance-sampling correction on (off by default)",
+    )
 
 
 def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
-    """Put --packing / --share-prompts / --async / --vllm-server-gpus / --fp8-generation into the
-    training values (over a --config file's)."""
+    """Put --packing / --share-prompts / --async / --vllm-server-gpus / --fp8-generation /
+    --fp8-kv-cache into the training values (over a --config file's)."""
     if args.packing or args.share_prompts:
         training["packing"] = True
     if args.share_prompts:
@@ -284,6 +292,8 @@ def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
         training["vllm_server_gpus"] = args.vllm_server_gpus
     if args.fp8_generation:
         training["fp8_generation"] = True
+    if args.fp8_kv_cache:
+        training["fp8_kv_cache"] = True
 
 
 def report_to(args: argparse.Namespace) -> list[str] | None:

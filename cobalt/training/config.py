@@ -224,8 +224,8 @@ class TrainingConfig(BaseModel):
         None,
         description="TRL's importance-sampling correction between vLLM's and the trainer's "
         "probabilities (sequence_mask: sequences with a ratio above 3 get no gradient). None: "
-        "on with fp8_generation (the sampler's probabilities are the quantized model's), else "
-        "off (the recipe has none).",
+        "on with fp8_generation or fp8_kv_cache (the sampler's probabilities are the quantized "
+        "model's), else off (the recipe has none).",
     )
     report_to: list[str] = Field(
         default_factory=lambda: ["tensorboard"],
@@ -360,6 +360,15 @@ class TrainingConfig(BaseModel):
         "compute capability 8.9+ (Ada, Hopper). Turns on vllm_is_correction unless it is set, "
         "per token and capped (TRL's token_truncate; --set vllm_importance_sampling_mode=...).",
     )
+    fp8_kv_cache: bool = Field(
+        False,
+        description="vLLM's KV cache in fp8 (--fp8-kv-cache: keys and values stored in float8, "
+        "half the bytes a decode step reads and twice the tokens the cache holds; at long "
+        "contexts reading them is most of a step), off by default. On a vLLM server only: the "
+        "stage's own (vllm_server_gpus) is started with `--kv-cache-dtype fp8`; a server of "
+        "yours (vllm_server_base_url) must be. Needs GPUs of compute capability 8.9+. Turns on "
+        "vllm_is_correction as fp8_generation does.",
+    )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
         description="What FSDP gathers each layer as under mixed precision: float32 (its master "
@@ -460,6 +469,13 @@ class TrainingConfig(BaseModel):
                 "training.fp8_generation quantizes a vLLM server's model (TRL's colocated engine "
                 "has no quantization setting): add --vllm-server-gpus K (the stage's own server, "
                 "started in fp8), or name yours started with --quantization fp8 "
+                "(vllm_server_base_url)"
+            )
+        if self.fp8_kv_cache and not (self.vllm_server_gpus or self.vllm_server_base_url):
+            raise ValueError(
+                "training.fp8_kv_cache stores a vLLM server's KV cache in fp8 (TRL's colocated "
+                "engine has no KV cache setting): add --vllm-server-gpus K (the stage's own "
+                "server, started with --kv-cache-dtype fp8), or name yours started so "
                 "(vllm_server_base_url)"
             )
         if self.async_generation and self.overrides.get("vllm_enable_sleep_mode"):
@@ -703,7 +719,7 @@ class TrainingConfig(BaseModel):
             }
         if kwargs.get("use_vllm"):
             kwargs.setdefault("vllm_importance_sampling_correction", self.is_correction())
-            if self.fp8_generation:
+            if self.fp8_sampler():
                 # per token, capped: fp8's samples drift from the trainer's probabilities at
                 # every token, so TRL's default product over a sequence (sequence_mask) weighs
                 # a whole completion by exp(-14) at ~200 tokens (docs/SCALING.md, fp8)
@@ -739,9 +755,14 @@ class TrainingConfig(BaseModel):
             "gradient_accumulation_steps": step // n // micro,
         }
 
+    def fp8_sampler(self) -> bool:
+        """The sampler computes in fp8 somewhere (its weights, its KV cache): it is not the
+        model the trainer computes."""
+        return self.fp8_generation or self.fp8_kv_cache
+
     def is_correction(self) -> bool:
         """vllm_is_correction as set, else on exactly when the sampler is quantized (fp8)."""
-        return self.fp8_generation if self.vllm_is_correction is None else self.vllm_is_correction
+        return self.fp8_sampler() if self.vllm_is_correction is None else self.vllm_is_correction
 
     def _check_own_server(self) -> None:
         """vllm_server_gpus: a server of the stage's own, on this machine, for GRPO."""
@@ -770,7 +791,9 @@ class TrainingConfig(BaseModel):
         this model (`engines.auto.choose`: its size, vLLM installed, a GPU), else transformers.
         `parameters` stands for a model not built yet."""
         if self.vllm_server_gpus:
-            precision = " in fp8" if self.fp8_generation else ""
+            precision = (" in fp8" if self.fp8_generation else "") + (
+                " (KV cache in fp8)" if self.fp8_kv_cache else ""
+            )
             return (
                 "vllm_server",
                 f"a vLLM server{precision} on {self.vllm_server_gpus} GPU(s) of its own",

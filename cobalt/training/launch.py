@@ -214,6 +214,7 @@ def launch(job: Job, logger: Logger = log) -> Result:
         work,
         max_model_len=kwargs.get("vllm_max_model_length"),
         quantization="fp8" if job.config.fp8_generation else None,
+        kv_cache_dtype="fp8" if job.config.fp8_kv_cache else None,
         wait=False,
     ) as server:
         # the processes see a server at a URL (TRL's server mode), its weight group on a port

@@ -79,6 +79,7 @@ class TrainingPlan(BaseModel):
     vllm_share: float | None = None  # a colocated, sleeping vLLM's gpu_memory_utilization
     server_gpus: int = 0  # a vLLM server the launch starts on the GPUs after the processes'
     fp8_generation: bool = False  # that server (or the user's) samples in fp8
+    fp8_kv_cache: bool = False  # that server (or the user's) keeps its KV cache in fp8
     importance_sampling: str | None = None  # TRL's correction of vLLM's samples: its mode, if on
     host_bytes_needed: int | None = None  # every process loading its copies at once
     host_bytes_free: int = 0
@@ -95,6 +96,12 @@ class TrainingPlan(BaseModel):
         if self.sharding == "hybrid":
             return self.per_node
         return self.processes if self.sharding in SHARDED else 1
+
+    def fp8_what(self) -> str:
+        """What the sampler computes in fp8, in the plan's words."""
+        parts = ["sampling in fp8 (vLLM's online quantization)"] if self.fp8_generation else []
+        parts += ["keys and values cached in fp8"] if self.fp8_kv_cache else []
+        return ", ".join(parts)
 
     def describe(self) -> str:
         where = f"{self.processes} process{'es' if self.processes > 1 else ''}"
@@ -132,9 +139,9 @@ class TrainingPlan(BaseModel):
                 else ""
             )
             + (
-                ", sampling in fp8 (vLLM's online quantization; importance-sampling correction "
-                f"{self.importance_sampling or 'off'})"
-                if self.fp8_generation
+                f", {self.fp8_what()}; importance-sampling correction "
+                f"{self.importance_sampling or 'off'}"
+                if self.fp8_generation or self.fp8_kv_cache
                 else ""
             )
             if self.generation != "none"
@@ -206,6 +213,7 @@ def plan_training(
         one_step_off=config.async_generation,
         server_gpus=config.vllm_server_gpus,
         fp8_generation=config.fp8_generation,
+        fp8_kv_cache=config.fp8_kv_cache,
         importance_sampling=(kwargs or {}).get("vllm_importance_sampling_mode", "sequence_mask")
         if (kwargs or {}).get("vllm_importance_sampling_correction")
         else None,
@@ -329,12 +337,13 @@ def check_processes(
             "training.vllm_server_gpus: a vLLM server needs GPUs and this machine has none; "
             "drop --vllm-server-gpus"
         )
-    if server and config.fp8_generation and capability < FP8_CAPABILITY:
-        raise ShardingError(
-            f"training.fp8_generation: vLLM's fp8 needs GPUs of compute capability "
-            f"{'.'.join(map(str, FP8_CAPABILITY))} or more (Ada, Hopper); this machine's is "
-            f"{'.'.join(map(str, capability))}: drop --fp8-generation"
-        )
+    for field, flag in (("fp8_generation", "--fp8-generation"), ("fp8_kv_cache", "--fp8-kv-cache")):
+        if server and getattr(config, field) and capability < FP8_CAPABILITY:
+            raise ShardingError(
+                f"training.{field}: vLLM's fp8 needs GPUs of compute capability "
+                f"{'.'.join(map(str, FP8_CAPABILITY))} or more (Ada, Hopper); this machine's "
+                f"is {'.'.join(map(str, capability))}: drop {flag}"
+            )
     sharding = resolve_sharding(config, gpus)
     if sharding in SHARDED and config.world() == 1:
         raise ShardingError(

@@ -96,6 +96,7 @@ _OTHER_MODES = (
         "vllm_server_base_url",
         "vllm_server_gpus",
         "fp8_generation",
+        "fp8_kv_cache",
         "max_prompt_length",
         "report_to",
         "reward",

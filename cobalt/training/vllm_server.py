@@ -56,12 +56,15 @@ def server_command(
     gpus: int,
     max_model_len: int | None = None,
     quantization: str | None = None,
+    kv_cache_dtype: str | None = None,
 ) -> list[str]:
     """`trl vllm-serve`'s command line (TRL's builder) for `model` on `gpus` GPUs (one engine
     each), on 127.0.0.1:`port`, prefix caching on (a prompt's samples share its KV cache),
     sampling defaults vLLM's own rather than the model's generation_config.json; `quantization`
     ('fp8'): vLLM's online quantization of the model it loads, redone by vLLM's weight transfer
-    at each update (it reloads the sent weights layer by layer and quantizes them again)."""
+    at each update (it reloads the sent weights layer by layer and quantizes them again);
+    `kv_cache_dtype` ('fp8'): the keys and values it caches stored in that type (None: the
+    model's)."""
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
     arguments = ScriptArguments(
@@ -72,6 +75,7 @@ def server_command(
         max_model_len=max_model_len,
         enable_prefix_caching=True,
         log_level="warning",
+        kv_cache_dtype=kv_cache_dtype or "auto",
     )
     # the sampling defaults vLLM's own, as in the colocated engine's explicit SamplingParams
     # (else the model's generation_config.json fills any field a request leaves out)
@@ -137,6 +141,7 @@ def generation_server(
     *,
     max_model_len: int | None = None,
     quantization: str | None = None,
+    kv_cache_dtype: str | None = None,
     timeout_s: float = START_TIMEOUT_S,
     wait: bool = True,
     command: Callable[[int], list[str]] | None = None,
@@ -149,7 +154,7 @@ def generation_server(
     argv = (
         command(port)
         if command
-        else server_command(model, port, len(gpus), max_model_len, quantization)
+        else server_command(model, port, len(gpus), max_model_len, quantization, kv_cache_dtype)
     )
     log_path = Path(log_dir) / "vllm-server.log"
     with running(argv, log_path, server_env(dict(os.environ), gpus)) as proc:

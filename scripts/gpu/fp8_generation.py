@@ -1,16 +1,18 @@
-"""GRPO's generation in bf16 against fp8 (`--fp8-generation`) on the training stage's own vLLM
-server, on one GPU: what fp8 gains the GPU that generates in the split (`--vllm-server-gpus`),
-and how far its samples' probabilities drift from the model the trainer computes (what TRL's
-importance-sampling correction weighs, and what its default `sequence_mask` drops).
+"""GRPO's generation in bf16 against fp8 (`--fp8-generation`: the weights; `--fp8-kv-cache`: the
+KV cache) on the training stage's own vLLM server, on one GPU: what fp8 gains the GPU that
+generates in the split (`--vllm-server-gpus`), and how far its samples' probabilities drift from
+the model the trainer computes (what TRL's importance-sampling correction weighs, and what its
+default `sequence_mask` drops).
 
 For each precision the stage's server is started as the stage starts it
-(`cobalt.training.vllm_server.generation_server`, `quantization="fp8"` or none) on GPU 0, asked
-for the batch through TRL's `VLLMClient.generate` (what each training process calls), once to
-warm up and once timed. Then, the server stopped, the model is loaded in bf16 and the sampled
-tokens' log-probabilities are recomputed (the sampling's logit bias added, temperature 1): per
-token |trainer - sampler|, and per sequence exp(sum of the differences), the ratio TRL's
-`sequence_mask` keeps only within [clip_min, clip_max] (TRL's defaults). The bf16 server is the
-yardstick: vLLM in bf16 already differs from a transformers forward by its kernels' rounding.
+(`cobalt.training.vllm_server.generation_server`: `quantization="fp8"` for fp8, the KV cache in
+fp8 for fp8-kv, neither for bf16) on GPU 0, asked for the batch through TRL's
+`VLLMClient.generate` (what each training process calls), once to warm up and once timed. Then,
+the server stopped, the model is loaded in bf16 and the sampled tokens' log-probabilities are
+recomputed (the sampling's logit bias added, temperature 1): per token |trainer - sampler|, and
+per sequence exp(sum of the differences), the ratio TRL's `sequence_mask` keeps only within
+[clip_min, clip_max] (TRL's defaults). The bf16 server is the yardstick: vLLM in bf16 already
+differs from a transformers forward by its kernels' rounding.
 
     python scripts/gpu/fp8_generation.py /root/model-8b \\
         --shape verl:270:5:147:1024:/root/model-8b/eos_calibration.json \\
@@ -49,9 +51,16 @@ def prompts_of(vocab: int, count: int, tokens: int, seed: int = 0) -> list[list[
     return [[draw.randrange(100, vocab - 1) for _ in range(tokens)] for _ in range(count)]
 
 
-def sample(model: Path, quantization: str | None, shapes: list[Shape], log_dir: Path | None = None):
-    """Each shape's timed batch from one server of the stage's in `quantization` (None: the
-    model's own precision); the server's log kept under `log_dir`/PRECISION if given."""
+PRECISIONS = {  # name: (the server's --quantization, its --kv-cache-dtype)
+    "bf16": (None, None),
+    "fp8": ("fp8", None),  # --fp8-generation
+    "fp8-kv": (None, "fp8"),  # --fp8-kv-cache
+}
+
+
+def sample(model: Path, precision: str, shapes: list[Shape], log_dir: Path | None = None):
+    """Each shape's timed batch from one server of the stage's in `precision` (a name of
+    PRECISIONS); the server's log kept under `log_dir`/PRECISION if given."""
     from trl.generation.vllm_client import VLLMClient
 
     from cobalt.training.vllm_server import generation_server
@@ -65,14 +74,15 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape], log_dir: 
         generation_server(
             model,
             ["0"],
-            kept(log_dir, quantization or "bf16") or scratch,
+            kept(log_dir, precision) or scratch,
             max_model_len=context,
-            quantization=quantization,
+            quantization=PRECISIONS[precision][0],
+            kv_cache_dtype=PRECISIONS[precision][1],
             timeout_s=900,
         ) as server,
     ):
         found["server_start_s"] = round(time.monotonic() - started, 1)  # until /health answers
-        print(quantization or "bf16", "server up in", found["server_start_s"], "s", flush=True)
+        print(precision, "server up in", found["server_start_s"], "s", flush=True)
         client = VLLMClient(base_url=server.url, connection_timeout=60)
         for shape in shapes:
             ask = dict(n=shape.samples, temperature=1.0, max_tokens=shape.max_tokens)
@@ -95,7 +105,7 @@ def sample(model: Path, quantization: str | None, shapes: list[Shape], log_dir: 
                 **counted(before, counters(server.url)),
             }
             outs[shape.name] = out
-            print(quantization or "bf16", shape.name, json.dumps(found[shape.name]), flush=True)
+            print(precision, shape.name, json.dumps(found[shape.name]), flush=True)
     return found, outs
 
 
@@ -259,9 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--precisions",
         nargs="+",
-        choices=["bf16", "fp8"],
+        choices=list(PRECISIONS),
         default=["bf16", "fp8"],
-        help="the servers to start, in this order (the comparison and drift need both)",
+        help="the servers to start, in this order: bf16, fp8 (weights, --fp8-generation), "
+        "fp8-kv (the KV cache, --fp8-kv-cache); each other one is compared with bf16's speed",
     )
     parser.add_argument("--log-dir", type=Path, help="keep each server's log under DIR/PRECISION")
     args = parser.parse_args(argv)
@@ -271,25 +282,24 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     outs = {}
     for name in args.precisions:
-        quantization = None if name == "bf16" else name
         try:
-            found[name], outs[name] = sample(args.model, quantization, shapes, args.log_dir)
+            found[name], outs[name] = sample(args.model, name, shapes, args.log_dir)
         except Exception as exc:  # the other precision's figures still land in the JSON
             found[name] = {"error": str(exc)[-4000:]}
             args.json.write_text(json.dumps(found, indent=1))
             print(name, "failed:", str(exc)[-4000:], flush=True)
             return 1
-    args.json.write_text(json.dumps(found, indent=1))
-    if set(args.precisions) != {"bf16", "fp8"}:
-        return 0
-    for shape in shapes:
-        ratio = found["fp8"][shape.name]["tokens_per_s"] / found["bf16"][shape.name]["tokens_per_s"]
-        found[f"{shape.name}_fp8_vs_bf16"] = round(ratio, 3)
-        print(f"{shape.name}: fp8 / bf16 generation tokens/s {ratio:.3f}", flush=True)
+    for name in args.precisions if "bf16" in args.precisions else []:
+        for shape in shapes if name != "bf16" else []:
+            ratio = (
+                found[name][shape.name]["tokens_per_s"] / found["bf16"][shape.name]["tokens_per_s"]
+            )
+            found[f"{shape.name}_{name}_vs_bf16"] = round(ratio, 3)
+            print(f"{shape.name}: {name} / bf16 generation tokens/s {ratio:.3f}", flush=True)
     args.json.write_text(json.dumps(found, indent=1))
     for shape in shapes if args.rows > 0 else []:
         bias = {int(k): float(v) for k, v in (shape.kwargs.get("logit_bias") or {}).items()}
-        for name in ("bf16", "fp8"):
+        for name in args.precisions:
             measured = drift(args.model, outs[name][shape.name], shape.samples, args.rows, bias)
             found[name][shape.name]["drift_from_bf16_forward"] = measured
             print(name, shape.name, "drift", json.dumps(measured), flush=True)

@@ -154,6 +154,10 @@
 # 0.4 and 312 s: fp8 server up in 140 s, bf16 in 101 s); then, on a fresh machine, paper1 (102
 # s: 8B weights 42 s, the paper set's data 94 s), the install call, paper1-train (431 s: the
 # shared run 354 s of stage), paper1-collect (392 s): 1,505 of the 1,800 device s.
+# 2026-12-02 (third session), one H200, one message: the two install calls (5 and 0.4 s),
+# gen-paper (590 s: weights 60 s, the bf16 server up in 143 s, 1 x 16 in 65.5 s), gen-paper-collect
+# twice (586 s, 216 s): 1,467 of the 1,800 device s. Next on one GPU: GEN_KV=1 gen-paper (the KV
+# cache in fp8 at the paper's lengths), and fp8-rewards with PRECISIONS=fp8-kv after mem-shared.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -1205,10 +1209,12 @@ JSON
     # --fp8-generation runs), each evaluated through the product's trajectories flow (the
     # pipeline's evaluation protocol and tiny preset on the embedded default's test problems, 32
     # samples a problem, LiteLLM to the server)
-    # (PRECISIONS="bf16" then "fp8": one a call, where two in one call ran 593 of its 600 s)
+    # (PRECISIONS="bf16" then "fp8": one a call, where two in one call ran 593 of its 600 s;
+    # PRECISIONS=fp8-kv: the KV cache in fp8, what a user's server for --fp8-kv-cache runs)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
     for q in ${PRECISIONS:-bf16 fp8}; do
       quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
+      [ "$q" = fp8-kv ] && quant=(--kv-cache-dtype fp8)  # --fp8-kv-cache's server
       setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
         --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 2048 --enforce-eager \
         --gpu-memory-utilization 0.3 --seed 0 "${quant[@]}" >"$NODE/serve-$q.log" 2>&1 </dev/null &
@@ -1276,34 +1282,42 @@ JSON
     # stage's server (as --vllm-server-gpus starts it, the whole GPU) at the paper's lengths
     # (~9,900-token prompts, 16 samples of 6,144 tokens each) with 1, 8, 4 and 2 prompts a batch
     # in bf16 (16 to 128 sequences decoding at once: what one server GPU of a split generates a
-    # step), then 8 prompts in fp8; vLLM at INFO, its logs kept (its KV cache, where its start goes)
+    # step), then 8 prompts in fp8; vLLM at INFO, its logs kept (its KV cache, where its start
+    # goes). GEN_KV=1: the KV cache in fp8 (--fp8-kv-cache) with 1 and 8 prompts, then bf16's 1
+    # again on the same machine (bf16's 8 measured 2026-12-02: 326.2 s)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
-    rm -f "$NODE/gen-paper.rc"
+    rm -f "$NODE"/gen-paper*.rc
     setsid nohup bash scripts/gpu/node.sh gen-paper-chain </dev/null >"$NODE/gen-paper.out" 2>&1 &
-    wait_for "$NODE/gen-paper-bf16.rc" 585
-    echo "bf16 exit $(cat "$NODE/gen-paper-bf16.rc" 2>/dev/null || echo running) at $(elapsed) s"
-    grep -a -E "server up|\{|failed" "$NODE/gen-paper-bf16.log" | cut -c1-400 ;;
-  gen-paper-chain)  # (detached by gen-paper) bf16's four batches, then fp8's largest
-    paper=(--shape p16:1:16:9900:6144:ignore-eos --shape p128:8:16:9900:6144:ignore-eos
-      --shape p64:4:16:9900:6144:ignore-eos --shape p32:2:16:9900:6144:ignore-eos)
+    wait_for "$NODE/gen-paper-first.rc" 585
+    echo "first exit $(cat "$NODE/gen-paper-first.rc" 2>/dev/null || echo running) at $(elapsed) s"
+    grep -a -h -E "server up|\{|failed" "$NODE"/gen-paper-*.log | cut -c1-400 ;;
+  gen-paper-chain)  # (detached by gen-paper) the first server's batches, then the second's
+    p16=p16:1:16:9900:6144:ignore-eos p128=p128:8:16:9900:6144:ignore-eos
+    if [ "${GEN_KV:-0}" = 1 ]; then
+      first=(fp8-kv --shape "$p16" --shape "$p128") second=(bf16 --shape "$p16")
+    else
+      first=(bf16 --shape "$p16" --shape "$p128" --shape p64:4:16:9900:6144:ignore-eos
+        --shape p32:2:16:9900:6144:ignore-eos) second=(fp8 --shape "$p128")
+    fi
     VLLM_LOGGING_LEVEL=INFO timeout 1100 python3 scripts/gpu/fp8_generation.py "$MODEL" \
-      --precisions bf16 --rows 0 "${paper[@]}" --json /root/gen-paper-bf16.json \
-      --log-dir /root/gen-paper-logs >"$NODE/gen-paper-bf16.log" 2>&1
-    echo $? >"$NODE/gen-paper-bf16.rc"
+      --rows 0 --precisions "${first[@]}" --json "/root/gen-paper-${first[0]}.json" \
+      --log-dir /root/gen-paper-logs >"$NODE/gen-paper-${first[0]}.log" 2>&1
+    echo $? >"$NODE/gen-paper-first.rc"
     VLLM_LOGGING_LEVEL=INFO timeout 600 python3 scripts/gpu/fp8_generation.py "$MODEL" \
-      --precisions fp8 --rows 0 --shape p128:8:16:9900:6144:ignore-eos \
-      --json /root/gen-paper-fp8.json --log-dir /root/gen-paper-logs >"$NODE/gen-paper-fp8.log" 2>&1
+      --rows 0 --precisions "${second[@]}" --json "/root/gen-paper-${second[0]}.json" \
+      --log-dir /root/gen-paper-logs >"$NODE/gen-paper-${second[0]}.log" 2>&1
     echo $? >"$NODE/gen-paper.rc" ;;
   gen-paper-collect)  # call 4 of 4: both JSONs, the logs, the servers' start and KV cache lines
     wait_for "$NODE/gen-paper.rc" 585
-    echo "bf16 exit $(cat "$NODE/gen-paper-bf16.rc" 2>/dev/null), fp8 exit $(cat "$NODE/gen-paper.rc" 2>/dev/null || echo running) at $(elapsed) s"
+    echo "first exit $(cat "$NODE/gen-paper-first.rc" 2>/dev/null), second exit $(cat "$NODE/gen-paper.rc" 2>/dev/null || echo running) at $(elapsed) s"
     cp /root/gen-paper-*.json "$NODE"/gen-paper-*.log "$OUT/" 2>/dev/null
     grep -a -h -E "server up|\{|failed" "$NODE"/gen-paper-*.log | cut -c1-400
-    for q in bf16 fp8; do  # vLLM's start and its KV cache, with its clock
-      tail -c 200000 "/root/gen-paper-logs/$q/vllm-server.log" >"$OUT/vllm-server-$q.log" 2>/dev/null
+    for q in bf16 fp8 fp8-kv; do  # vLLM's start and its KV cache, with its clock
+      [ -f "/root/gen-paper-logs/$q/vllm-server.log" ] || continue
+      tail -c 200000 "/root/gen-paper-logs/$q/vllm-server.log" >"$OUT/vllm-server-$q.log"
       grep -a -h -E "took|seconds|KV cache|concurrency|Starting|Error" \
-        "/root/gen-paper-logs/$q/vllm-server.log" 2>/dev/null | cut -c1-220 | head -30
+        "/root/gen-paper-logs/$q/vllm-server.log" | grep -v loggers.py | cut -c1-220 | head -30
     done ;;
   g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
     # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token

@@ -62,6 +62,10 @@ def test_the_server_runs_as_trl_serves_it_on_its_own_gpus():
     assert "--quantization" not in command  # the model's own precision unless asked
     fp8 = server_command("/models/qwen", 8123, 1, quantization="fp8")
     assert fp8[fp8.index("--quantization") + 1] == "fp8"
+    assert command[command.index("--kv-cache-dtype") + 1] == "auto"  # the model's dtype
+    fp8_kv = server_command("/models/qwen", 8123, 1, kv_cache_dtype="fp8")
+    assert fp8_kv[fp8_kv.index("--kv-cache-dtype") + 1] == "fp8"
+    assert "--quantization" not in fp8_kv  # the weights stay as they are
     env = server_env({"CUDA_VISIBLE_DEVICES": "0,1,2,3", "HOME": "/root"}, ["2", "3"])
     assert env["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert env["VLLM_SERVER_DEV_MODE"] == "1"  # the weight-transfer endpoints
@@ -140,14 +144,47 @@ def test_fp8_generation_is_a_servers_and_turns_on_the_importance_sampling_correc
     hopper = Machine(2, 141 * GIB, "NVIDIA H200", 512 * GIB, 32, gpu_capability=(9, 0))
     text = plan_training(own, None, hopper).describe()
     assert (
-        "sampling in fp8 (vLLM's online quantization; importance-sampling correction "
-        "token_truncate)" in text
+        "sampling in fp8 (vLLM's online quantization); importance-sampling correction "
+        "token_truncate" in text
     )
     assert "fp8" not in plan_training(bf16, None, hopper).describe()
     ampere = Machine(2, 80 * GIB, "NVIDIA A100", 512 * GIB, 32, gpu_capability=(8, 0))
     with pytest.raises(ShardingError, match=r"capability 8\.9 or more .* is 8\.0: drop --fp8"):
         plan_training(own, None, ampere)
     plan_training(bf16, None, ampere)  # bf16 sampling runs there
+
+
+def test_an_fp8_kv_cache_is_a_servers_and_turns_on_the_importance_sampling_correction(
+    monkeypatch,
+):
+    """The KV cache in fp8 is a vLLM server's setting (the stage's own started with
+    --kv-cache-dtype fp8, or the user's); refused colocated (TRL's engine has no such setting)
+    and on GPUs without fp8 kernels, before any work. Its samples are not the trainer's model
+    either, so the correction comes on as with fp8 weights; the plan line says what is fp8."""
+    monkeypatch.setattr(training_config, "vllm_available", lambda: True)
+    paper = {"preset": "paper", "mode": "single_turn", "lora": {}}
+    with pytest.raises(ValidationError, match=r"has no KV cache setting.*add --vllm-server-gpus"):
+        TrainingConfig(**paper, fp8_kv_cache=True)
+    own = TrainingConfig(**paper, vllm_server_gpus=1, fp8_kv_cache=True)
+    kwargs = own.grpo_kwargs("out", None, 2)
+    assert kwargs["vllm_importance_sampling_correction"] is True
+    assert kwargs["vllm_importance_sampling_mode"] == "token_truncate"
+    yours = TrainingConfig(
+        **paper, generation="vllm_server", vllm_server_base_url="http://h:8000", fp8_kv_cache=True
+    )
+    assert yours.grpo_kwargs("out")["vllm_importance_sampling_correction"] is True
+    hopper = Machine(2, 141 * GIB, "NVIDIA H200", 512 * GIB, 32, gpu_capability=(9, 0))
+    text = plan_training(own, None, hopper).describe()
+    assert "keys and values cached in fp8; importance-sampling correction token_truncate" in text
+    assert "online quantization" not in text  # the weights are not quantized
+    both = own.model_copy(update={"fp8_generation": True})
+    assert (
+        "sampling in fp8 (vLLM's online quantization), keys and values cached in fp8"
+        in plan_training(both, None, hopper).describe()
+    )
+    ampere = Machine(2, 80 * GIB, "NVIDIA A100", 512 * GIB, 32, gpu_capability=(8, 0))
+    with pytest.raises(ShardingError, match=r"fp8_kv_cache: .* is 8\.0: drop --fp8-kv-cache"):
+        plan_training(own, None, ampere)
 
 
 def test_fp8_generation_is_a_flag_of_the_training_and_pipeline_flows(monkeypatch):
@@ -159,6 +196,10 @@ def test_fp8_generation_is_a_flag_of_the_training_and_pipeline_flows(monkeypatch
     assert training_params(argv).training.fp8_generation is True
     assert pipeline_params(argv).training.fp8_generation is True
     assert training_params(argv[:2]).training.fp8_generation is False
+    kv = ["--vllm-server-gpus", "1", "--fp8-kv-cache"]
+    assert training_params(kv).training.fp8_kv_cache is True
+    assert pipeline_params(kv).training.fp8_kv_cache is True
+    assert training_params(kv[:2]).training.fp8_kv_cache is False
 
 
 def _health_server(root: Path):
