@@ -1292,6 +1292,19 @@ JSON
     wait_for "$NODE/gen-paper-first.rc" 585
     echo "first exit $(cat "$NODE/gen-paper-first.rc" 2>/dev/null || echo running) at $(elapsed) s"
     grep -a -h -E "server up|\{|failed" "$NODE"/gen-paper-*.log | cut -c1-400 ;;
+  gen-kv-quick)  # call 3 of 3 on a fresh GPU with little device time (carry .gpu/vllm.part-01,
+    # after the two install calls): the 8B weights, then the stage's server with its KV cache in
+    # fp8 (--fp8-kv-cache) for one batch of 1 x 16 at the paper's lengths (bf16's: 65.5 s on
+    # 2026-12-02), its log in $OUT as it goes: whether the bundle's vLLM runs an fp8 KV cache,
+    # the tokens it caches, and the batch's time if the call lasts
+    bash infra/gpu-bundle/install.sh >/dev/null
+    build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
+    VLLM_LOGGING_LEVEL=INFO timeout "${BOUND:-220}" python3 scripts/gpu/fp8_generation.py "$MODEL" \
+      --rows 0 --precisions fp8-kv --shape p16:1:16:9900:6144:ignore-eos \
+      --json "$OUT/gen_kv_quick.json" --log-dir "$OUT/server-logs" >"$OUT/gen-kv-quick.log" 2>&1
+    echo "exit $? at $(elapsed) s"; grep -a -E "server up|\{|failed" "$OUT/gen-kv-quick.log" | cut -c1-400
+    grep -a -h -E "KV cache|concurrency|took|Error|fp8" "$OUT/server-logs/fp8-kv/vllm-server.log" \
+      2>/dev/null | grep -v loggers.py | cut -c1-220 | head -20 ;;
   gen-paper-chain)  # (detached by gen-paper) the first server's batches, then the second's
     p16=p16:1:16:9900:6144:ignore-eos p128=p128:8:16:9900:6144:ignore-eos
     if [ "${GEN_KV:-0}" = 1 ]; then
