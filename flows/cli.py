@@ -273,9 +273,9 @@ def add_passes_args(parser: argparse.ArgumentParser) -> None:
         "--fp8-kv-cache",
         dest="fp8_kv_cache",
         action="store_true",
-        help="with --vllm-server-gpus: that server keeps its KV cache in fp8 (half the bytes a "
-        "decode step reads at long contexts, twice the tokens cached; GPUs of compute "
-        "capability 8.9+), TRL's importance-sampling correction on (off by default)",
+        help="with --vllm-server-gpus: that server keeps its KV cache in fp8 (twice the "
+        "tokens it caches; GPUs of compute capability 8.9+), TRL's importance-sampling "
+        "correction on (off by default)",
     )
 
 

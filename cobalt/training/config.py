@@ -363,11 +363,10 @@ class TrainingConfig(BaseModel):
     fp8_kv_cache: bool = Field(
         False,
         description="vLLM's KV cache in fp8 (--fp8-kv-cache: keys and values stored in float8, "
-        "half the bytes a decode step reads and twice the tokens the cache holds; at long "
-        "contexts reading them is most of a step), off by default. On a vLLM server only: the "
-        "stage's own (vllm_server_gpus) is started with `--kv-cache-dtype fp8`; a server of "
-        "yours (vllm_server_base_url) must be. Needs GPUs of compute capability 8.9+. Turns on "
-        "vllm_is_correction as fp8_generation does.",
+        "half their bytes and twice the tokens the cache holds), off by default. On a vLLM "
+        "server only: the stage's own (vllm_server_gpus) is started with `--kv-cache-dtype "
+        "fp8`; a server of yours (vllm_server_base_url) must be. Needs GPUs of compute "
+        "capability 8.9+. Turns on vllm_is_correction as fp8_generation does.",
     )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",

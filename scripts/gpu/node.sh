@@ -156,8 +156,10 @@
 # shared run 354 s of stage), paper1-collect (392 s): 1,505 of the 1,800 device s.
 # 2026-12-02 (third session), one H200, one message: the two install calls (5 and 0.4 s),
 # gen-paper (590 s: weights 60 s, the bf16 server up in 143 s, 1 x 16 in 65.5 s), gen-paper-collect
-# twice (586 s, 216 s): 1,467 of the 1,800 device s. Next on one GPU: GEN_KV=1 gen-paper (the KV
-# cache in fp8 at the paper's lengths), and fp8-rewards with PRECISIONS=fp8-kv after mem-shared.
+# twice (586 s, 216 s); then on a fresh machine the two install calls and BOUND=200
+# gen-kv-quick (247 s: the fp8 KV cache up, its batch not finished): 1,764 of the 1,800 device s.
+# Next on one GPU: GEN_KV=1 gen-paper (the KV cache in fp8 at the paper's lengths, ~20 device
+# minutes), and fp8-rewards with PRECISIONS=fp8-kv after mem-shared.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
