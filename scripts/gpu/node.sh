@@ -158,8 +158,15 @@
 # gen-paper (590 s: weights 60 s, the bf16 server up in 143 s, 1 x 16 in 65.5 s), gen-paper-collect
 # twice (586 s, 216 s); then on a fresh machine the two install calls and BOUND=200
 # gen-kv-quick (247 s: the fp8 KV cache up, its batch not finished): 1,764 of the 1,800 device s.
-# Next on one GPU: GEN_KV=1 gen-paper (the KV cache in fp8 at the paper's lengths, ~20 device
-# minutes), and fp8-rewards with PRECISIONS=fp8-kv after mem-shared.
+# 2026-12-02 (fourth session), one H200, one message of six calls: the two install calls (4.5,
+# 0.5 s), GEN_KV=1 gen-paper (555 s: weights 50 s, the fp8 KV server up in 119 s, 1 x 16 and
+# 8 x 16), gen-paper-collect (182 s: bf16's 1 x 16), MEM_SHARED=0 mem-shared (carrying
+# .gpu/fitted and site-remote; its `while pgrep -f fp8_generation.py` matched its own command
+# line and ran out its 400 s: wait on a .rc file instead), PRECISIONS=fp8-kv fp8-rewards (212 s);
+# 1,406 device s. A second message on a fresh machine lost its first call (no machine could be
+# started) and the rest ran without site-core: check each call's output before chaining more.
+# Next on one GPU: PRECISIONS="bf16 fp8-kv" SEEDS=0 fp8-rewards after mem-shared (MEM_SHARED=0)
+# and the install calls: the fp8 KV cache's Pass@1 paired with bf16 on one fitted model.
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -1212,7 +1219,8 @@ JSON
     # pipeline's evaluation protocol and tiny preset on the embedded default's test problems, 32
     # samples a problem, LiteLLM to the server)
     # (PRECISIONS="bf16" then "fp8": one a call, where two in one call ran 593 of its 600 s;
-    # PRECISIONS=fp8-kv: the KV cache in fp8, what a user's server for --fp8-kv-cache runs)
+    # PRECISIONS=fp8-kv: the KV cache in fp8, what a user's server for --fp8-kv-cache runs;
+    # PRECISIONS="bf16 fp8-kv" SEEDS=0: both on one machine and one fitted model within a call)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm, litellm; print("vllm", vllm.__version__)'
     for q in ${PRECISIONS:-bf16 fp8}; do
       quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
@@ -1227,7 +1235,7 @@ JSON
         echo "[serve $q] exited at $(elapsed) s:"; tail -5 "$NODE/serve-$q.log"; cp "$NODE/serve-$q.log" "$OUT/"; break
       fi
       echo "[serve $q] up at $(elapsed) s"; grep -a -i -E "quantiz|fp8|error" "$NODE/serve-$q.log" | head -5
-      for seed in 0 1; do  # two sampling seeds a precision: the yardstick of sampling noise
+      for seed in ${SEEDS:-0 1}; do  # two sampling seeds a precision: the yardstick of sampling noise
         PREFECT_HOME="$NODE/prefect-fp8r" timeout 200 python3 -m flows.trajectories \
           --storage /root/runs-fp8r --backend namespace --evaluation --preset tiny --n 32 \
           --seed "$seed" --problems samples/synthetic_test.jsonl:taco --engine litellm \
