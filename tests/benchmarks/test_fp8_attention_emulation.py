@@ -37,19 +37,16 @@ def test_without_rounding_it_is_sdpa(monkeypatch, q_len, mask):
 
 
 def test_install_routes_a_models_attention_through_it(monkeypatch):
-    from transformers import AttentionInterface, Qwen2Config, Qwen2ForCausalLM
+    from transformers import AttentionInterface, Qwen2ForCausalLM
+
+    from engines.tiny import tiny_config
 
     monkeypatch.setattr(
         AttentionInterface, "_global_mapping", dict(AttentionInterface._global_mapping)
     )  # undone after the test
     torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=64,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+    config = tiny_config(
+        64, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128
     )
     model = Qwen2ForCausalLM(config).eval()
     ids = torch.randint(0, 64, (1, 12))
