@@ -212,7 +212,7 @@ def set_distributed_numerics(
             if split and not shard_as_one_process(model, accelerator, reduce):
                 log.warning(
                     "training.fsdp_gather bf16-linear needs a full fine-tuning in float32 with "
-                    "its final norm found and each weight in one module: gathering float32 "
+                    "linear layers of their own weights: gathering float32 "
                     "instead (numerics.gather_in_use says which)"
                 )
         else:
@@ -237,33 +237,22 @@ def _casts_to_bf16(module: Any) -> bool:
     return type(module) is torch.nn.Linear
 
 
-def _final_norm(model: Any) -> Any:
-    """The norm before the head: the last direct child of the base model whose class is a norm
-    (`model.norm` in Llama and Qwen), or None (accelerate's convention for its tail unit)."""
-    prefix = getattr(model, "base_model_prefix", "")
-    base = getattr(model, prefix, None) if prefix else model
-    found = None
-    for module in getattr(base, "children", lambda: ())():
-        if "Norm" in type(module).__name__:
-            found = module
-    return found
-
-
 def shard_as_one_process(model: Any, accelerator: Any, reduce: Any) -> int:
     """FSDP2 units for a float32 model under bf16 autocast that compute what one process
-    computes with about half the gathered bytes: the decoder layers' linear weights are cast
-    to bf16 before they are gathered (the cast autocast makes after the gather in one process:
-    the same bits), every other weight (embeddings, norms, the head, which the trainers' fused
-    log-probabilities read directly) is gathered in float32, as one process uses it. Done
-    before accelerate wraps the model: each module holding weights other than a linear layer's
-    becomes its own FSDP unit with no parameter dtype (norms stay gathered: a few KB; the
-    embeddings reshard as the plugin says), the head one unit with the final norm (gathered
-    when the norm runs, kept to the backward: accelerate's tail); the plugin's policy for the
-    rest (the decoder layers) gathers in bf16 and leaves their float32 inputs uncast (the
-    residual stream stays float32). Returns the units made; 0, the plugin's policy then
-    gathering everything in float32, where the model is not all trainable float32 weights,
-    weights are shared between modules other than tied embeddings, no final norm is found, or
-    the plugin loads weights on one process only (`cpu_ram_efficient_loading`)."""
+    computes, bit for bit, with about half the gathered bytes: each plain linear layer but the
+    head (the trainers' fused log-probabilities read its weight directly) becomes its own unit
+    whose weights are cast to bf16 before they are gathered (the cast autocast makes after the
+    gather in one process: the same bits), its float32 input left uncast; every other weight
+    (embeddings, norms, the head) stays in the units accelerate makes next (the decoder layers,
+    the root), gathered in float32 by the plugin's policy as one process uses it. The units are
+    cut at the linear layers only: FSDP passes a unit's inputs through an autograd function, and
+    at a norm's input that regroups the residual stream's gradient sum (float32 rounding, which
+    the backward's bf16 casts turn into one-ulp differences of single gradient elements), while
+    at a linear layer's input the gradients of its branches reach the shared tensor in the order
+    one process adds them. Done before accelerate wraps the model. Returns the units made; 0, the
+    plugin's policy then gathering everything in float32, where the model is not all trainable
+    float32 weights, is already sharded, shares a linear layer's weights with another module,
+    or the plugin loads weights on one process only (`cpu_ram_efficient_loading`)."""
     import torch
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
@@ -276,39 +265,25 @@ def shard_as_one_process(model: Any, accelerator: Any, reduce: Any) -> int:
         or any(isinstance(m, FSDPModule) for m in model.modules())
     ):
         return 0
-    embed = getattr(model, "get_input_embeddings", lambda: None)()
     head = getattr(model, "get_output_embeddings", lambda: None)()
-    norm = _final_norm(model)
-    tied = embed is not None and head is not None and embed.weight is head.weight
-    owners: dict[int, list[Any]] = {}
+    linears = [m for m in model.modules() if _casts_to_bf16(m) and m is not head]
+    owners: dict[int, int] = {}
     for module in model.modules():
         for p in module.parameters(recurse=False):
-            owners.setdefault(id(p), []).append(module)
-    shared = any(len(mods) > 1 and not (tied and head in mods) for mods in owners.values())
-    if shared or (head is not None and norm is None):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    if not linears or any(owners[id(p)] > 1 for m in linears for p in m.parameters()):
         return 0
     mesh = getattr(accelerator, "torch_device_mesh", None)
     if mesh is not None:
         mesh = mesh[tuple(accelerator.parallelism_config.fsdp_dim_names)]
-    exact = MixedPrecisionPolicy(param_dtype=None, reduce_dtype=reduce)
-    units = 0
-    if head is not None:  # the tied embedding first: gathered when the forward starts
-        tail = [embed, norm, head] if tied else [norm, head]
-        fully_shard(tail, mesh=mesh, mp_policy=exact, reshard_after_forward=False)
-        units += 1
-    for module in reversed(list(model.modules())):  # a module's children before it
-        if module is model or isinstance(module, FSDPModule) or _casts_to_bf16(module):
-            continue
-        if not any(True for _ in module.parameters(recurse=False)):
-            continue
-        big = module is embed or sum(p.numel() for p in module.parameters(recurse=False)) > 2**20
-        reshard = plugin.reshard_after_forward if big else False
-        fully_shard(module, mesh=mesh, mp_policy=exact, reshard_after_forward=reshard)
-        units += 1
-    plugin.mixed_precision_policy = MixedPrecisionPolicy(
+    in_bf16 = MixedPrecisionPolicy(
         param_dtype=torch.bfloat16, reduce_dtype=reduce, cast_forward_inputs=False
     )
-    return units
+    for module in linears:
+        fully_shard(
+            module, mesh=mesh, mp_policy=in_bf16, reshard_after_forward=plugin.reshard_after_forward
+        )
+    return len(linears)
 
 
 def _fsdp_policy(model: Any) -> Any:

@@ -104,7 +104,8 @@ class Cgroups:
             path = os.path.dirname(path)
         try:
             for directory in reversed(missing):
-                os.mkdir(directory)
+                # exist_ok: another process of the run (a training rank) may make it first
+                os.makedirs(directory, exist_ok=True)
                 if controller == "cpuset":  # a new v1 cpuset has no CPU and no memory node
                     _inherit_cpuset(directory)
             _probe(base)

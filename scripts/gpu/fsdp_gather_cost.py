@@ -14,10 +14,10 @@ over the first forward), and the loss and gradient norm of the first micro-batch
 - `fp32-gather-nocache`: the same with torch.autocast(cache_enabled=False): if the autocast cache
   kept every gathered layer's bf16 copy alive until the forward ends, its peak would be lower by
   about the model's size in bf16;
-- `as-one-process`: `cobalt.training.precision.shard_as_one_process` (what the trainers run
-  since 2026-11-28 evening): the linear layers cast to bf16 before the gather, the embeddings,
-  norms and head gathered in float32, the cache off; the same loss and gradient as
-  `fp32-gather-nocache` (to the last bits of the embeddings' gradient).
+- `as-one-process`: `cobalt.training.precision.shard_as_one_process` (what `--fsdp-gather
+  bf16-linear` runs): each linear layer but the head its own unit, cast to bf16 before the
+  gather, the embeddings, norms and head gathered in float32 with the layers and the root, the
+  cache off; the same loss and gradient as `fp32-gather-nocache`, bit for bit.
 
     torchrun --nproc_per_node 2 scripts/gpu/fsdp_gather_cost.py --json out.json
     torchrun --nproc_per_node 2 scripts/gpu/fsdp_gather_cost.py --hidden 256 --layers 2 \

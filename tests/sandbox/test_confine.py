@@ -120,6 +120,39 @@ def test_workers_cgroups_hold_the_limits_and_go_with_the_worker():
     assert not any(os.path.exists(d) for d in made.dirs)
 
 
+def _make_cgroups(setting: str, barrier, failures) -> None:
+    barrier.wait()
+    try:
+        Cgroups(setting, quota=False)
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        failures.append(repr(e))
+
+
+@ROOT_ONLY
+def test_processes_of_one_run_make_the_workers_parent_cgroup_together():
+    """Training ranks start their sandboxes at the same moment: each finds the parent cgroup
+    missing and makes it; the later ones must take it as made, not fail (FileExistsError)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    setting = f"/cobalt-race-{os.getpid()}"
+    with context.Manager() as manager:
+        barrier, failures = manager.Barrier(6), manager.list()
+        processes = [
+            context.Process(target=_make_cgroups, args=(setting, barrier, failures))
+            for _ in range(6)
+        ]
+        for p in processes:
+            p.start()
+        for p in processes:
+            p.join(60)
+        failed = list(failures)
+    bases = Cgroups(setting, quota=False).bases.values()
+    for base in bases:
+        os.rmdir(base)
+    assert failed == [] and all(p.exitcode == 0 for p in processes)
+
+
 @ROOT_ONLY
 def test_a_setting_that_leaves_the_hierarchy_is_refused():
     with pytest.raises(SandboxUnavailable, match="leaves the hierarchy"):
