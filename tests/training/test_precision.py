@@ -265,8 +265,9 @@ def test_the_gather_and_reduce_dtypes_in_use_are_read_from_the_wrapped_model() -
     }
 
 
-def _two_micro_batches(rank: int, port: int, gather: str, results) -> None:
-    """One FSDP2 process of two: a tiny Qwen2 model wrapped as the trainers wrap it (the
+def _two_micro_batches(rank: int, port: int, gather: str, results, arch: str = "qwen2") -> None:
+    """One FSDP2 process of two: a tiny model of `arch` (qwen2: biases on q, k, v; qwen3: norms
+    of q and k inside the attention, the 8B default's shape) wrapped as the trainers wrap it (the
     policy of `gather`, then accelerate's FSDP2 preparation), two micro-batches under CPU bf16
     autocast with gradients synchronised on the second; rank 0 reports the losses, the full
     gradients, the gather read back and the dtypes the head's and a linear layer's weights
@@ -284,7 +285,12 @@ def _two_micro_batches(rank: int, port: int, gather: str, results) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(tiny_config(1024, 64, 2, 4, 2, 128))
+        config = tiny_config(1024, 64, 2, 4, 2, 128)
+        if arch == "qwen3":
+            from transformers import Qwen3Config
+
+            config = Qwen3Config(**{**config.to_dict(), "model_type": "qwen3", "head_dim": 16})
+        model = AutoModelForCausalLM.from_config(config)
         model.gradient_checkpointing_enable({"use_reentrant": False})
         plugin = FullyShardedDataParallelPlugin(
             fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True
@@ -358,6 +364,32 @@ def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
         return max(float((other[k] - g).abs().max() / g.abs().max()) for k, g in grads.items())
 
     assert apart(split_grads) == 0.0 and apart(bf16_grads) > 1e-5
+
+
+@pytest.mark.timeout(300)
+def test_bf16_linear_computes_the_float32_gathers_gradients_with_norms_inside_the_attention() -> (
+    None
+):
+    """Qwen3's q and k norms sit between a linear layer and the attention, inside the decoder
+    layer's float32 unit: bf16-linear still computes the float32 gather's losses and gradients
+    to the bit."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    results = mp.Manager().dict()
+    for gather in ("float32", "bf16-linear"):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(_two_micro_batches, args=(port, gather, results, "qwen3"), nprocs=2, join=True)
+    (exact, grads, _, _), (split, split_grads, read, _) = (
+        results[g] for g in ("float32", "bf16-linear")
+    )
+    assert read == "bfloat16 linear, float32 others"
+    assert any("q_norm" in name for name in grads)
+    assert split == exact
+    assert all(torch.equal(split_grads[name], g) for name, g in grads.items())
 
 
 def test_bf16_linear_gathers_float32_where_it_cannot_split_and_says_so(caplog) -> None:
