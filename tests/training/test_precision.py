@@ -328,6 +328,21 @@ def _two_micro_batches(rank: int, port: int, gather: str, results, arch: str = "
         dist.destroy_process_group()
 
 
+def _each_gather(gathers: tuple[str, ...], arch: str = "qwen2") -> dict:
+    """`_two_micro_batches` on two fresh processes for each gather: rank 0's report by gather."""
+    import socket
+
+    import torch.multiprocessing as mp
+
+    results = mp.Manager().dict()
+    for gather in gathers:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(_two_micro_batches, args=(port, gather, results, arch), nprocs=2, join=True)
+    return dict(results)
+
+
 @pytest.mark.timeout(300)
 def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
     """`--fsdp-gather bf16-linear` casts the linear layers' float32 weights to bf16 before FSDP
@@ -336,16 +351,7 @@ def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
     last bit, where accelerate's bf16 gather is ~1e-2 of the largest gradient away. (Units cut at the
     norms instead regroup the residual stream's gradient sum: on an AMD EPYC CPU that moved one
     q_proj gradient element by 1.2e-3 of the largest.)"""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    results = mp.Manager().dict()
-    for gather in ("float32", "bf16-linear", "bfloat16"):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(_two_micro_batches, args=(port, gather, results), nprocs=2, join=True)
+    results = _each_gather(("float32", "bf16-linear", "bfloat16"))
     (
         (exact, grads, read, _),
         (split, split_grads, split_read, seen),
@@ -373,16 +379,7 @@ def test_bf16_linear_computes_the_float32_gathers_gradients_with_norms_inside_th
     """Qwen3's q and k norms sit between a linear layer and the attention, inside the decoder
     layer's float32 unit: bf16-linear still computes the float32 gather's losses and gradients
     to the bit."""
-    import socket
-
-    import torch.multiprocessing as mp
-
-    results = mp.Manager().dict()
-    for gather in ("float32", "bf16-linear"):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(_two_micro_batches, args=(port, gather, results, "qwen3"), nprocs=2, join=True)
+    results = _each_gather(("float32", "bf16-linear"), "qwen3")
     (exact, grads, _, _), (split, split_grads, read, _) = (
         results[g] for g in ("float32", "bf16-linear")
     )
