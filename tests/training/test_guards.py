@@ -89,6 +89,7 @@ def _two_processes(rank: int, port: int, results) -> None:
         except NonFiniteError as exc:
             message = str(exc)
         results[rank] = (control.should_training_stop, moved, message)
+        dist.barrier()  # both leave together, as the trainers' processes do
     finally:
         dist.destroy_process_group()
 

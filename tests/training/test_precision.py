@@ -324,22 +324,35 @@ def _two_micro_batches(rank: int, port: int, gather: str, results, arch: str = "
         grads = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
         if rank == 0:
             results[gather] = (losses, grads, gather_dtype_in_use(model), seen)
+        dist.barrier()  # both leave together, as the trainers' processes do
     finally:
         dist.destroy_process_group()
 
 
 def _each_gather(gathers: tuple[str, ...], arch: str = "qwen2") -> dict:
-    """`_two_micro_batches` on two fresh processes for each gather: rank 0's report by gather."""
+    """`_two_micro_batches` on two fresh processes for each gather: rank 0's report by gather.
+    A gather whose process is killed by a signal runs once more, with a warning: torch's gloo
+    backend crashed here once in CI (SIGSEGV in its network thread's malloc, cause not found in
+    about 150 runs since; docs/SCALING.md). A Python error or a second crash fails the test."""
     import socket
+    import warnings
 
     import torch.multiprocessing as mp
 
     results = mp.Manager().dict()
     for gather in gathers:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        mp.spawn(_two_micro_batches, args=(port, gather, results, arch), nprocs=2, join=True)
+        for attempt in (1, 2):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            try:
+                mp.spawn(_two_micro_batches, args=(port, gather, results, arch), nprocs=2)
+                break
+            except mp.ProcessExitedException as exc:
+                if exc.signal_name is None or attempt == 2:
+                    raise  # a Python error, or a second crash: the test fails
+                message = f"{gather}: {exc}; run once more (docs/SCALING.md, gloo on CPU)"
+                warnings.warn(message, stacklevel=2)
     return dict(results)
 
 
