@@ -350,7 +350,7 @@ def _each_gather(gathers: tuple[str, ...], arch: str = "qwen2") -> dict:
                 break
             except mp.ProcessExitedException as exc:
                 if exc.signal_name is None or attempt == 2:
-                    raise  # a Python error, or a second crash: the test fails
+                    raise  # an exit code, not a signal, or a second crash: the test fails
                 message = f"{gather}: {exc}; run once more (docs/SCALING.md, gloo on CPU)"
                 warnings.warn(message, stacklevel=2)
     return dict(results)
