@@ -1225,7 +1225,8 @@ JSON
     for q in ${PRECISIONS:-bf16 fp8}; do
       quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
       [ "$q" = fp8-kv ] && quant=(--kv-cache-dtype fp8)  # --fp8-kv-cache's server
-      setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
+      # INFO: the server names its attention backend (the fp8 KV cache's 4 points: which kernel)
+      VLLM_LOGGING_LEVEL=INFO setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
         --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 2048 --enforce-eager \
         --gpu-memory-utilization 0.3 --seed 0 "${quant[@]}" >"$NODE/serve-$q.log" 2>&1 </dev/null &
       server=$!
@@ -1234,7 +1235,8 @@ JSON
       if ! kill -0 "$server" 2>/dev/null; then
         echo "[serve $q] exited at $(elapsed) s:"; tail -5 "$NODE/serve-$q.log"; cp "$NODE/serve-$q.log" "$OUT/"; break
       fi
-      echo "[serve $q] up at $(elapsed) s"; grep -a -i -E "quantiz|fp8|error" "$NODE/serve-$q.log" | head -5
+      echo "[serve $q] up at $(elapsed) s"
+      grep -a -i -E "quantiz|fp8|error|backend|kv cache" "$NODE/serve-$q.log" | sed -E 's/^.*\] //' | head -12
       for seed in ${SEEDS:-0 1}; do  # two sampling seeds a precision: the yardstick of sampling noise
         PREFECT_HOME="$NODE/prefect-fp8r" timeout 200 python3 -m flows.trajectories \
           --storage /root/runs-fp8r --backend namespace --evaluation --preset tiny --n 32 \
