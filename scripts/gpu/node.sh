@@ -165,8 +165,9 @@
 # line and ran out its 400 s: wait on a .rc file instead), PRECISIONS=fp8-kv fp8-rewards (212 s);
 # 1,406 device s. A second message on a fresh machine lost its first call (no machine could be
 # started) and the rest ran without site-core: check each call's output before chaining more.
-# Next on one GPU: PRECISIONS="bf16 fp8-kv" SEEDS=0 fp8-rewards after mem-shared (MEM_SHARED=0)
-# and the install calls: the fp8 KV cache's Pass@1 paired with bf16 on one fitted model.
+# 2026-12-03, one H200, after five refused starts: MEM_SHARED=0 mem-shared (4.7 s), the two
+# install calls (4.1, 0.4 s), PRECISIONS="bf16 fp8-kv" SEEDS=0 fp8-rewards (299 s), the same with
+# SEEDS=1 (249 s): the fp8 KV cache's Pass@1 paired with bf16 on one fitted model (SCALING).
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
