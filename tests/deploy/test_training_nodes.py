@@ -114,12 +114,14 @@ def test_two_nodes_train_through_deployments_and_a_lost_node_cancels_the_run(
         assert "training on 2 nodes completed: node-0-of-2, node-1-of-2" in out, out[-4000:]
         assert f"trained policy (a name --model takes): s3://{s3_bucket}/pipeline/training/" in out
 
-        # node 1's host is gone: node 0 waits at the rendezvous, fails, node 1's run is cancelled
+        # node 1's host is gone: node 0 waits at the rendezvous, fails (twice: the training
+        # task's retry; 10 s each, where the runs above give a slow start 30), node 1's run is
+        # cancelled
         stop(nodes[1])
         endpoint = {"rdzv_endpoint": f"127.0.0.1:{free_port()}"}
+        lone = {"max_steps": 3, "rendezvous_timeout_s": 10}
         run = run_deployment(
-            env, "training-nodes/training-nodes",
-            params | {"training": training | endpoint | {"max_steps": 3}},
+            env, "training-nodes/training-nodes", params | {"training": training | endpoint | lone}
         )  # fmt: skip
         lost = poll(env, run, timeout=600)
 
