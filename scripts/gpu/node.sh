@@ -1226,7 +1226,7 @@ JSON
     for q in ${PRECISIONS:-bf16 fp8}; do
       quant=(); [ "$q" = fp8 ] && quant=(--quantization fp8)
       [ "$q" = fp8-kv ] && quant=(--kv-cache-dtype fp8)  # --fp8-kv-cache's server
-      # INFO: the server names its attention backend (the fp8 KV cache's 4 points: which kernel)
+      # INFO: the server names its attention backend and its KV cache's size in the call's output
       VLLM_LOGGING_LEVEL=INFO setsid python3 -m vllm.entrypoints.openai.api_server --model /root/fitted --port 8100 \
         --served-model-name "fitted-$q" --dtype bfloat16 --max-model-len 2048 --enforce-eager \
         --gpu-memory-utilization 0.3 --seed 0 "${quant[@]}" >"$NODE/serve-$q.log" 2>&1 </dev/null &
