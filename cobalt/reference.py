@@ -10,10 +10,15 @@ the conversations the pipeline shows it with `system_prompt=''` (instruction -> 
 reasoning and the reference program; a quarter of them after a repair: a wrong program and the
 sandbox's feedback words; independently a quarter after the right program and the all-passed
 feedback, once or, for the embedded default, twice: the evaluation's second feedback turn follows
-two passes), stopping after `max_steps` optimizer steps (the same model on any machine) or a
-wall-time budget, and saves model and tokenizer (loaded and saved as every trainer does:
-`cobalt.training.weights`). A `fitted_recipe.json` records the recipe; a second call with the
-same recipe returns the saved model at once.
+two passes), stopping after `max_steps` optimizer steps or a wall-time budget, and saves model
+and tokenizer (loaded and saved as every trainer does: `cobalt.training.weights`). A
+`fitted_recipe.json` records the recipe and its `stats`; a second call with the same recipe
+returns the saved model at once.
+
+The weights are the same for any thread count on one kind of CPU, not on every CPU: the code path
+torch and MKL pick for the CPU's instruction set (AVX2, AVX-512) rounds differently, and 240
+steps carry that into different weights (docs/PIPELINE.md). `stats.weights_sha256` names the
+build; a comparison across machines carries one build's directory.
 """
 
 from __future__ import annotations
@@ -297,12 +302,25 @@ def fit_tiny_model(
         "total_seconds": round(time.monotonic() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "cpu_threads": torch.get_num_threads(),
+        "weights_sha256": weights_digest(path),
     }
     log.info("fitted tiny model: %s", stats)
     (path / RECIPE_FILE).write_text(json.dumps({**recipe, "stats": stats}, indent=1) + "\n")
 
     shutil.rmtree(out_dir, ignore_errors=True)
     return path
+
+
+def weights_digest(path: str | Path) -> str:
+    """The first 16 hex digits of the sha256 of `path`'s saved weights (model*.safetensors, in
+    name order): which build of a recipe a directory holds. Recorded in the fit's stats; the
+    same as `sha256sum model.safetensors` for the one-file model the fit saves."""
+    digest = hashlib.sha256()
+    for weights in sorted(Path(path).glob("model*.safetensors")):
+        with weights.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def conversation(

@@ -104,3 +104,23 @@ def test_the_reference_fit_applies_it_and_records_it(threads, monkeypatch, tmp_p
     path = fit_tiny_model(tmp_path / "m", max_steps=1, n_examples=16, seconds_budget=120)
     stats = json.loads((path / RECIPE_FILE).read_text())["stats"]
     assert stats["steps"] == 1 and stats["cpu_threads"] == 1
+
+
+@pytest.mark.slow
+def test_the_reference_fit_is_the_same_model_for_any_thread_count(monkeypatch, tmp_path):
+    """What `stats.weights_sha256` promises: it names the saved weights (sha256sum's digest), and
+    a recipe fitted with 1 or 2 threads on one machine is the same build."""
+    import hashlib
+
+    from cobalt.reference import RECIPE_FILE, fit_tiny_model
+
+    digests = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("COBALT_THREADS", threads)
+        path = fit_tiny_model(tmp_path / threads, max_steps=3, n_examples=24, seconds_budget=300)
+        stats = json.loads((path / RECIPE_FILE).read_text())["stats"]
+        assert stats["steps"] == 3 and stats["cpu_threads"] == int(threads)
+        on_disk = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
+        assert stats["weights_sha256"] == on_disk[:16]
+        digests.append(stats["weights_sha256"])
+    assert digests[0] == digests[1]
