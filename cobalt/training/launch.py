@@ -139,6 +139,7 @@ def train_here(job: Job, processes: int = 1) -> Result:
                 "rows_trained": run.rows,
                 "dropped_zero_advantage": run.dropped_zero_advantage,
                 "dropped_too_long": run.dropped_too_long,
+                "dropped_empty": run.dropped_empty,
                 "reference_logprobs_s": run.reference_logprobs_s,
                 "numerics": run.numerics,
             }

@@ -203,7 +203,8 @@ def prepare_offline_rows(
     max_length: int,
 ) -> Prepared:
     """Tokenized rows for the trainer: zero-advantage rows left out (reinforce_loo,
-    clipped_ratio, when `drop_zero_advantage`), rows longer than `max_length` dropped."""
+    clipped_ratio, when `drop_zero_advantage`), rows longer than `max_length` and rows with no
+    completion token dropped. Raises ValueError, counting each reason, when none is left."""
     out = Prepared(rows=[])
     drop_zero = settings.drop_zero_advantage and settings.objective != "awr"
     for row in rows:
@@ -217,6 +218,14 @@ def prepare_offline_rows(
             out.dropped_empty += 1
         else:
             out.rows.append(item)
+    if not out.rows:
+        raise ValueError(
+            f"no offline rows to train on: of {len(rows)} rows, "
+            f"{out.dropped_zero_advantage} have advantage 0 ({settings.objective}, "
+            f"drop_zero_advantage), {out.dropped_too_long} are longer than {max_length} tokens "
+            f"(training.offline.max_length) and {out.dropped_empty} have an empty completion "
+            f"(no token to train on)"
+        )
     return out
 
 
@@ -391,6 +400,7 @@ class OfflineRun:
     rows: int
     dropped_zero_advantage: int
     dropped_too_long: int
+    dropped_empty: int
     reference_logprobs_s: float | None = None
     numerics: dict[str, str] | None = None
 
@@ -428,13 +438,6 @@ def train_offline(
         lambda row: tokenize_row(row, tokenizer, eos_id),
         config.max_length(),
     )
-    if not prepared.rows:
-        raise ValueError(
-            f"no offline rows to train on: of {len(dataset_rows)} rows, "
-            f"{prepared.dropped_zero_advantage} have advantage 0 ({settings.objective}, "
-            f"drop_zero_advantage) and {prepared.dropped_too_long} are longer than "
-            f"{config.max_length()} tokens (training.offline.max_length)"
-        )
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
     numerics = numerics_for(
         config.precision,
@@ -489,6 +492,7 @@ def train_offline(
         rows=len(prepared.rows),
         dropped_zero_advantage=prepared.dropped_zero_advantage,
         dropped_too_long=prepared.dropped_too_long,
+        dropped_empty=prepared.dropped_empty,
         reference_logprobs_s=ref_seconds,
         numerics=numerics.as_dict()
         | {

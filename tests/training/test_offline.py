@@ -268,6 +268,22 @@ def test_prepare_drops_zero_advantages_and_long_rows() -> None:
     assert (len(awr.rows), awr.dropped_zero_advantage) == (2, 0)  # AWR keeps A = 0 (weight 1)
 
 
+def test_prepare_counts_every_reason_when_no_row_is_left() -> None:
+    # an unfinished turn cut at 0 tokens: no completion token, nothing to train on
+    rows = [{"advantage": a, "n": n} for a, n in ((0.0, 3), (1.0, 9), (1.0, 1), (-1.0, 1))]
+
+    def tokenize(row):
+        return {"input_ids": [1] * row["n"], "prompt_length": 1}
+
+    with pytest.raises(ValueError) as error:
+        prepare_offline_rows(rows, OfflineSettings(objective="reinforce_loo"), tokenize, 8)
+    assert str(error.value) == (
+        "no offline rows to train on: of 4 rows, 1 have advantage 0 (reinforce_loo, "
+        "drop_zero_advantage), 1 are longer than 8 tokens (training.offline.max_length) and 2 "
+        "have an empty completion (no token to train on)"
+    )
+
+
 def test_presets_map_to_training_arguments(tmp_path) -> None:
     paper = TrainingConfig(preset="paper", mode="offline").offline_kwargs(tmp_path)
     # SPEC §1.6: lr 1e-6, 64 prompts x 16 samples = 1024 rows per optimizer step
