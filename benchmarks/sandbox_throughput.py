@@ -103,10 +103,6 @@ class Phase:
     full_tests: int | None = None
 
     @property
-    def tests_per_s(self) -> float:
-        return self.tests / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
     def extrapolated_wall_s(self) -> float:
         """Wall time of the full workload (the run's own when it was not sampled)."""
         if self.full_tests and self.tests:

@@ -631,13 +631,6 @@ def _setrlimit(which, value):
         resource.setrlimit(which, (min(value[0], hard) if hard >= 0 else value[0], hard))
 
 
-def _read_all(fd):
-    chunks = []
-    while chunk := os.read(fd, 1 << 16):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _exit_code(code):
     if code is None:
         return 0

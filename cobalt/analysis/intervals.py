@@ -44,10 +44,6 @@ class Interval:
         }
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return sum(xs) / len(xs)
-
-
 def bootstrap_mean(
     by_seed: Mapping[int, Sequence[float]],
     iterations: int = ITERATIONS,
