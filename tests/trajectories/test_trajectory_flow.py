@@ -130,6 +130,37 @@ def test_local_engine_flow_caches_and_shares_first_programs_with_perturbed_runs(
 
 
 @pytest.mark.usefixtures("prefect_harness")
+def test_the_steps_run_without_prefect_and_the_flow_finds_them(tmp_path):
+    """A notebook's path (cobalt.trajectories.stages.run_step, no Prefect): the same steps at the
+    same addresses as the flow, so the flow run after it regenerates nothing."""
+    from cobalt.trajectories import stages
+
+    p = params(tmp_path)
+    ready = stages.preflight(p)
+    specs, runtime = stages.stage_specs(p, ready), stages.runtime_of(p, ready)
+    try:
+        initial = stages.run_step(specs["initial"], runtime)
+        multiturn = stages.run_step(stages.chained(specs["multiturn"], initial), runtime)
+        evaluation = stages.run_step(stages.chained(specs["evaluation"], multiturn), runtime)
+    finally:
+        stages.close_engines()
+    assert sorted(records(multiturn.uri)) == ["hand/a", "hand/b"]
+    assert sorted(records(evaluation.uri, EvalRecord)) == ["hand/a", "hand/b"]
+    written = {
+        f: f.stat().st_mtime_ns for f in (tmp_path / "runs" / "trajectories").rglob("*.jsonl")
+    }
+    assert len(written) >= 3  # a records file a step at least
+
+    summary, _, _ = run(p)
+    assert (summary.initial, summary.multiturn, summary.evaluation) == (
+        initial,
+        multiturn,
+        evaluation,
+    )
+    assert {f: f.stat().st_mtime_ns for f in written} == written
+
+
+@pytest.mark.usefixtures("prefect_harness")
 def test_cli_on_the_bundled_sample(tmp_path, capsys):
     code = main(
         [
