@@ -97,29 +97,22 @@ def test_the_transformers_engine_on_cpu_applies_it(tiny_model):
 
 
 @pytest.mark.slow
-def test_the_reference_fit_applies_it_and_records_it(threads, monkeypatch, tmp_path):
-    from cobalt.reference import RECIPE_FILE, fit_tiny_model
-
-    monkeypatch.setenv("COBALT_THREADS", "1")
-    path = fit_tiny_model(tmp_path / "m", max_steps=1, n_examples=16, seconds_budget=120)
-    stats = json.loads((path / RECIPE_FILE).read_text())["stats"]
-    assert stats["steps"] == 1 and stats["cpu_threads"] == 1
-
-
-@pytest.mark.slow
-def test_the_reference_fit_is_the_same_model_for_any_thread_count(monkeypatch, tmp_path):
-    """What `stats.weights_sha256` promises: it names the saved weights (sha256sum's digest), and
-    a recipe fitted with 1 or 2 threads on one machine is the same build."""
+@pytest.mark.usefixtures("threads")
+def test_the_reference_fit_applies_it_and_is_the_same_model_for_any_thread_count(
+    monkeypatch, tmp_path
+):
+    """The fit runs at the threads set and records them; `stats.weights_sha256` names the saved
+    weights (sha256sum's digest), and one recipe fitted at 1 or 2 threads is one build."""
     import hashlib
 
     from cobalt.reference import RECIPE_FILE, fit_tiny_model
 
     digests = []
-    for threads in ("1", "2"):
-        monkeypatch.setenv("COBALT_THREADS", threads)
-        path = fit_tiny_model(tmp_path / threads, max_steps=3, n_examples=24, seconds_budget=300)
+    for count in ("1", "2"):
+        monkeypatch.setenv("COBALT_THREADS", count)
+        path = fit_tiny_model(tmp_path / count, max_steps=2, n_examples=16, seconds_budget=300)
         stats = json.loads((path / RECIPE_FILE).read_text())["stats"]
-        assert stats["steps"] == 3 and stats["cpu_threads"] == int(threads)
+        assert stats["steps"] == 2 and stats["cpu_threads"] == int(count)
         on_disk = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
         assert stats["weights_sha256"] == on_disk[:16]
         digests.append(stats["weights_sha256"])
