@@ -19,6 +19,7 @@ resolves to nothing raises `ModelNameError`, one line naming the flag and the fi
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shutil
@@ -73,6 +74,26 @@ def fit_embedded_with(fit: FitEmbedded) -> None:
     _fit_embedded = fit
 
 
+def weights_digest(path: str | Path) -> str:
+    """The first 16 hex digits of the sha256 of the saved weights in `path` (model*.safetensors,
+    in name order): which build a directory holds. For a one-file model, `sha256sum`'s digest."""
+    digest = hashlib.sha256()
+    for weights in sorted(Path(path).glob("model*.safetensors")):
+        with weights.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def build_of(path: str | Path) -> str:
+    """'recipe <hash>, weights <digest>' of a directory the tiny fit made: one recipe fits other
+    weights on another kind of CPU (cobalt.reference), so a measurement names both."""
+    recipe_file = Path(path) / RECIPE_FILE
+    recipe = json.loads(recipe_file.read_text())["hash"] if recipe_file.is_file() else "unknown"
+    saved = any(Path(path).glob("model*.safetensors"))
+    return f"recipe {recipe}, weights {weights_digest(path) if saved else 'not saved'}"
+
+
 def is_embedded(name: str) -> bool:
     """Whether `name` is the embedded default's model: 'fitted', 'tiny', or a directory the tiny
     fit made (its recipe file inside). Such a model gets the tiny preset; any other is a real
@@ -95,7 +116,9 @@ def resolve_model(
     if name == FITTED:
         path = models_dir(storage, work_dir) / "fitted-seed0"
         logger.info("fitting (or reusing) the tiny model in %s", path)
-        return str(_fit_embedded(path, fit_steps))
+        fitted = _fit_embedded(path, fit_steps)
+        logger.info("the fitted model: %s", build_of(fitted))
+        return str(fitted)
     if name == TINY:
         return str(tiny_model(storage, work_dir))
     if name.startswith("s3://"):

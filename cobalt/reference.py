@@ -18,7 +18,8 @@ returns the saved model at once.
 The weights are the same for any thread count on one kind of CPU, not on every CPU: the code path
 torch and MKL pick for the CPU's instruction set (AVX2, AVX-512) rounds differently, and 240
 steps carry that into different weights (docs/PIPELINE.md). `stats.weights_sha256` names the
-build; a comparison across machines carries one build's directory.
+build (`cobalt.models.build_of`, logged when a flow resolves 'fitted'); a comparison across
+machines carries one build's directory.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import shutil
 import time
 from pathlib import Path
 
-from cobalt.models import FITTED, RECIPE_FILE, TINY, resolve_model
+from cobalt.models import FITTED, RECIPE_FILE, TINY, resolve_model, weights_digest
 
 log = logging.getLogger(__name__)
 
@@ -309,18 +310,6 @@ def fit_tiny_model(
 
     shutil.rmtree(out_dir, ignore_errors=True)
     return path
-
-
-def weights_digest(path: str | Path) -> str:
-    """The first 16 hex digits of the sha256 of `path`'s saved weights (model*.safetensors, in
-    name order): which build of a recipe a directory holds. Recorded in the fit's stats; the
-    same as `sha256sum model.safetensors` for the one-file model the fit saves."""
-    digest = hashlib.sha256()
-    for weights in sorted(Path(path).glob("model*.safetensors")):
-        with weights.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
 
 
 def conversation(
