@@ -264,11 +264,61 @@ def plan_training(
     share = None
     if gpus and colocated and kwargs and kwargs.get("vllm_enable_sleep_mode"):
         share = colocated_share(config, kwargs, model_config, numerics, plan, parameters)
+    if gpus and kwargs and plan.plans_micro_batch:
+        shared = {} if share is None else {"vllm_gpu_memory_utilization": share}
+        check_one_row(config, kwargs | shared, model_config, parameters, numerics, plan)
     needed = host_bytes(config, parameters, numerics, plan.shards, sharding, reference)
     check_host_memory(needed, machine, config.num_processes, sharding)
     return plan.model_copy(
         update={"parameters": parameters, "vllm_share": share, "host_bytes_needed": needed}
     )
+
+
+def check_one_row(
+    config: TrainingConfig,
+    kwargs: dict[str, Any],
+    model_config: Any,
+    parameters: int,
+    numerics: Any,
+    plan: TrainingPlan,
+) -> None:
+    """Before any work, for a run whose processes plan their micro-batch (the paper preset,
+    `cobalt.training.grpo.micro_batch`, from the rows' longest prompt once everything is
+    loaded): a micro-batch of one row fits even with a 1-token prompt, else TrainingMemoryError
+    here rather than in every process after the launch and vLLM's start. A lower bound, never a
+    false refusal: the processes' rows have at least that prompt, and a multi-turn completion is
+    counted at its shortest (after the longest prompt the prompt limit lets in)."""
+    from cobalt.training.memory import fit_micro_batch, multi_turn_completion_tokens
+
+    if "per_device_train_batch_size" in config.overrides:
+        return  # the user's micro-batch, not planned
+    completion = None
+    if config.mode == "multi_turn":
+        completion = multi_turn_completion_tokens(
+            int(kwargs["max_completion_length"]),
+            config.turns,
+            config.prompt_limit(),
+            kwargs.get("vllm_max_model_length"),
+        )
+    try:
+        fit_micro_batch(
+            config,
+            kwargs,
+            model_config,
+            parameters,
+            numerics,
+            1,
+            shards=plan.shards,
+            gpu_bytes=plan.gpu_bytes,
+            completion_tokens=completion,
+            sharding=plan.sharding,
+        )
+    except TrainingMemoryError as refused:
+        raise TrainingMemoryError(
+            f"the planned micro-batch cannot hold one row on {plan.processes} GPU(s) of "
+            f"{plan.gpu_bytes / GIB:.0f} GiB ({plan.sharding}), even with a 1-token prompt: "
+            f"{refused}"
+        ) from None
 
 
 def check_context(

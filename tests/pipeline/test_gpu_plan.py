@@ -147,3 +147,40 @@ def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatc
     # LoRA: the copy is the frozen base in its dtype (bf16 under mixed precision), and it fits
     lora = {**settings, "lora": {}, "precision": "mixed"}
     assert plan_training(TrainingConfig(**lora, async_generation=True), model, two_h100)
+
+
+def test_a_micro_batch_that_cannot_hold_one_row_is_refused_before_any_work(
+    vllm_here, tmp_path
+) -> None:
+    """NeMo-RL's shape split 2 + 2 (node.sh g4-nemo: 8B full fine-tuning under fsdp on 2 GPUs,
+    a vLLM server on the other 2, completions of up to 4,096 tokens): on 80 GiB cards two shards
+    of the model's float32 state and the reference model leave no room for one row. The
+    processes found it only after the launch and vLLM's start; the plan now says it first,
+    with the fixes. On 140 GiB cards the same run is planned."""
+    from cobalt.training.memory import TrainingMemoryError
+    from cobalt.training.plan import plan_training
+    from flows.training import parse_params
+
+    model = model_8b(tmp_path)
+    argv = ["--model", model, "--preset", "paper", "--mode", "single_turn", "--gpus", "2"]
+    argv += ["--sharding", "fsdp", "--vllm-server-gpus", "2", "--async", "--share-prompts"]
+    argv += ["--set", "num_generations=32", "--set", "generation_batch_size=2048"]
+    argv += ["--set", "max_completion_length=4096", "--max-prompt-tokens", "512"]
+    argv += ["--set", "save_strategy=no"]
+    config = parse_params(argv).training
+    with pytest.raises(TrainingMemoryError) as refused:
+        plan_training(config, model, FOUR_H100)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "the planned micro-batch cannot hold one row on 2 GPU(s) of 80 GiB (fsdp), even with a "
+        "1-token prompt: one sequence of 1 prompt + 4096 completion tokens needs about"
+    )
+    assert "train LoRA adapters" in message and "spread the model over more GPUs" in message
+    four_h200 = Machine(4, 140 * GIB, "NVIDIA H200", 500 * GIB, 64)
+    assert plan_training(config, model, four_h200).processes == 2
+    # a micro-batch the user sets is not planned, so not checked here
+    given = config.model_copy(
+        update={"overrides": {**config.overrides, "per_device_train_batch_size": 1}}
+    )
+    assert plan_training(given, model, FOUR_H100).processes == 2
