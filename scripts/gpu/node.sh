@@ -801,8 +801,9 @@ case "${1:-}" in
     wait_for "$NODE/nemo-sync.rc" 585
     GPUS=4 report nemo-sync /root/runs-verl-nemo-sync 3052 "NeMo-RL v0.5 FP8 (published, 16x H100)" ;;
   g4-nemo-chain)  # (detached by g4-nemo) the two runs, each bounded in time: the split is 2 + 2
-    # (one H200 generates the 2,048 completions in ~237 s, three train them in ~80 s: a 3 + 1
-    # split would wait on its server, docs/SCALING.md "fp8 generation")
+    # (one H200 generates the 2,048 completions in ~237 s, three train them in ~115 s: a 3 + 1
+    # split would wait on its server, docs/SCALING.md "fp8 generation"); on 80 GiB cards the
+    # plan refuses the split in seconds (two shards of 8B's state leave no room for a row)
     fresh_runs nemo-sync nemo-split
     nemo=(--set num_generations=32)
     CALIBRATION=$MODEL/eos_calibration_1000.json CAP_TOKENS=4096 VERL_BATCH=2048 verl_args
