@@ -1,4 +1,7 @@
-"""The training stage's GPU plan (issue 45): decided once, before any work, from the machine
+"""Long module: the plan and every check it makes before any work, kept together (the checks read
+the plan's inputs and end in its one-line refusals).
+
+The training stage's GPU plan (issue 45): decided once, before any work, from the machine
 (`engines.machine`) and the settings, printed with them, and followed by everything after it.
 
 It holds what every training process must agree on: how many processes and how they share the
@@ -29,6 +32,8 @@ from cobalt.training.memory import (
     GIB,
     TrainingMemoryError,
     check_holds,
+    fit_micro_batch,
+    multi_turn_completion_tokens,
     parameter_count,
     sampler_copy_bytes,
     state_bytes,
@@ -288,8 +293,6 @@ def check_one_row(
     here rather than in every process after the launch and vLLM's start. A lower bound, never a
     false refusal: the processes' rows have at least that prompt, and a multi-turn completion is
     counted at its shortest (after the longest prompt the prompt limit lets in)."""
-    from cobalt.training.memory import fit_micro_batch, multi_turn_completion_tokens
-
     if "per_device_train_batch_size" in config.overrides:
         return  # the user's micro-batch, not planned
     completion = None
