@@ -20,7 +20,12 @@ from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import TrainingConfig
 from cobalt.training.guards import NonFiniteGuard
 from cobalt.training.overlap import OneStepOff
-from cobalt.training.plan import TrainingPlan, plan_training, same_on_every_process
+from cobalt.training.plan import (
+    TrainingPlan,
+    plan_training,
+    planned_micro_batch,
+    same_on_every_process,
+)
 from cobalt.training.sandbox_reward import CobaltRewards
 from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
 from engines.thinking import template_opens_thinking
@@ -82,40 +87,18 @@ def micro_batch(
     prompt_tokens: Any,
     plan: TrainingPlan,
 ) -> Any:
-    """The paper preset's micro-batch (`cobalt.training.memory.fit_micro_batch`) from the model's
-    config, the longest prompt of the rows (every process reads all of them) and the plan's GPU
-    memory: the same inputs, so the same plan, in every process. A multi-turn conversation's
-    completion holds every turn and its feedback."""
+    """The paper preset's micro-batch (`cobalt.training.plan.planned_micro_batch`) from the
+    model's config, the longest prompt of the rows (every process reads all of them) and the
+    plan's GPU memory: the same inputs, so the same plan, in every process. A multi-turn
+    conversation's completion holds every turn and its feedback."""
     from transformers import AutoConfig
 
-    from cobalt.training.memory import (
-        fit_micro_batch,
-        multi_turn_completion_tokens,
-        parameter_count,
-    )
+    from cobalt.training.memory import parameter_count
 
     model_config = AutoConfig.from_pretrained(str(model_path))
     longest = max(prompt_tokens(r["prompt"]) for r in rows)
-    completion = None
-    if config.mode == "multi_turn":
-        completion = multi_turn_completion_tokens(
-            int(kwargs["max_completion_length"]),
-            config.turns,
-            longest,
-            kwargs.get("vllm_max_model_length"),
-        )
-    return fit_micro_batch(
-        config,
-        kwargs,
-        model_config,
-        plan.parameters or parameter_count(model_config),
-        numerics,
-        longest,
-        shards=plan.shards,
-        gpu_bytes=plan.gpu_bytes,
-        completion_tokens=completion,
-        sharding=plan.sharding,
-    )
+    parameters = plan.parameters or parameter_count(model_config)
+    return planned_micro_batch(config, kwargs, model_config, parameters, numerics, plan, longest)
 
 
 def train(

@@ -30,6 +30,7 @@ from cobalt.errors import UserError
 from cobalt.training.config import TrainingConfig
 from cobalt.training.memory import (
     GIB,
+    MicroBatchPlan,
     TrainingMemoryError,
     check_holds,
     fit_micro_batch,
@@ -269,9 +270,34 @@ def plan_training(
     share = None
     if gpus and colocated and kwargs and kwargs.get("vllm_enable_sleep_mode"):
         share = colocated_share(config, kwargs, model_config, numerics, plan, parameters)
-    if gpus and kwargs and plan.plans_micro_batch:
+    if (
+        gpus
+        and kwargs
+        and plan.plans_micro_batch
+        and "per_device_train_batch_size" not in config.overrides
+    ):
+        # the processes plan their micro-batch once loaded, from the rows' longest prompt (the
+        # launch and vLLM's start before it): one row must fit already with a 1-token prompt and
+        # a multi-turn completion at its shortest (after the longest prompt the limit lets in), a
+        # lower bound of theirs, so never a false refusal
         shared = {} if share is None else {"vllm_gpu_memory_utilization": share}
-        check_one_row(config, kwargs | shared, model_config, parameters, numerics, plan)
+        try:
+            planned_micro_batch(
+                config,
+                kwargs | shared,
+                model_config,
+                parameters,
+                numerics,
+                plan,
+                1,
+                completion_after=config.prompt_limit(),
+            )
+        except TrainingMemoryError as refused:
+            raise TrainingMemoryError(
+                f"the planned micro-batch cannot hold one row on {plan.processes} GPU(s) of "
+                f"{plan.gpu_bytes / GIB:.0f} GiB ({plan.sharding}), even with a 1-token prompt: "
+                f"{refused}"
+            ) from None
     needed = host_bytes(config, parameters, numerics, plan.shards, sharding, reference)
     check_host_memory(needed, machine, config.num_processes, sharding)
     return plan.model_copy(
@@ -279,49 +305,41 @@ def plan_training(
     )
 
 
-def check_one_row(
+def planned_micro_batch(
     config: TrainingConfig,
     kwargs: dict[str, Any],
     model_config: Any,
     parameters: int,
     numerics: Any,
     plan: TrainingPlan,
-) -> None:
-    """Before any work, for a run whose processes plan their micro-batch (the paper preset,
-    `cobalt.training.grpo.micro_batch`, from the rows' longest prompt once everything is
-    loaded): a micro-batch of one row fits even with a 1-token prompt, else TrainingMemoryError
-    here rather than in every process after the launch and vLLM's start. A lower bound, never a
-    false refusal: the processes' rows have at least that prompt, and a multi-turn completion is
-    counted at its shortest (after the longest prompt the prompt limit lets in)."""
-    if "per_device_train_batch_size" in config.overrides:
-        return  # the user's micro-batch, not planned
+    prompt: int,
+    *,
+    completion_after: int | None = None,
+) -> MicroBatchPlan:
+    """The micro-batch a training process plans (`fit_micro_batch`) for rows whose longest prompt
+    has `prompt` tokens, against the plan's GPU memory and sharding; a multi-turn completion holds
+    every turn and its feedback, counted after a prompt of `completion_after` tokens (default:
+    `prompt`). TrainingMemoryError when not one row fits."""
     completion = None
     if config.mode == "multi_turn":
         completion = multi_turn_completion_tokens(
             int(kwargs["max_completion_length"]),
             config.turns,
-            config.prompt_limit(),
+            prompt if completion_after is None else completion_after,
             kwargs.get("vllm_max_model_length"),
         )
-    try:
-        fit_micro_batch(
-            config,
-            kwargs,
-            model_config,
-            parameters,
-            numerics,
-            1,
-            shards=plan.shards,
-            gpu_bytes=plan.gpu_bytes,
-            completion_tokens=completion,
-            sharding=plan.sharding,
-        )
-    except TrainingMemoryError as refused:
-        raise TrainingMemoryError(
-            f"the planned micro-batch cannot hold one row on {plan.processes} GPU(s) of "
-            f"{plan.gpu_bytes / GIB:.0f} GiB ({plan.sharding}), even with a 1-token prompt: "
-            f"{refused}"
-        ) from None
+    return fit_micro_batch(
+        config,
+        kwargs,
+        model_config,
+        parameters,
+        numerics,
+        prompt,
+        shards=plan.shards,
+        gpu_bytes=plan.gpu_bytes,
+        completion_tokens=completion,
+        sharding=plan.sharding,
+    )
 
 
 def check_context(

@@ -178,7 +178,21 @@ def test_a_micro_batch_that_cannot_hold_one_row_is_refused_before_any_work(
     )
     assert "train LoRA adapters" in message and "spread the model over more GPUs" in message
     four_h200 = Machine(4, 140 * GIB, "NVIDIA H200", 500 * GIB, 64)
-    assert plan_training(config, model, four_h200).processes == 2
+    plan = plan_training(config, model, four_h200)
+    assert plan.processes == 2
+    # what the processes plan once loaded (rows of a 512-token prompt) agrees with the preflight:
+    # a micro-batch on 140 GiB cards, the same refusal on 80 GiB ones
+    from cobalt.training.grpo import micro_batch
+    from cobalt.training.precision import decide
+
+    numerics = decide(config.precision, "bfloat16", gpu=True, mixed=True)
+    kwargs = config.grpo_kwargs(str(tmp_path / "out"), model)
+    rows = [{"prompt": "p"}]
+    planned = micro_batch(config, kwargs, model, numerics, rows, lambda _: 512, plan)
+    assert planned.micro_batch >= 1
+    small = plan.model_copy(update={"gpu_bytes": FOUR_H100.gpu_bytes})
+    with pytest.raises(TrainingMemoryError, match="one sequence of 512 prompt"):
+        micro_batch(config, kwargs, model, numerics, rows, lambda _: 512, small)
     # a micro-batch the user sets is not planned, so not checked here
     given = config.model_copy(
         update={"overrides": {**config.overrides, "per_device_train_batch_size": 1}}
