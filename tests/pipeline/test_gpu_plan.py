@@ -154,9 +154,9 @@ def test_a_micro_batch_that_cannot_hold_one_row_is_refused_before_any_work(
 ) -> None:
     """NeMo-RL's shape split 2 + 2 (node.sh g4-nemo: 8B full fine-tuning under fsdp on 2 GPUs,
     a vLLM server on the other 2, completions of up to 4,096 tokens): on 80 GiB cards two shards
-    of the model's float32 state and the reference model leave no room for one row. The
-    processes found it only after the launch and vLLM's start; the plan now says it first,
-    with the fixes. On 140 GiB cards the same run is planned."""
+    of the model's float32 state and the reference model leave no room for one row, and the
+    plan says so before any work (not the processes after the launch and vLLM's start), with
+    the fixes. On 140 GiB cards the same run is planned; the processes' own plan agrees."""
     from cobalt.training.memory import TrainingMemoryError
     from cobalt.training.plan import plan_training
     from flows.training import parse_params
