@@ -45,9 +45,9 @@ class ModelRunSettings(RunSettings):
 
     work_dir: str = Field(
         default_factory=default_work_dir,
-        description="Local directory (env COBALT_WORK_DIR) for what a run keeps on this machine "
-        "when storage is S3: models (fitted, tiny, downloaded), the JSONL being written, "
-        "checkpoints.",
+        description="Local directory for what a run keeps on this machine when storage is S3: "
+        "models (fitted, tiny, downloaded), the JSONL being written, checkpoints (default: env "
+        "COBALT_WORK_DIR, else ~/.cache/cobalt).",
     )
 
 

@@ -85,7 +85,7 @@ class LoraSettings(BaseModel):
 
     r: int = Field(16, ge=1, description="Adapter rank.")
     alpha: int = Field(32, ge=1, description="Scaling numerator (lora_alpha).")
-    dropout: float = Field(0.05, ge=0, lt=1)
+    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapters' input.")
     target_modules: list[str] | str = Field("all-linear", description="peft target_modules.")
 
     def peft_config(self) -> Any:
@@ -108,10 +108,12 @@ class OfflineSettings(BaseModel):
 
     objective: Objective = Field(
         DEFAULT_OBJECTIVE,
-        description="reinforce_loo: -A * log-prob, A = reward - leave-one-out baseline; awr: "
-        "advantage-weighted regression, weight min(exp(A / awr_beta), awr_max_weight); "
-        "clipped_ratio: PPO's clipped surrogate min(r A, clip(r, 1 - eps, 1 + eps_high) A) "
-        "per token, r = policy / reference probability (reference: the starting policy).",
+        description="The offline mode's objective: reinforce_loo: -A * log-prob, A = reward - "
+        "leave-one-out baseline; awr: advantage-weighted regression, weight min(exp(A / "
+        "awr_beta), awr_max_weight); clipped_ratio: PPO's clipped surrogate min(r A, clip(r, 1 - "
+        "eps, 1 + eps_high) A) per token, r = policy / reference probability (reference: the "
+        f"starting policy). Default {DEFAULT_OBJECTIVE} (the one that learned in the learning "
+        "check, docs/LEARNING.md).",
     )
     awr_beta: float = Field(0.5, gt=0, description="AWR temperature: weight exp(A / beta).")
     awr_max_weight: float = Field(20.0, gt=0, description="AWR: weights clipped to this.")
@@ -180,25 +182,32 @@ def vllm_available() -> bool:
 class TrainingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    preset: Preset = "tiny"
+    preset: Preset = Field(
+        "tiny",
+        description="The recipe's defaults for what the settings leave unset (PRESETS, "
+        "cobalt/training/preset_defaults.py): tiny (seconds on a CPU: a few short steps of a "
+        "tiny model) or paper (SPEC §1.6 mapped to TRL's GRPOConfig: 16 samples per prompt, lr "
+        "1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs; offline: 1024 rows a step).",
+    )
     mode: Mode = Field(
         "cobalt",
-        description="cobalt: GRPO on every bandit context; single_turn: GRPO on the turn-0 "
-        "prompts; multi_turn: online GRPO over whole repair conversations from the turn-0 "
-        "prompts (the paper's multi-turn baseline, `turns` feedback turns); offline: no "
+        description="cobalt (default): GRPO on every bandit context; single_turn: GRPO on the "
+        "turn-0 prompts; multi_turn: online GRPO over whole repair conversations from the "
+        "turn-0 prompts (the paper's multi-turn baseline, `turns` feedback turns); offline: no "
         "generation, the logged turns and rewards (`offline`).",
     )
     reward: Reward = Field(
         "correctness",
-        description="correctness: SPEC §1.5's reward; dense: plus a VeRPO-style dense term "
-        "(tests weighted by how rarely the group passes them; cobalt.training.dense_reward), "
-        "for cobalt, single_turn and multi_turn.",
+        description="correctness (default): SPEC §1.5's reward; dense: plus a VeRPO-style "
+        "dense term (tests weighted by how rarely the group passes them; "
+        "cobalt.training.dense_reward), for cobalt, single_turn and multi_turn.",
     )
     turns: int = Field(
         2,
         ge=0,
         le=16,
-        description="multi_turn: feedback turns per training conversation (the trajectories' 2).",
+        description="multi_turn: feedback turns per training conversation (default 2, as the "
+        "trajectories').",
     )
     offline: OfflineSettings = Field(
         default_factory=OfflineSettings, description="The offline mode's objective and loop."
@@ -213,7 +222,7 @@ class TrainingConfig(BaseModel):
         "auto",
         description="Numerics (cobalt.training.precision): mixed = fp32 master weights and bf16 "
         "autocast (the recipe), fp32, or bf16 = pure bf16 weights (small updates vanish: only "
-        "when asked for). auto: mixed on a GPU with the paper preset, else fp32.",
+        "when asked for). auto (default): mixed on a GPU with the paper preset, else fp32.",
     )
     kl_estimator: KLEstimator | None = Field(
         None,
@@ -242,14 +251,14 @@ class TrainingConfig(BaseModel):
         description="Training processes on each node, one per GPU (--gpus): above 1 the "
         "training runs under `accelerate launch`, each process with its own sandbox pool and, "
         "with vLLM colocated, its own vLLM engine. A step's completions are the same on any "
-        "number of processes: they share them.",
+        "number of processes: they share them. Default 1.",
     )
     nodes: int = Field(
         1,
         ge=1,
         description="Machines the training spans (--nodes), num_processes on each: every node "
         "runs the same command with its own node_rank, they meet at rdzv_endpoint, and the "
-        "storage must be shared (S3).",
+        "storage must be shared (S3, or a directory every node mounts). Default 1.",
     )
     node_rank: int = Field(
         0, ge=0, description="This machine's rank among the nodes (--node-rank)."
@@ -286,7 +295,12 @@ class TrainingConfig(BaseModel):
         "process can legitimately stay busy longer than the others (very long generation "
         "steps).",
     )
-    max_steps: int | None = Field(None, ge=1, description="Override the optimizer steps (tiny: 2).")
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Optimizer steps, over what the preset decides (paper: 2 epochs over the "
+        "rows; tiny: 2 steps, 32 in the pipeline's embedded run; offline mode: offline.epochs).",
+    )
     generation: Generation = Field(
         "auto",
         description="How GRPO samples: 'vllm_colocate' (vLLM in the training process), "
@@ -313,7 +327,12 @@ class TrainingConfig(BaseModel):
         "an environment of your own (benchmarks.parity replays fixed completions with one). "
         "GRPO modes single_turn and cobalt only.",
     )
-    lora: LoraSettings | None = Field(None, description="Train LoRA adapters (peft).")
+    lora: LoraSettings | None = Field(
+        None,
+        description="Train LoRA adapters (peft) instead of every weight: rank 16, alpha 32, "
+        "dropout 0.05 on all linear layers unless a --config file sets training.lora; merged "
+        "into the saved model. None: full fine-tuning.",
+    )
     attn_implementation: str | None = Field(
         None,
         description="The policy's attention kernel (transformers' attn_implementation: sdpa, "
@@ -370,23 +389,24 @@ class TrainingConfig(BaseModel):
     )
     fsdp_gather: Literal["float32", "bf16-linear", "bfloat16"] = Field(
         "float32",
-        description="What FSDP gathers each layer as under mixed precision: float32 (its master "
-        "weights, computed under bf16 autocast: what one GPU computes), bf16-linear (the "
-        "linear layers cast to bf16 before the gather, as autocast casts them after it in one "
-        "process, the rest float32: the same numbers to float32 rounding on CPU, about half "
-        "the gathered bytes; not yet measured on GPUs) or bfloat16 (verl's and accelerate's "
-        "own policy: half the gathered bytes and memory, ~10% faster a micro-batch at 2-8B, "
-        "but the whole forward in bf16 weights: not what one GPU computes; docs/SCALING.md).",
+        description="What FSDP gathers each layer as under mixed precision: float32 "
+        "(default; its master weights, computed under bf16 autocast: what one GPU computes), "
+        "bf16-linear (the linear layers cast to bf16 before the gather, as autocast casts them "
+        "after it in one process, the rest float32: the same numbers to float32 rounding on "
+        "CPU, about half the gathered bytes; not yet measured on GPUs) or bfloat16 (verl's and "
+        "accelerate's own policy: half the gathered bytes and memory, ~10% faster a "
+        "micro-batch at 2-8B, but the whole forward in bf16 weights: not what one GPU "
+        "computes; docs/SCALING.md).",
     )
     gradient_sync: Literal["auto", "step", "micro_batch"] = Field(
         "auto",
         description="When FSDP reduce-scatters the gradients of an optimizer step's "
         "micro-batches: step (once, at its last micro-batch: every process holds the whole "
         "float32 gradients until then, 24.6 GB more a GPU at 8B on 4), micro_batch (every "
-        "micro-batch: only the shards held, one reduce-scatter per micro-batch) or auto (the "
-        "memory plan holds them whole unless they do not fit or reducing every micro-batch "
-        "moves fewer bytes a step; its line says which). The same update to float32 rounding "
-        "either way.",
+        "micro-batch: only the shards held, one reduce-scatter per micro-batch) or auto "
+        "(default: the memory plan holds them whole unless they do not fit or reducing every "
+        "micro-batch moves fewer bytes a step; its line says which). The same update to "
+        "float32 rounding either way.",
     )
     cudnn_attention: bool = Field(
         True,
@@ -399,11 +419,17 @@ class TrainingConfig(BaseModel):
         description="Checkpoint every N optimizer steps; a killed run resumes from the last "
         "checkpoint in its output directory (default: paper 50, tiny none).",
     )
-    seed: int = 0
-    sandbox: SandboxConfig = Field(default_factory=lambda: SandboxConfig(backend="namespace"))
+    seed: int = Field(0, description="The trainer's seed (its initialisation and data order).")
+    sandbox: SandboxConfig = Field(
+        default_factory=lambda: SandboxConfig(backend="namespace"),
+        description="Where the rewards' programs run; the training stage sets it from the "
+        "flow's sandbox settings (backend, concurrency shared by the processes).",
+    )
     overrides: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra GRPOConfig kwargs (offline mode: extra TrainingArguments kwargs).",
+        description="GRPOConfig fields over the preset's and the settings' (offline mode: "
+        "TrainingArguments fields), as KEY=JSON, e.g. learning_rate=2e-6; a field another "
+        "setting owns (bf16, fp16, report_to, ddp_timeout) is refused with that setting's name.",
     )
 
     @model_validator(mode="after")
