@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from cobalt.errors import USER_ERRORS as LIBRARY_ERRORS
 from cobalt.errors import user_error
 from cobalt.params import ConfigError
+from cobalt.run_settings import ModelRunSettings, RunSettings
 from engines.reaper import reaper
 
 EPHEMERAL_START_S = 90  # Prefect's 20 s default is too short on a loaded 2-core machine
@@ -140,6 +141,41 @@ def read_config(path: Path | str | None) -> dict[str, Any]:
     return values
 
 
+def help_text(text: str) -> str:
+    """`text` as an argparse help string: one line of words, '%' kept literal (argparse formats
+    help with %-style fields)."""
+    return " ".join(text.split()).replace("%", "%%")
+
+
+def add_option(
+    container: Any, *flags: str, aliases: tuple[str, ...] = (), **kwargs: Any
+) -> argparse.Action:
+    """`container.add_argument(*flags, **kwargs)`, and each of `aliases` (a former spelling of
+    the first flag) as the same option left out of --help: it still works, and says on stderr
+    which name replaced it."""
+    action = container.add_argument(*flags, **kwargs)
+    for old in aliases:
+        hidden = {**kwargs, "dest": action.dest, "help": argparse.SUPPRESS}
+        hidden["default"] = argparse.SUPPRESS  # the new flag's default stands
+        renamed = container.add_argument(old, **hidden)
+        renamed.__class__ = _renamed(type(renamed), flags[0])
+    return action
+
+
+def _renamed(base: type[argparse.Action], new: str) -> type[argparse.Action]:
+    """`base`, warning on stderr that the option used is now spelled `new`."""
+
+    class Renamed(base):  # type: ignore[misc, valid-type]
+        def __call__(self, parser, namespace, values, option_string=None):
+            print(
+                f"warning: {option_string} is now {new} (the old name goes in a later release)",
+                file=sys.stderr,
+            )
+            super().__call__(parser, namespace, values, option_string)
+
+    return Renamed
+
+
 def add_storage_args(parser: argparse.ArgumentParser) -> None:
     """--storage, --endpoint-url, --storage-block: the StorageConfig every flow takes."""
     arg = parser.add_argument
@@ -154,21 +190,54 @@ def add_storage_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_sandbox_args(container: Any, aliases: tuple[str, ...] = ()) -> None:
+    """--backend and --sandbox-concurrency: how programs are judged (the flow's `sandbox`);
+    `aliases`: former spellings of --sandbox-concurrency."""
+    container.add_argument(
+        "--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)"
+    )
+    add_option(
+        container,
+        "--sandbox-concurrency",
+        aliases=aliases,
+        type=int,
+        metavar="N",
+        help="programs judged at once (default: the CPU count)",
+    )
+
+
+def sandbox_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
+    """Put --backend / --sandbox-concurrency, where given, into `values["sandbox"]`."""
+    for flag, field in (("backend", "backend"), ("sandbox_concurrency", "concurrency")):
+        if getattr(args, flag, None) is not None:
+            values.setdefault("sandbox", {})[field] = getattr(args, flag)
+
+
+def add_work_dir(parser: argparse.ArgumentParser) -> None:
+    """--work-dir: what a flow that loads models keeps on this machine (`work_dir`)."""
+    description = ModelRunSettings.model_fields["work_dir"].description or ""
+    parser.add_argument("--work-dir", metavar="DIR", help=help_text(description))
+
+
+def add_refresh(parser: argparse.ArgumentParser) -> None:
+    """--refresh: recompute every stage (`refresh`)."""
+    description = RunSettings.model_fields["refresh"].description or ""
+    parser.add_argument("--refresh", action="store_true", help=help_text(description))
+
+
 def add_running_args(parser: argparse.ArgumentParser, group: Any = None) -> None:
     """How a stage that generates and judges runs (never part of a cache key): the sandbox,
     the Prefect concurrency limits, storage, the local work directory, --refresh. `group`: an
     argument group of `parser` for the sandbox and limit flags (default: the parser)."""
-    arg = (group or parser).add_argument
-    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
-    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
+    container = group or parser
+    add_sandbox_args(container)
+    arg = container.add_argument
     arg("--timeout", type=float, help="seconds per test (4)")
     arg("--llm-limit", metavar="NAME", help="Prefect global concurrency limit for the endpoint")
     arg("--sandbox-limit", metavar="NAME", help="Prefect global concurrency limit for judging")
     add_storage_args(parser)
-    parser.add_argument(
-        "--work-dir", metavar="DIR", help="local models and spools for S3 runs (~/.cache/cobalt)"
-    )
-    parser.add_argument("--refresh", action="store_true", help="recompute every stage")
+    add_work_dir(parser)
+    add_refresh(parser)
 
 
 def running_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
@@ -180,10 +249,7 @@ def running_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
     if args.refresh:
         values["refresh"] = True
     storage_values(args, values)
-    if args.backend is not None:
-        values.setdefault("sandbox", {})["backend"] = args.backend
-    if args.sandbox_concurrency is not None:
-        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
+    sandbox_values(args, values)
     if args.timeout is not None:
         values.setdefault("limits", {})["timeout_s"] = args.timeout
 
@@ -196,106 +262,3 @@ def storage_values(args: argparse.Namespace, values: dict[str, Any]) -> None:
             storage[field] = getattr(args, flag)
     if getattr(args, "shared_storage", False):
         storage["shared"] = True
-
-
-def add_report_to(parser: argparse.ArgumentParser) -> None:
-    """--report-to: where training curves go (training.report_to), for the training CLIs."""
-    parser.add_argument(
-        "--report-to",
-        action="append",
-        metavar="NAME",
-        help="training curves: tensorboard (default), wandb, mlflow, trackio (repeatable; none: off)",
-    )
-
-
-def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
-    """--fsdp-gather and --gradient-sync: what FSDP gathers and when it reduces (training.
-    fsdp_gather, gradient_sync)."""
-    parser.add_argument(
-        "--fsdp-gather",
-        choices=["float32", "bf16-linear", "bfloat16"],
-        help="what FSDP gathers each layer as under mixed precision: float32 (default: what one GPU "
-        "computes), bf16-linear (linear layers cast to bf16 first, as autocast would: the same "
-        "numbers, less traffic) or bfloat16 (verl's: less memory and traffic, not what one GPU "
-        "computes)",
-    )
-    parser.add_argument(
-        "--gradient-sync",
-        choices=["auto", "step", "micro_batch"],
-        help="when FSDP reduce-scatters a step's gradients: once at its last micro-batch (step: "
-        "every GPU holds them whole until then), every micro-batch (micro_batch: less memory, "
-        "more traffic) or as the memory plan decides (auto, default)",
-    )
-
-
-def add_passes_args(parser: argparse.ArgumentParser) -> None:
-    """--packing, --share-prompts, --async, --vllm-server-gpus, --fp8-generation and
-    --fp8-kv-cache: how GRPO's steps run (training.packing, share_prompts, async_generation,
-    vllm_server_gpus, fp8_generation, fp8_kv_cache)."""
-    parser.add_argument(
-        "--packing",
-        action="store_true",
-        help="packed training passes: each micro-batch's sequences in one row, no padding "
-        "computed (variable-length FlashAttention on a GPU; the same log-probabilities)",
-    )
-    parser.add_argument(
-        "--share-prompts",
-        action="store_true",
-        help="with packed passes, the completions of one prompt computed with the prompt once "
-        "(implies --packing)",
-    )
-    parser.add_argument(
-        "--async",
-        dest="async_generation",
-        action="store_true",
-        help="generation overlapped with training, one step off: each batch sampled while the "
-        "one before it trains (a different update from the paper's synchronous recipe; modes "
-        "cobalt and single_turn)",
-    )
-    parser.add_argument(
-        "--vllm-server-gpus",
-        dest="vllm_server_gpus",
-        type=int,
-        metavar="K",
-        help="GRPO's generation on a vLLM server the stage starts on K more GPUs of this "
-        "machine (after the --gpus it trains on), the weights sent by NCCL each step; with "
-        "--async it samples the next batch while this one trains (a vLLM install)",
-    )
-    parser.add_argument(
-        "--fp8-generation",
-        dest="fp8_generation",
-        action="store_true",
-        help="with --vllm-server-gpus: that server samples in fp8 (vLLM's online quantization, "
-        "redone at each weight update; GPUs of compute capability 8.9+), the trainer's passes "
-        "unchanged, TRL's importance-sampling correction on (a different update: off by default)",
-    )
-    parser.add_argument(
-        "--fp8-kv-cache",
-        dest="fp8_kv_cache",
-        action="store_true",
-        help="with --vllm-server-gpus: that server keeps its KV cache in fp8 (twice the "
-        "tokens it caches; GPUs of compute capability 8.9+), TRL's importance-sampling "
-        "correction on (off by default)",
-    )
-
-
-def passes_values(args: argparse.Namespace, training: dict[str, Any]) -> None:
-    """Put --packing / --share-prompts / --async / --vllm-server-gpus / --fp8-generation /
-    --fp8-kv-cache into the training values (over a --config file's)."""
-    if args.packing or args.share_prompts:
-        training["packing"] = True
-    if args.share_prompts:
-        training["share_prompts"] = True
-    if args.async_generation:
-        training["async_generation"] = True
-    if args.vllm_server_gpus is not None:
-        training["vllm_server_gpus"] = args.vllm_server_gpus
-    if args.fp8_generation:
-        training["fp8_generation"] = True
-    if args.fp8_kv_cache:
-        training["fp8_kv_cache"] = True
-
-
-def report_to(args: argparse.Namespace) -> list[str] | None:
-    """--report-to as training.report_to: None when not given, [] for `none`."""
-    return None if not args.report_to else [n for n in args.report_to if n != "none"]

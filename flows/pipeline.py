@@ -15,7 +15,6 @@ Pass@1 per turn; a stage that produces nothing fails the run and says why.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,32 +22,29 @@ from typing import Any
 from prefect import flow
 
 from cobalt.data import stages as data_stage
-from cobalt.models import EMBEDDED, FITTED, resolve_model
+from cobalt.models import EMBEDDED, resolve_model
 from cobalt.params import check_objects, deep_merge
 from cobalt.pipeline import PipelineParams, PipelineSummary, check_sets, settings_text
 from cobalt.pipeline.gpu_plan import RunPlan, plan_generation, plan_run
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
-from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
-from cobalt.training.precision import PRECISIONS
-from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import check_shared_storage, check_training, on_this_machine
 from engines.machine import detect
 from flows.cli import (
-    add_fsdp_args,
-    add_passes_args,
-    add_report_to,
+    add_refresh,
+    add_sandbox_args,
     add_storage_args,
-    passes_values,
+    add_work_dir,
     read_config,
-    report_to,
     run_flow_cli,
+    sandbox_values,
     storage_values,
 )
 from flows.data import data_flow
 from flows.reward_hacking import reward_hacking_flow
 from flows.training import training_flow
 from flows.training_nodes import NODE_DEPLOYMENT, check_node_deployment, training_nodes_flow
+from flows.training_options import add_training_args, training_values
 from flows.trajectories import trajectories_flow
 from tasks.pipeline import reference_model, report
 
@@ -155,14 +151,7 @@ via --config FILE.json (nested objects merge over the preset's; flags override t
 """
 
 
-def _json_value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text
-
-
-def parse_params(argv: list[str] | None = None) -> PipelineParams:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m flows.pipeline",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -172,20 +161,7 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
         epilog=EPILOG,
     )
     arg = parser.add_argument
-    arg("--config", type=Path, help="JSON file with PipelineParams fields")
-    arg(
-        "--preset",
-        choices=["tiny", "paper"],
-        help="settings preset (tiny for the embedded models, paper for any other model)",
-    )
-    arg(
-        "--model",
-        "--reference",
-        dest="reference",
-        metavar="NAME",
-        help=f"the reference model, and the policy trained from it: {FITTED} (default), tiny, "
-        "a Hub id (org/name[@revision]), a model directory or a storage URI (below)",
-    )
+    arg("--config", type=Path, help="JSON file with PipelineParams fields (flags override it)")
     arg(
         "--engine",
         choices=["auto", "transformers", "vllm", "litellm"],
@@ -194,78 +170,55 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     arg("--api-base", metavar="URL", help="litellm: an OpenAI-compatible server")
     arg("--source", action="append", metavar="URI[:KIND]", help="data source (repeatable)")
     arg("--fit-steps", type=int, help="optimizer steps of the tiny model's fit (240)")
-    arg("--train-limit", type=int, help="only the first N training problems")
-    arg("--eval-limit", type=int, help="only the first N evaluation problems")
+    arg(
+        "--train-limit",
+        type=int,
+        metavar="N",
+        help="only the first N training problems (flows.trajectories' --limit)",
+    )
+    arg(
+        "--eval-limit",
+        type=int,
+        metavar="N",
+        help="only the first N evaluation problems (flows.trajectories' --limit)",
+    )
     arg("--n", type=int, help="samples per problem (tiny 8, paper 16)")
-    arg("--turns", type=int, help="feedback turns of the training trajectories (2)")
     arg("--eval-turns", type=int, help="feedback turns when evaluating (tiny 2, paper 8)")
     arg("--eval-samples", type=int, help="samples per problem when evaluating (default: --n)")
     arg("--max-new-tokens", type=int, help="tokens per turn (tiny 128, paper 6144)")
-    arg("--mode", choices=MODES, help="training mode (cobalt)")
-    arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
-    arg("--reward", choices=["correctness", "dense"], help="GRPO reward (correctness)")
-    arg("--max-steps", type=int, help="optimizer steps (tiny GRPO: 32; offline: one epoch)")
-    arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
-    arg(
-        "--gpus",
-        type=int,
-        metavar="N",
-        help="GPUs of the run: vLLM's generating stages on N (one engine each; default every "
-        "visible GPU) and training on N processes (default 1)",
-    )
-    arg(
-        "--sharding",
-        choices=SHARDINGS,
-        help="how the training GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within "
-        "each node, nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
-    )
-    add_fsdp_args(parser)
-    add_passes_args(parser)
-    arg("--precision", choices=PRECISIONS, help="training numerics (auto)")
-    arg(
-        "--nodes",
-        type=int,
-        help="machines to train on, --gpus processes each (1): one job a node, placed through "
-        "the training-node deployment on the GPU pool's queues node-0, node-1, ... (shared "
-        "storage: --storage s3://...)",
-    )
-    arg("--rdzv-endpoint", metavar="HOST:PORT", help="where the nodes meet: node 0's address")
-    add_report_to(parser)
-    arg(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=JSON",
-        help="a GRPOConfig field (offline: TrainingArguments), e.g. --set learning_rate=2e-6",
-    )
-    arg("--perturbed-ratio", type=float, help="share of repair contexts from perturbed feedback")
+    add_training_args(parser, "pipeline")
     arg(
         "--reward-hacking",
         action="store_true",
         help="after training: reward-hacking analysis of the reference and the trained policy",
     )
-    arg("--hacking-table", help="perturbed set analysed: train (default) or dev")
-    arg("--hacking-limit", type=int, help="only the first N problems of the analysis")
+    arg(
+        "--hacking-table",
+        help="perturbed set analysed: train (default) or dev (flows.reward_hacking's --table)",
+    )
+    arg(
+        "--hacking-limit",
+        type=int,
+        metavar="N",
+        help="only the first N problems of the analysis (flows.reward_hacking's --limit)",
+    )
     arg("--device", help="transformers: torch device (auto)")
-    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
-    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
+    add_sandbox_args(parser)
     add_storage_args(parser)
-    arg("--work-dir", metavar="DIR", help="local models/spools for S3 runs (~/.cache/cobalt)")
+    add_work_dir(parser)
     arg("--cluster", metavar="ADDRESS", help="trajectory shards on a Dask cluster (or local:N)")
-    arg("--refresh", action="store_true", help="recompute every stage")
+    add_refresh(parser)
+    return parser
+
+
+def parse_params(argv: list[str] | None = None) -> PipelineParams:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     config = read_config(args.config)
     values: dict[str, Any] = {}  # the flags, merged over the --config file's at the end
-    for flag in (
-        "preset",
-        "reference",
-        "fit_steps",
-        "train_limit",
-        "eval_limit",
-        "eval_turns",
-        "eval_samples",
-    ):
+    training_values(args, values, "pipeline", parser.error)
+    for flag in ("fit_steps", "train_limit", "eval_limit", "eval_turns", "eval_samples"):
         if getattr(args, flag) is not None:
             values[flag] = getattr(args, flag)
     if args.source:
@@ -285,44 +238,18 @@ def parse_params(argv: list[str] | None = None) -> PipelineParams:
     ):
         if getattr(args, flag) is not None:
             engine[field] = getattr(args, flag)
+    if args.gpus is not None and engine.get("kind") not in ("transformers", "litellm"):
+        engine["data_parallel_size"] = args.gpus  # vLLM's engines only
     collect = values.setdefault("collect", {})
     if args.n is not None:
         collect.setdefault("sampling", {})["n"] = args.n
     if args.max_new_tokens is not None:
         collect.setdefault("sampling", {})["max_new_tokens"] = args.max_new_tokens
-    if args.turns is not None:
-        collect["turns"] = args.turns
-    training = values.setdefault("training", {})
-    for flag in ("mode", "max_steps", "reward", "precision", "sharding", "fsdp_gather",
-                 "gradient_sync", "nodes", "rdzv_endpoint"):  # fmt: skip
-        if getattr(args, flag) is not None:
-            training[flag] = getattr(args, flag)
-    if args.gpus is not None:
-        training["num_processes"] = args.gpus
-        if engine.get("kind") not in ("transformers", "litellm"):  # vLLM's engines only
-            engine["data_parallel_size"] = args.gpus
-    if args.objective:
-        training.setdefault("offline", {})["objective"] = args.objective
-    if args.lora:
-        training["lora"] = {}
-    passes_values(args, training)
-    if report_to(args) is not None:
-        training["report_to"] = report_to(args)
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--set {item!r}: use KEY=JSON, e.g. --set max_completion_length=256")
-        training.setdefault("overrides", {})[key] = _json_value(text)
-    if args.perturbed_ratio is not None:
-        values.setdefault("bandit", {})["perturbed_ratio"] = args.perturbed_ratio
-    if args.backend is not None:
-        values.setdefault("sandbox", {})["backend"] = args.backend
-    if args.sandbox_concurrency is not None:
-        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
+    sandbox_values(args, values)
     storage_values(args, values)
     for field in ("engine", "collect", "training", "storage"):  # nothing given: the preset's
-        if not values[field]:
-            del values[field]
+        if not values.get(field):
+            values.pop(field, None)
     check_objects(config, values)
     return PipelineParams.model_validate(deep_merge(config, values))
 

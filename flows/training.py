@@ -26,28 +26,31 @@ before/after table.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from prefect import flow
+from pydantic import ValidationError
 
-from cobalt.storage import open_storage
-from cobalt.training.config import DEFAULT_OBJECTIVE, MODES, OBJECTIVES
-from cobalt.training.precision import PRECISIONS
-from cobalt.training.sharding import SHARDINGS
-from cobalt.training.stages import TrainingParams, TrainingSummary, preflight
+from cobalt.pipeline.params import preset_for
+from cobalt.pipeline.settings_text import training_settings_text
+from cobalt.storage import StorageConfig, open_storage
+from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+from cobalt.training.stages import Ready, TrainingParams, TrainingSummary, preflight
+from cobalt.trajectories.runs import find_trajectories
 from flows.cli import (
-    add_fsdp_args,
-    add_passes_args,
-    add_report_to,
+    USER_ERRORS,
+    add_refresh,
+    add_sandbox_args,
     add_storage_args,
-    passes_values,
+    add_work_dir,
     read_config,
-    report_to,
     run_flow_cli,
+    sandbox_values,
     storage_values,
 )
+from flows.training_options import add_training_args, training_values
 from tasks.training import Stages, report
 
 
@@ -56,8 +59,7 @@ def training_flow(params: TrainingParams) -> TrainingSummary:
     """Trajectories -> bandit dataset -> GRPO training (offline mode: offline dataset -> offline
     training) -> trained policy, curves, stats, cost."""
     ready = preflight(params)  # storage, trajectories, policy model, GPU plan: before any work
-    if ready.plan is not None:
-        print(f"training plan: {ready.plan.describe()}")
+    print(settings(params, ready))
     stages = Stages(params, ready)
     dataset = stages.dataset()
     policy = stages.training(dataset)
@@ -76,8 +78,11 @@ model (--model): a Hub id (org/name[@revision]), a model directory, a model dire
 (a trained policy), fitted or tiny; default: the model that collected the trajectories.
 
 presets: tiny (a few CPU steps on a tiny model) and paper (SPEC §1.6 mapped to TRL's GRPOConfig:
-16 samples per prompt, lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs). Any other
-GRPOConfig field via --set KEY=JSON, e.g. --set max_completion_length=256 --set use_vllm=true.
+16 samples per prompt, lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs). Unless
+--preset names one, the policy decides, as in flows.pipeline: tiny for fitted, tiny or a
+directory the tiny fit made, paper for any other model. The run prints the settings it uses
+before it starts. Any other GRPOConfig field via --set KEY=JSON, e.g. --set
+max_completion_length=256 --set use_vllm=true.
 
 offline mode: every logged turn of the trajectories with its Cobalt reward and leave-one-out
 advantage; objectives {", ".join(OBJECTIVES)} (--objective; default {DEFAULT_OBJECTIVE}). Any field of
@@ -87,138 +92,79 @@ drop_zero_advantage); --set KEY=JSON then sets TrainingArguments fields.
 """
 
 
-def parse_params(argv: list[str] | None = None) -> TrainingParams:
+def build_parser(prog: str = "python -m flows.training") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m flows.training",
+        prog=prog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Build the Cobalt contextual-bandit dataset from a trajectories run and train "
         "the policy on it with GRPO (TRL) against the sandbox reward, or (--mode offline) train "
         "it on the logged turns and their rewards without generating.",
         epilog=EPILOG,
     )
-    arg = parser.add_argument
-    arg("--config", type=Path, help="JSON file with TrainingParams fields (flags override it)")
-    arg("--trajectories", metavar="WHERE", help="'latest' (default) or an evaluation stage dir")
-    arg("--model", metavar="NAME", help="policy to train (default: the trajectories' model)")
-    arg(
-        "--mode",
-        choices=MODES,
-        help="GRPO on the bandit contexts (cobalt) or the turn-0 prompts only (single_turn); "
-        "multi_turn: online GRPO over whole repair conversations; offline: the logged turns",
+    parser.add_argument(
+        "--config", type=Path, help="JSON file with TrainingParams fields (flags override it)"
     )
-    arg("--reward", choices=["correctness", "dense"], help="dense: + VeRPO-style test weights")
-    arg("--turns", type=int, help="multi_turn: feedback turns per conversation (2)")
-    arg("--precision", choices=PRECISIONS, help="numerics (auto: mixed on GPU + paper preset)")
-    add_report_to(parser)
-    arg("--objective", choices=OBJECTIVES, help=f"offline objective ({DEFAULT_OBJECTIVE})")
-    arg("--offline", action="append", default=[], metavar="KEY=JSON", help="offline setting")
-    arg("--preset", choices=["tiny", "paper"], help="GRPOConfig preset (tiny)")
-    arg("--max-steps", type=int, help="optimizer steps (overrides the preset)")
-    arg("--save-steps", type=int, help="checkpoint every N steps (resume after a crash)")
-    arg(
-        "--gpus",
-        "--num-processes",
-        dest="num_processes",
-        type=int,
-        metavar="N",
-        help="GPUs to train on, one process each (accelerate launch; 1)",
-    )
-    arg(
-        "--sharding",
-        choices=SHARDINGS,
-        help="how the GPUs share the model: ddp, fsdp, zero3, hybrid (FSDP within each node, "
-        "nodes replicate) (auto: fsdp for full fine-tuning on several GPUs, else ddp)",
-    )
-    add_fsdp_args(parser)
-    add_passes_args(parser)
-    arg("--accelerate-config", metavar="FILE", help="an accelerate config of your own instead")
-    arg("--nodes", type=int, help="machines to train on, --gpus processes each (1)")
-    arg("--node-rank", type=int, help="this machine's rank among --nodes (0 hosts the rendezvous)")
-    arg("--rdzv-endpoint", metavar="HOST:PORT", help="where the nodes meet: node 0's address")
-    arg("--lora", action="store_true", help="train LoRA adapters (r 16, all linear layers)")
-    arg("--format-reward", action="store_true", help="add the thinking-model format reward")
-    arg("--set", action="append", default=[], metavar="KEY=JSON", help="extra GRPOConfig field")
-    arg("--max-prompt-tokens", type=int, help="bandit: longest partial context (10000)")
-    arg("--bandit-mode", choices=["train", "validation"], help="bandit sample selection (train)")
-    arg("--perturbed", metavar="DIR", help="evaluation stage of a perturbed-feedback run")
-    arg("--perturbed-ratio", type=float, help="share of repair contexts taken from --perturbed")
-    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
-    arg("--sandbox-concurrency", type=int, help="programs judged at once (CPU count)")
+    add_training_args(parser, "training")
+    add_sandbox_args(parser)
     add_storage_args(parser)
-    arg("--work-dir", metavar="DIR", help="local checkpoints/models for S3 runs (~/.cache/cobalt)")
-    arg("--refresh", action="store_true", help="recompute every stage")
-    args = parser.parse_args(argv)
+    add_work_dir(parser)
+    add_refresh(parser)
+    return parser
 
+
+def parse_params(argv: list[str] | None = None, *, find_model: bool = False) -> TrainingParams:
+    """The training flow's parameters from its command line (flags over a --config file's);
+    `find_model`: see `choose_preset`."""
+    parser = build_parser()
+    return params_from(parser.parse_args(argv), parser, find_model=find_model)
+
+
+def params_from(
+    args: argparse.Namespace, parser: argparse.ArgumentParser, *, find_model: bool = False
+) -> TrainingParams:
     values = read_config(args.config)
-    for flag in ("trajectories", "model", "work_dir", "perturbed"):
-        if getattr(args, flag) is not None:
-            values[flag] = getattr(args, flag)
+    training_values(args, values, "training", parser.error)
     if args.refresh:
         values["refresh"] = True
-    training = values.setdefault("training", {})
-    for flag, name in (
-        ("mode", "mode"),
-        ("preset", "preset"),
-        ("max_steps", "max_steps"),
-        ("save_steps", "save_steps"),
-        ("num_processes", "num_processes"),
-        ("sharding", "sharding"),
-        ("fsdp_gather", "fsdp_gather"),
-        ("gradient_sync", "gradient_sync"),
-        ("accelerate_config", "accelerate_config"),
-        ("nodes", "nodes"),
-        ("node_rank", "node_rank"),
-        ("rdzv_endpoint", "rdzv_endpoint"),
-        ("reward", "reward"),
-        ("turns", "turns"),
-        ("precision", "precision"),
-    ):
-        if getattr(args, flag) is not None:
-            training[name] = getattr(args, flag)
-    if report_to(args) is not None:
-        training["report_to"] = report_to(args)
-    if args.format_reward:
-        training["use_format_reward"] = True
-    passes_values(args, training)
-    if args.lora:
-        training["lora"] = training.get("lora") or {}
-    offline = training.setdefault("offline", {})
-    if args.objective is not None:
-        offline["objective"] = args.objective
-    for item in args.offline:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--offline {item!r}: use KEY=JSON, e.g. --offline awr_beta=0.5")
-        try:
-            offline[key] = json.loads(text)
-        except json.JSONDecodeError:
-            offline[key] = text
-    for item in args.set:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            parser.error(f"--set {item!r}: use KEY=JSON, e.g. --set max_completion_length=256")
-        try:
-            training.setdefault("overrides", {})[key] = json.loads(text)
-        except json.JSONDecodeError:
-            training.setdefault("overrides", {})[key] = text
-    bandit = values.setdefault("bandit", {})
-    if args.max_prompt_tokens is not None:
-        bandit["max_prompt_tokens"] = args.max_prompt_tokens
-    if args.bandit_mode is not None:
-        bandit["mode"] = args.bandit_mode
-    if args.perturbed_ratio is not None:
-        bandit["perturbed_ratio"] = args.perturbed_ratio
-    if args.backend is not None:
-        values.setdefault("sandbox", {})["backend"] = args.backend
-    if args.sandbox_concurrency is not None:
-        values.setdefault("sandbox", {})["concurrency"] = args.sandbox_concurrency
+    if args.work_dir is not None:
+        values["work_dir"] = args.work_dir
+    sandbox_values(args, values)
     storage_values(args, values)
+    choose_preset(values, find_model)
     return TrainingParams.model_validate(values)
+
+
+def choose_preset(values: dict[str, Any], find_model: bool) -> None:
+    """training.preset, where neither a flag nor the --config file names one: the preset the
+    pipeline picks for the policy (`preset_for`: tiny for the embedded models, paper for any
+    other), the policy being --model, else (`find_model`, the command's own run: a read of the
+    storage) the model that collected the trajectories. Trajectories not found leave it unset:
+    the preflight then says what is wrong, after the settings' own mistakes."""
+    training = values.setdefault("training", {})
+    if not isinstance(training, dict) or training.get("preset") is not None:
+        return  # given, or a mistake that the validation names
+    model = values.get("model")
+    where = values.get("trajectories") or "latest"
+    if model is None and find_model and isinstance(where, str):
+        try:
+            storage = StorageConfig.model_validate(values.get("storage") or {})
+            found = find_trajectories(where, storage)
+        except (ValidationError, *USER_ERRORS):
+            return
+        model = found.engine.get("model")
+    if isinstance(model, str) and model:
+        training["preset"] = preset_for(model)
+
+
+def settings(params: TrainingParams, ready: Ready) -> str:
+    """What the run will use: its settings and, when it has one, its GPU plan."""
+    plan = [f"training plan: {ready.plan.describe()}"] if ready.plan is not None else None
+    return training_settings_text(params, ready.model, plan)
 
 
 def main(argv: list[str] | None = None) -> int:
     return run_flow_cli(
-        lambda: parse_params(argv),
+        lambda: parse_params(argv, find_model=True),
         preflight,
         training_flow,
         lambda s: f"\n{s.line}\n\npolicy (--model): {s.policy.uri}\ncurves: {s.policy.plot}",

@@ -65,9 +65,9 @@ class PipelineParams(ShardedRunSettings):
     reference: str = Field(
         FITTED,
         description=f"The reference model that collects trajectories and is trained: {NAMES} "
-        f"(cobalt/models.py; '{FITTED}': the tiny model fitted on CPU to the synthetic family, "
-        f"built once into the storage; '{TINY}': the random tiny model). Resolved once, at the "
-        "preflight, to a local directory every stage loads.",
+        f"(cobalt/models.py; '{FITTED}', the default: the tiny model fitted on CPU to the "
+        f"synthetic family, built once into the storage; '{TINY}': the random tiny model). "
+        "Resolved once, at the preflight, to a local directory every stage loads.",
     )
     fit_steps: int = Field(
         FIT_STEPS,
@@ -133,8 +133,7 @@ class PipelineParams(ShardedRunSettings):
         """Fill what the parameters leave unset from the preset (see `preset_defaults`)."""
         if not isinstance(values, dict):
             return values
-        reference = values.get("reference", FITTED)
-        preset = values.get("preset") or ("tiny" if is_embedded(reference) else "paper")
+        preset = values.get("preset") or preset_for(values.get("reference", FITTED))
         if preset not in ("tiny", "paper"):
             return values  # the field's own validation names the error
         training = values.get("training")
@@ -231,6 +230,13 @@ class PipelineParams(ShardedRunSettings):
             training=self.training,
             **self.passed_to(TrainingParams),
         )
+
+
+def preset_for(model: str) -> PipelinePreset:
+    """The preset a model gets when none is named (the pipeline's, flows.training's): tiny for
+    the embedded default's models (fitted, tiny, or a directory the tiny fit made), paper for
+    any other (a Hub id, a model directory, a trained policy in storage)."""
+    return "tiny" if is_embedded(model) else "paper"
 
 
 def evaluation_protocol(model: str, preset: PipelinePreset | None = None) -> dict[str, Any]:
