@@ -25,7 +25,7 @@ from pydantic import ValidationError
 
 from cobalt.errors import USER_ERRORS as LIBRARY_ERRORS
 from cobalt.errors import user_error
-from cobalt.params import ConfigError
+from cobalt.params import ConfigError, add_option, help_text
 from cobalt.run_settings import ModelRunSettings, RunSettings
 from engines.reaper import reaper
 
@@ -139,41 +139,6 @@ def read_config(path: Path | str | None) -> dict[str, Any]:
             '{"field": value, ...} with the flow\'s parameters'
         )
     return values
-
-
-def help_text(text: str) -> str:
-    """`text` as an argparse help string: one line of words, '%' kept literal (argparse formats
-    help with %-style fields)."""
-    return " ".join(text.split()).replace("%", "%%")
-
-
-def add_option(
-    container: Any, *flags: str, aliases: tuple[str, ...] = (), **kwargs: Any
-) -> argparse.Action:
-    """`container.add_argument(*flags, **kwargs)`, and each of `aliases` (a former spelling of
-    the first flag) as the same option left out of --help: it still works, and says on stderr
-    which name replaced it."""
-    action = container.add_argument(*flags, **kwargs)
-    for old in aliases:
-        hidden = {**kwargs, "dest": action.dest, "help": argparse.SUPPRESS}
-        hidden["default"] = argparse.SUPPRESS  # the new flag's default stands
-        renamed = container.add_argument(old, **hidden)
-        renamed.__class__ = _renamed(type(renamed), flags[0])
-    return action
-
-
-def _renamed(base: type[argparse.Action], new: str) -> type[argparse.Action]:
-    """`base`, warning on stderr that the option used is now spelled `new`."""
-
-    class Renamed(base):  # type: ignore[misc, valid-type]
-        def __call__(self, parser, namespace, values, option_string=None):
-            print(
-                f"warning: {option_string} is now {new} (the old name goes in a later release)",
-                file=sys.stderr,
-            )
-            super().__call__(parser, namespace, values, option_string)
-
-    return Renamed
 
 
 def add_storage_args(parser: argparse.ArgumentParser) -> None:

@@ -15,9 +15,17 @@ from pathlib import Path
 from prefect import flow
 
 from cobalt.data.stages import DataParams, DataSummary, preflight
-from cobalt.params import deep_merge
+from cobalt.params import add_option, deep_merge
 from cobalt.tables import markdown_table
-from flows.cli import add_storage_args, read_config, run_flow_cli, storage_values
+from flows.cli import (
+    add_refresh,
+    add_sandbox_args,
+    add_storage_args,
+    read_config,
+    run_flow_cli,
+    sandbox_values,
+    storage_values,
+)
 from tasks.data import Stages, report
 
 
@@ -48,7 +56,7 @@ AWS_SECRET_ACCESS_KEY (or a Prefect RemoteFileSystem block: --storage-block).
 """
 
 
-def parse_params(argv: list[str] | None = None) -> DataParams:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m flows.data",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -60,15 +68,26 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
     arg("--source", action="append", metavar="SPEC", help="a source (repeat); see below")
     arg("--config", type=Path, help="JSON file with DataParams fields (flags override it)")
     add_storage_args(parser)
-    arg("--refresh", action="store_true", help="recompute every task, ignoring cached results")
+    add_refresh(parser)
     arg("--min-tests", type=int, help="drop problems with fewer tests (paper: 8)")
     arg("--max-tests", type=int, help="keep at most this many tests (paper: 20)")
     arg("--public-tests", type=int, help="leading tests that are public (paper: 4)")
     arg("--dev-fraction", type=float, help="share of train-role problems in dev (0.1)")
-    arg("--seed", type=int, help="seed of solution shuffle, split and perturbation (0)")
+    add_option(
+        parser,
+        "--split-seed",
+        aliases=("--seed",),
+        type=int,
+        metavar="N",
+        help="seed of the solution shuffle, the train/dev split and the perturbation (0)",
+    )
     arg("--no-verify", action="store_true", help="skip the reference-solution check")
-    arg("--backend", choices=["auto", "docker", "namespace"], help="sandbox isolation (auto)")
-    arg("--concurrency", type=int, help="programs judged at once (CPU count)")
+    add_sandbox_args(parser, aliases=("--concurrency",))
+    return parser
+
+
+def parse_params(argv: list[str] | None = None) -> DataParams:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     values = read_config(args.config)
@@ -83,14 +102,13 @@ def parse_params(argv: list[str] | None = None) -> DataParams:
         ("max_tests", "rules", "max_tests"),
         ("public_tests", "load", "public_tests"),
         ("dev_fraction", "split", "dev_fraction"),
-        ("backend", "sandbox", "backend"),
-        ("concurrency", "sandbox", "concurrency"),
     ):
         if getattr(args, flag) is not None:
             values.setdefault(section, {})[field] = getattr(args, flag)
-    if args.seed is not None:
+    sandbox_values(args, values)
+    if args.split_seed is not None:
         for section in ("load", "split"):
-            values.setdefault(section, {})["seed"] = args.seed
+            values.setdefault(section, {})["seed"] = args.split_seed
     if args.no_verify:
         values.setdefault("verify", {})["enabled"] = False
     if args.refresh:

@@ -7,12 +7,12 @@ docs/REWARD_HACKING.md).
                                                         # the tiny fitted model as policy + judge
     python -m flows.reward_hacking --problems latest --table dev --model /models/policy \\
         --judge-engine litellm --judge-model openai/qwen3-32b \\
-        --judge-api-base http://gpu:8000/v1 --compare runs/reward_hacking/judged/<key>
+        --judge-api-base http://gpu:8000/v1 --baseline runs/reward_hacking/judged/<key>
 
 Steps: `inference` (the trajectories flow as a subflow, perturbed feedback: cached, resumable,
 sharded, `--cluster`) -> `errors` -> `judge` (a task per shard, `--cluster` too, and a merge)
 (cached tasks, content-addressed JSONL in `<storage>/reward_hacking/`, MANIFEST.json last) ->
-report (tables, markdown with diffs, PNG; the comparison with `--compare`). The logic lives in
+report (tables, markdown with diffs, PNG; the comparison with `--baseline`). The logic lives in
 `cobalt/analysis/` (no Prefect there).
 """
 
@@ -29,7 +29,7 @@ from cobalt.analysis.judge import JudgeConfig
 from cobalt.analysis.stages import HackingParams
 from cobalt.analysis.summary import HackingSummary
 from cobalt.models import FITTED, TINY
-from cobalt.params import deep_merge
+from cobalt.params import add_option, deep_merge
 from cobalt.tables import markdown_table
 from cobalt.trajectories.collect import CollectConfig
 from cobalt.trajectories.stages import close_engines
@@ -42,7 +42,7 @@ from tasks.reward_hacking import Stages, local_model, preflight, report
 @flow(name="reward-hacking", log_prints=True)
 def reward_hacking_flow(params: HackingParams) -> HackingSummary:
     """Perturbed problems -> multi-turn inference -> turn-level errors -> judge -> report."""
-    ready = preflight(params)  # storage, perturbed problems, policy, judge endpoint, --compare
+    ready = preflight(params)  # storage, perturbed problems, policy, judge endpoint, --baseline
     policy = local_model("policy", params.engine, params)
     judge = local_model("judge", params.judge.engine, params)
     collected = trajectories_flow.with_options(flow_run_name="reward-hacking-inference")(
@@ -78,12 +78,12 @@ tokens per reply.
 judge: --judge-model NAME (named as --model), or --judge-engine litellm --judge-model
 openai/NAME --judge-api-base URL (any OpenAI-compatible server) or a hosted model with
 --judge-api-key-env VAR.
---compare DIR (or 'latest'): another finished analysis, reported as 'before' beside this one.
+--baseline DIR (or 'latest'): another finished analysis, reported as 'before' beside this one.
 Any field of HackingParams via --config FILE.json (flags override it).
 """
 
 
-def parse_params(argv: list[str] | None = None) -> HackingParams:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m flows.reward_hacking",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -96,9 +96,14 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     arg("--config", type=Path, help="JSON file with HackingParams fields (flags override it)")
     arg("--problems", metavar="WHERE", help="problem set (default: the synthetic samples)")
     arg("--table", help="set of a problem-set bundle: train (default) or dev")
-    arg("--limit", type=int, help="only the first N problems")
+    arg("--limit", type=int, metavar="N", help="only the first N problems of the set")
     policy = parser.add_argument_group("policy (the model whose repairs are analysed)")
-    policy.add_argument("--engine", choices=["transformers", "litellm", "vllm", "auto"])
+    policy.add_argument(
+        "--engine",
+        choices=["transformers", "litellm", "vllm", "auto"],
+        help="engine of the policy's inference (auto: vLLM on a GPU where it is installed, else "
+        "transformers)",
+    )
     policy.add_argument(
         "--model",
         help=f"Hub id, model directory or storage URI, {FITTED} (default), tiny, or LiteLLM name",
@@ -108,7 +113,11 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     policy.add_argument("--api-key-block", metavar="NAME", help="Prefect Secret block of the key")
     policy.add_argument("--llm-concurrency", type=int, help="requests in flight (litellm)")
     policy.add_argument("--device", help="transformers: torch device (auto)")
-    policy.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"])
+    policy.add_argument(
+        "--dtype",
+        choices=["auto", "float32", "bfloat16", "float16"],
+        help="weights dtype (auto: the checkpoint's)",
+    )
     policy.add_argument("--n", type=int, help="samples per problem (8; paper 16)")
     policy.add_argument("--turns", type=int, help="feedback turns (2; paper 8)")
     policy.add_argument("--temperature", type=float, help="sampling temperature (0.6)")
@@ -116,7 +125,11 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     policy.add_argument("--seed", type=int, help="sampling seed (0)")
     policy.add_argument("--system-prompt", metavar="TEXT", help="system message ('' for none)")
     judge = parser.add_argument_group("judge (the LLM that classifies each error)")
-    judge.add_argument("--judge-engine", choices=["transformers", "litellm", "vllm", "auto"])
+    judge.add_argument(
+        "--judge-engine",
+        choices=["transformers", "litellm", "vllm", "auto"],
+        help="engine of the judge, as --engine (auto)",
+    )
     judge.add_argument(
         "--judge-model", help=f"named as --model: {FITTED} (default), Hub id, ..., LiteLLM name"
     )
@@ -128,15 +141,26 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     judge.add_argument("--judge-temperature", type=float, help="0 = greedy (default)")
     judge.add_argument("--judge-attempts", type=int, help="requests per error until it parses (3)")
     report = parser.add_argument_group("report")
-    report.add_argument(
-        "--compare", metavar="DIR", help="a finished analysis: 'before' (or latest)"
+    add_option(
+        report,
+        "--baseline",
+        aliases=("--compare",),
+        metavar="DIR",
+        help="a finished analysis (its directory, as a run prints it, or latest) reported as "
+        "'before' beside this one",
     )
     report.add_argument("--examples", type=int, help="errors shown with their diffs (6)")
     report.add_argument("--label", help="the policy's name in the report (its model's name)")
     run = parser.add_argument_group("running")
     run.add_argument("--chunk-size", type=int, help="problems per batch (16)")
     run.add_argument("--shard-size", type=int, help="problems per inference task")
-    run.add_argument("--judge-chunk", type=int, help="errors per judge round (64)")
+    add_option(
+        run,
+        "--judge-chunk-size",
+        aliases=("--judge-chunk",),
+        type=int,
+        help="errors per judge round (64)",
+    )
     run.add_argument(
         "--judge-shard-size", type=int, help="errors per judge task (16 rounds; whole rounds)"
     )
@@ -146,23 +170,28 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
         help="inference and judge shards on a Dask cluster: tcp://scheduler:8786, or local:N",
     )
     add_running_args(parser, run)
+    return parser
+
+
+def parse_params(argv: list[str] | None = None) -> HackingParams:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     values = read_config(args.config)
-    for flag in (
-        "problems",
-        "table",
-        "limit",
-        "compare",
-        "examples",
-        "label",
-        "cluster",
-        "judge_chunk",
-        "judge_shard_size",
-        "api_key_block",
+    for flag, field in (
+        ("problems", "problems"),
+        ("table", "table"),
+        ("limit", "limit"),
+        ("baseline", "compare"),
+        ("examples", "examples"),
+        ("label", "label"),
+        ("cluster", "cluster"),
+        ("judge_chunk_size", "judge_chunk"),
+        ("judge_shard_size", "judge_shard_size"),
+        ("api_key_block", "api_key_block"),
     ):
         if getattr(args, flag) is not None:
-            values[flag] = getattr(args, flag)
+            values[field] = getattr(args, flag)
     running_values(args, values)
     defaults = HackingParams.model_fields
     engine = deep_merge({"kind": "auto", "model": FITTED}, values.get("engine") or {}, "engine")
@@ -234,7 +263,7 @@ def render(summary: HackingSummary) -> str:
     text = (
         f"\n{summary.line}\n\n{markdown_table(summary.per_turn)}\n\n"
         f"{markdown_table(summary.categories)}\n\nplot: {summary.plot}\nreport: {summary.report}"
-        f"\nanalysis (for --compare): {summary.uri}"
+        f"\nanalysis (for --baseline): {summary.uri}"
     )
     if summary.comparison is not None:
         text += (

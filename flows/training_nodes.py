@@ -12,6 +12,10 @@ endpoint (docs/DEPLOYMENT.md, "7d. Training on several machines"):
     prefect worker start --pool gpu-pool --work-queue node-0     # on 10.0.0.1
     prefect worker start --pool gpu-pool --work-queue node-1     # on the second host
 
+From a shell, `python -m flows.training_nodes` takes flows.training's options and places the same
+run (see --help); the Prefect server it talks to (PREFECT_API_URL) must have the per-node
+deployment.
+
 Every node's run is `flows.training` with its own `training.node_rank` (the same parameters
 otherwise): node 0 commits the trained policy to the shared storage and writes the run's
 summary where this flow reads it back (`summary_uri`: the pipeline's `--nodes` evaluates the
@@ -23,6 +27,8 @@ SIGTERM) cancels every node's run it placed that is still going.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 
 from prefect import flow, get_run_logger
@@ -37,6 +43,9 @@ from cobalt.errors import UserError
 from cobalt.storage import open_storage
 from cobalt.training.sharding import ShardingError
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_shared_storage
+from flows.cli import run_flow_cli
+from flows.training import build_parser as training_parser
+from flows.training import params_from
 
 NODE_DEPLOYMENT = "training/training-node"
 BAD = (StateType.FAILED, StateType.CRASHED, StateType.CANCELLED, StateType.CANCELLING)
@@ -197,3 +206,72 @@ def cancel_nodes(run_ids: list, reason: str) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - the original exception is the one to raise
         get_run_logger().error("could not cancel the nodes' runs %s: %s", run_ids, exc)
         return []
+
+
+# --- CLI ------------------------------------------------------------------------------------------
+
+EPILOG = """\
+Places one run of the per-node deployment (--node-deployment, default training/training-node)
+per node on the GPU pool's work queues node-0, node-1, ... (--queue-prefix), each flows.training
+with its own --node-rank, and waits for them all; a node that fails cancels the others. Needs a
+Prefect server with that deployment (PREFECT_API_URL; `prefect deploy -n training-node`), a
+worker on each node's queue, --nodes N (2 or more), --rdzv-endpoint (node 0's host:port) and
+storage every node reaches (--storage s3://..., or --shared-storage). docs/DEPLOYMENT.md 7d.
+The training options are flows.training's (python -m flows.training --help has the details).
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = training_parser(prog="python -m flows.training_nodes")
+    parser.description = (
+        "Train on several machines from Prefect: one run of the per-node training deployment "
+        "per node, placed on that node's work queue, waited for together."
+    )
+    parser.epilog = EPILOG
+    parser.add_argument(
+        "--node-deployment",
+        default=NODE_DEPLOYMENT,
+        metavar="FLOW/DEPLOYMENT",
+        help=f"the per-node deployment each node's run is placed through ({NODE_DEPLOYMENT})",
+    )
+    parser.add_argument(
+        "--queue-prefix",
+        default="node-",
+        metavar="PREFIX",
+        help="node i's run goes to the work queue PREFIX<i> (node-)",
+    )
+    return parser
+
+
+def parse_args(
+    argv: list[str] | None = None, *, find_model: bool = False
+) -> tuple[TrainingParams, argparse.Namespace]:
+    """The training parameters every node's run takes, and the placing flags."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return params_from(args, parser, find_model=find_model), args
+
+
+def main(argv: list[str] | None = None) -> int:
+    def preflight(parsed: tuple[TrainingParams, argparse.Namespace]) -> None:
+        check_nodes(parsed[0])
+        check_node_deployment(parsed[1].node_deployment)
+
+    def run(parsed: tuple[TrainingParams, argparse.Namespace]) -> NodesResult:
+        params, args = parsed
+        return training_nodes_flow(params, args.node_deployment, args.queue_prefix)
+
+    return run_flow_cli(
+        lambda: parse_args(argv, find_model=True),
+        preflight,
+        run,
+        lambda r: (
+            f"\n{r.summary.line}\n\npolicy (--model): {r.summary.policy.uri}\n"
+            + "nodes: "
+            + ", ".join(f"{n.name} {n.state}" for n in r.nodes)
+        ),
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

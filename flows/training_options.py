@@ -16,12 +16,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from cobalt.params import add_option, help_text
 from cobalt.pipeline.params import PipelineParams
 from cobalt.training.config import MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
 from cobalt.training.sharding import SHARDINGS
 from cobalt.training.stages import TrainingParams
-from flows.cli import add_option, help_text
 
 Flow = Literal["pipeline", "training"]
 FLOWS: tuple[Flow, ...] = ("pipeline", "training")

@@ -107,9 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     arg("--problems", metavar="WHERE", help="problem set (default: latest); see below")
     arg("--table", help="set of a problem-set bundle: train (default), dev, test")
     arg("--perturbed", action="store_true", help="feedback from perturbed public tests")
-    arg("--limit", type=int, help="only the first N problems")
+    arg("--limit", type=int, metavar="N", help="only the first N problems of the set")
     arg("--engine", choices=["transformers", "litellm", "vllm", "auto"], help="engine kind")
-    arg("--model", help="Hub id, model directory, storage URI, fitted, tiny; or LiteLLM name")
+    arg(
+        "--model",
+        metavar="NAME",
+        help="Hub id, model directory, storage URI, fitted or tiny (default: tiny, the random "
+        "built-in model); or a LiteLLM name",
+    )
     arg("--evaluation", action="store_true", help="the pipeline's evaluation protocol (below)")
     arg("--preset", choices=["tiny", "paper"], help="--evaluation's settings (default: by model)")
     arg("--compare", nargs=2, metavar=("A", "B"), help="two evaluations side by side (below)")

@@ -8,12 +8,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cobalt.params import add_option
 from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 
 # mode -> (trainer, TRL mode, settings). Run in this order, each from the same SFT model, each
 # followed by its evaluation: the main comparison first, the bf16 variant last (a CUDA error there
 # cannot cost the float32 modes). Settings: GRPOConfig fields (grpo); the objective and a
-# learning-rate factor (offline). `offline` is the offline mode with --offline-objective (default:
+# learning-rate factor (offline). `offline` is the offline mode with --objective (default:
 # the project's, DEFAULT_OBJECTIVE); offline_<objective> run the objectives side by side (issue
 # 19); offline_grpo is the offline mode followed by --offline-grpo-steps steps of cobalt GRPO from
 # the offline weights (its cost: both phases).
@@ -139,21 +140,29 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         "vllm_colocate compiles graphs that strict determinism refuses, so it turns strict off)",
     )
     arg("--device", default="auto", help="torch device for generation and SFT (auto: cuda if any)")
-    arg("--backend", default="namespace", choices=["auto", "docker", "namespace"])
+    arg(
+        "--backend",
+        default="namespace",
+        choices=["auto", "docker", "namespace"],
+        help="sandbox isolation of the rewards and evaluations (default namespace)",
+    )
     arg(
         "--sandbox-concurrency",
         type=int,
         default=0,
+        metavar="N",
         help="sandbox workers per seed process (0: the CPUs divided among --parallel)",
     )
     # SFT model and fit
     sft = parser.add_argument_group("SFT")
     sft.add_argument("--vocab", type=int, default=1024, help="BPE vocabulary of the corpus")
-    sft.add_argument("--hidden", type=int, default=512)
-    sft.add_argument("--layers", type=int, default=8)
-    sft.add_argument("--heads", type=int, default=8)
-    sft.add_argument("--kv-heads", type=int, default=4)
-    sft.add_argument("--intermediate", type=int, default=1408)
+    sft.add_argument("--hidden", type=int, default=512, help="the SFT model's hidden size (512)")
+    sft.add_argument("--layers", type=int, default=8, help="its decoder layers (8)")
+    sft.add_argument("--heads", type=int, default=8, help="its attention heads (8)")
+    sft.add_argument("--kv-heads", type=int, default=4, help="its key/value heads (4)")
+    sft.add_argument(
+        "--intermediate", type=int, default=1408, help="its MLP's intermediate size (1408)"
+    )
     sft.add_argument("--sft-examples", type=int, default=9600, help="conversations, SFT kinds")
     sft.add_argument("--sft-epochs", type=int, default=8, help="at most (steps stop it first)")
     sft.add_argument("--sft-steps", type=int, default=300, help="optimizer steps (lr decays)")
@@ -163,8 +172,8 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         default=240.0,
         help="wall-time cap (a fit cut by it is not deterministic; the steps should decide)",
     )
-    sft.add_argument("--sft-batch", type=int, default=32)
-    sft.add_argument("--sft-lr", type=float, default=1e-3)
+    sft.add_argument("--sft-batch", type=int, default=32, help="conversations per SFT step (32)")
+    sft.add_argument("--sft-lr", type=float, default=1e-3, help="SFT learning rate (1e-3)")
     sft.add_argument(
         "--sft-save-dtype",
         default="float32",
@@ -196,7 +205,9 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     traj.add_argument("--chunk-size", type=int, default=512, help="problems collected together")
     # GRPO (equal budget: steps x prompts x generations completions per mode)
     grpo = parser.add_argument_group("GRPO")
-    grpo.add_argument("--rl-steps", type=int, default=30)
+    grpo.add_argument(
+        "--rl-steps", type=int, default=30, help="optimizer steps of each GRPO mode (30)"
+    )
     grpo.add_argument("--rl-prompts", type=int, default=16, help="prompts per step")
     grpo.add_argument("--rl-generations", type=int, default=8, help="completions per prompt")
     grpo.add_argument(
@@ -206,8 +217,12 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         help="completions (offline: rows) per forward/backward; a step accumulates "
         "prompts x generations of them (memory: several seeds share one GPU)",
     )
-    grpo.add_argument("--rl-lr", type=float, default=3e-5)
-    grpo.add_argument("--rl-temperature", type=float, default=1.0)
+    grpo.add_argument(
+        "--rl-lr", type=float, default=3e-5, help="learning rate of every mode (3e-5)"
+    )
+    grpo.add_argument(
+        "--rl-temperature", type=float, default=1.0, help="GRPO's sampling temperature (1.0)"
+    )
     grpo.add_argument("--max-completion", type=int, default=128, help="max_completion_length")
     grpo.add_argument(
         "--max-prompt",
@@ -220,11 +235,23 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
     ev = parser.add_argument_group("evaluation")
     ev.add_argument("--eval-problems", type=int, default=144, help="per held-out group")
     ev.add_argument("--eval-sft-problems", type=int, default=56, help="of the SFT kinds")
-    ev.add_argument("--eval-n", type=int, default=4, help="samples per evaluation problem")
+    add_option(
+        ev,
+        "--eval-samples",
+        aliases=("--eval-n",),
+        dest="eval_n",
+        type=int,
+        default=4,
+        metavar="N",
+        help="samples per evaluation problem (4)",
+    )
     # offline (same reference trajectories; steps x prompts x generations rows)
     off = parser.add_argument_group("offline")
-    off.add_argument(
-        "--offline-objective",
+    add_option(
+        off,
+        "--objective",
+        aliases=("--offline-objective",),
+        dest="offline_objective",
         default=DEFAULT_OBJECTIVE,
         choices=OBJECTIVES,
         help="the objective of the modes offline and offline_grpo (default: the project's, "
@@ -302,13 +329,13 @@ SHORT = {"reinforce_loo": "rloo", "awr": "awr", "clipped_ratio": "clipped"}
 
 def offline_twins(objective: str) -> list[str]:
     """The offline modes that train exactly offline_grpo's offline phase (its objective, the
-    full learning rate): offline_<objective> first, then `offline` (--offline-objective)."""
+    full learning rate): offline_<objective> first, then `offline` (--objective)."""
     return [f"offline_{SHORT.get(objective, objective)}", "offline"]
 
 
 def mode_list(args: argparse.Namespace) -> list[str]:
     """--modes in its order, except that offline_grpo runs after the offline mode whose weights
-    it reuses (offline_<--offline-objective>, else `offline`) when that mode is listed later."""
+    it reuses (offline_<--objective>, else `offline`) when that mode is listed later."""
     modes = [m for m in args.modes.split(",") if m]
     if "offline_grpo" in modes:
         twins = offline_twins(getattr(args, "offline_objective", None) or DEFAULT_OBJECTIVE)
