@@ -216,7 +216,7 @@ def test_cli_defaults_and_help():
         "--judge-model",
         "--judge-engine",
         "--judge-api-base",
-        "--compare",
+        "--baseline",
         "--cluster",
         "--storage",
     ):
