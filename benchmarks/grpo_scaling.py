@@ -1,6 +1,6 @@
 """GRPO on one GPU vs several: optimizer-step time and sampled completions per second, same
 per-process settings, through the training stage's own launcher (`cobalt.training.launch`:
-in-process for 1, `accelerate launch` DDP for more). Results in docs/BENCHMARKS.md.
+in-process for 1, `accelerate launch` DDP for more). Results in docs/RESULTS.md.
 
     python -m benchmarks.grpo_scaling --processes 1,2          # a 2-GPU machine
     python -m benchmarks.grpo_scaling --smoke --processes 1,2  # CPU (gloo): the code path only

@@ -49,7 +49,7 @@ from cobalt.training.launch import Job, run_job  # noqa: E402
 QWEN3_8B = {"hidden_size": 4096, "num_layers": 36, "num_heads": 32, "num_kv_heads": 8,
             "intermediate_size": 12288}  # fmt: skip
 QWEN3_VOCAB = 151_936
-H200_BF16_TFLOPS = 989.0  # dense bf16 peak (the roofline's figure, docs/BENCHMARKS.md)
+H200_BF16_TFLOPS = 989.0  # dense bf16 peak (the roofline's figure, docs/RESULTS.md)
 
 
 class GpuMemorySampler:

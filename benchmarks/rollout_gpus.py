@@ -1,5 +1,5 @@
-"""Rollouts on every GPU (issue 38): the trajectory stage's collection on 1 GPU and on N GPUs, the
-same work, and how much faster N GPUs are (goal: 3.5x on 4 GPUs; results in docs/SCALING.md).
+"""Rollouts on every GPU: the trajectory stage's collection on 1 GPU and on N GPUs, the same
+work, and how much faster N GPUs are (goal: 3.5x on 4 GPUs; results in docs/RESULTS.md).
 
     python -m benchmarks.rollout_gpus                        # GPU: 1 GPU, then every visible GPU
     python -m benchmarks.rollout_gpus --gpus 1,2,4 --problems 256 --n 16 --max-new-tokens 128

@@ -1,5 +1,5 @@
 """Rollout roofline: decode tokens/s of each generation engine for model shapes of the paper's
-size, beside the GPU's physical limit for the same work (issue 18; results in docs/BENCHMARKS.md).
+size, beside the GPU's physical limit for the same work (results in docs/RESULTS.md).
 
     python -m benchmarks.rollout_roofline                                   # GPU: 8b + 1.5b shapes
     python -m benchmarks.rollout_roofline --shapes 8b --engines vllm,transformers --batches 64,256

@@ -1,6 +1,6 @@
 """Trajectory throughput: trajectories per minute, and where the wall time goes (generating vs.
 waiting on the sandbox), for the transformers engine with padded batches and with continuous
-batching (issue 4; results in docs/TRAJECTORIES.md).
+batching (results in docs/RESULTS.md).
 
     python -m benchmarks.trajectory_throughput                 # GPU: ~150M model, 16 x 16
     python -m benchmarks.trajectory_throughput --smoke         # CPU: tiny model, a few seconds

@@ -28,10 +28,11 @@ SYNTHETIC_RULES = CleanRules(min_statement_alnum=40)
 
 
 def tiny_collect() -> CollectConfig:
-    """The embedded run's trajectories and evaluations: 8 samples (4 until issue 27: with 4, a
-    third of the training problems had every first sample right and gave no context, and the
-    evaluation's own noise was larger than what training changed; docs/PIPELINE.md), 2 feedback
-    turns, 128 new tokens, no system prompt (the fitted model's conversations have none)."""
+    """The embedded run's trajectories and evaluations: 8 samples (with 4, a third of the
+    training problems had every first sample right and gave no context, and the evaluation's own
+    noise was larger than what training changed; docs/RESULTS.md, the embedded default over seeds),
+    2 feedback turns, 128 new tokens, no system prompt (the fitted model's conversations have
+    none)."""
     return CollectConfig(
         sampling=SamplingConfig(n=8, temperature=0.6, top_p=0.95, max_new_tokens=128, seed=0),
         turns=2,
@@ -43,11 +44,11 @@ def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
     """The embedded default's training: 32 GRPO steps of 32 completions, 8 prompts x 4 (cobalt,
     single_turn: about 1.2 passes over the ~200 bandit rows), learning rate 1e-4, sampled at
     temperature 0.6. Chosen over seeds with `scripts/embedded_seeds.py` on an evaluation with its
-    own noise (issue 27's eighth round, docs/PIPELINE.md "Signal or noise"): among five
-    settings on seeds 0-11, confirmed on new seeds 14-27, then on 46 more (ninth round): +3.8 /
-    +2.6 points at turns 0 / 2 over 72 seeds; 16 completions a step gained +1.2 / +0.3 (28 seeds),
-    groups of 8 (4 prompts x 8) 0.4 / 0.7 less (45 seeds). Offline: one epoch over the offline
-    rows in batches of 16, learning rate 1e-4."""
+    own noise (docs/RESULTS.md, the embedded default over seeds): among five settings on seeds
+    0-11, confirmed on new seeds 14-27, then on 46 more: +3.8 / +2.6 points at turns 0 / 2 over 72
+    seeds; 16 completions a step gained +1.2 / +0.3 (28 seeds), groups of 8 (4 prompts x 8) 0.4 /
+    0.7 less (45 seeds). Offline: one epoch over the offline rows in batches of 16, learning rate
+    1e-4."""
     if mode == "offline":
         return TrainingConfig(
             preset="tiny",
@@ -66,7 +67,7 @@ def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
             "max_completion_length": 128,
             "learning_rate": 1e-4,
             # the trajectories' and evaluation's temperature, not SPEC §1.6's 1.0: at 1.0 the
-            # default's gains did not hold on new seeds (docs/PIPELINE.md, sixth round)
+            # default's gains did not hold on new seeds (docs/RESULTS.md, earlier settings)
             "temperature": 0.6,
         },
     )

@@ -17,7 +17,7 @@ returns the saved model at once.
 
 The weights are the same for any thread count on one kind of CPU, not on every CPU: the code path
 torch and MKL pick for the CPU's instruction set (AVX2, AVX-512) rounds differently, and 240
-steps carry that into different weights (docs/PIPELINE.md). `stats.weights_sha256` names the
+steps carry that into different weights (docs/RESULTS.md, the fitted reference model). `stats.weights_sha256` names the
 build (`cobalt.models.build_of`, logged when a flow resolves 'fitted'); a comparison across
 machines carries one build's directory.
 """
@@ -44,8 +44,8 @@ FIT_STEPS = 240
 # 2 feedback turns reach a context where the public tests passed twice (issue 27)
 FIT_KEEP_ROUNDS = 2
 # share of the embedded fit's SFT rows that end with the right program kept after the passed
-# feedback: half (a quarter until issue 27's fourth round) keeps the trained policy from
-# rewriting a passing program when told to look for edge cases (docs/PIPELINE.md)
+# feedback: half (a quarter before) keeps the trained policy from rewriting a passing program
+# when told to look for edge cases (docs/RESULTS.md, earlier settings: the fourth round)
 FIT_KEEP_SHARE = 0.5
 FIT_SECONDS_CAP = 900  # the fit stops here even short of its steps (a very slow machine)
 

@@ -4,10 +4,10 @@ transformers engine. One decision for the generating stages (`EngineConfig(kind=
 
 vLLM starts in 60-95 s per process (engine, torch.compile, CUDA graph capture), paid again by every
 generating stage and by GRPO with vLLM colocated. At model scale it pays back many times: 1.5B
-and 8B shapes decode 6-22x faster than with the transformers engine (docs/BENCHMARKS.md). On the
+and 8B shapes decode 6-22x faster than with the transformers engine (docs/RESULTS.md). On the
 embedded default's ~0.85M-parameter model it never does: one H200, the trajectories took 24.9 s
 with the transformers engine and 111 s with vLLM, the evaluation 21.5 s and 72.5 s, the 32 GRPO
-steps 37 s and 78 s (docs/SCALING.md). So `auto` picks vLLM for a model of at least
+steps 37 s and 78 s (docs/RESULTS.md, the pipeline on GPUs). So `auto` picks vLLM for a model of at least
 `SMALL_MODEL` parameters (counted from its config.json on the meta device: no weights read), on a
 GPU, with vLLM installed; the transformers engine otherwise. The crossover lies between the two
 measured sizes and was not measured; the threshold sits above every tiny model of the project

@@ -11,8 +11,8 @@ on tiny models takes at most `CAP` threads, whatever the host:
 (cores from `os.sched_getaffinity`, so `taskset` and a container's CPU set count). An explicit
 setting is used as given; the cap only ever lowers torch's count (a caller's own
 `torch.set_num_threads(1)` stays). `cap_cpu_threads()` applies it: the reference fit, the
-transformers engine on CPU and the training processes call it as they start (docs/SCALING.md,
-"CPU threads").
+transformers engine on CPU and the training processes call it as they start (docs/PIPELINE.md,
+"Embedded default"; measured: docs/RESULTS.md, the fitted reference model).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
 
-CAP = 4  # threads for tiny-model CPU work unless set (measured in docs/SCALING.md)
+CAP = 4  # threads for tiny-model CPU work unless set (docs/RESULTS.md, the fitted reference model)
 ENV = "COBALT_THREADS"
 EXPLICIT = (ENV, "OMP_NUM_THREADS")  # the first set wins
 

@@ -35,9 +35,9 @@ log = logging.getLogger(__name__)
 
 # Default conversations per padded batch. CPU: a decoding step costs in proportion to its rows
 # and a batch runs until its longest row, so small batches (the embedded default's feedback turns
-# generated in 18.3 s with 8, 24.1 s with 64 single-sample conversations: docs/PIPELINE.md). GPU:
+# generated in 18.3 s with 8, 24.1 s with 64 single-sample conversations: docs/RESULTS.md). GPU:
 # a small model's step costs about the same for 8 rows as for hundreds, so as many as the memory
-# plan holds (the same turns took 57 s in batches of 8 on an H100: docs/SCALING.md).
+# plan holds (the same turns took 57 s in batches of 8 on an H100: docs/RESULTS.md).
 CPU_BATCH = 8
 GPU_BATCH = 4096
 

@@ -73,8 +73,8 @@ class PipelineParams(ShardedRunSettings):
         FIT_STEPS,
         ge=1,
         le=100_000,
-        description="Optimizer steps of the reference model's fit (its time: docs/PIPELINE.md, "
-        "'Embedded default').",
+        description="Optimizer steps of the reference model's fit (its time: docs/RESULTS.md, "
+        "'The fitted reference model').",
     )
     engine: EngineConfig = Field(
         default_factory=lambda: EngineConfig(kind="auto", model=FITTED),

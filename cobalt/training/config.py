@@ -28,7 +28,7 @@ Mapping notes (TRL 1.16):
   (`paged`: continuous batching); `auto` decides as the generating stages do (`engines.auto`: vLLM
   on a GPU for a model of 50M+ parameters); LoRA via `lora` (peft).
   Validation (temperature 0.6 / top-p 0.95) is the evaluation stage's, not a step of training
-  (docs/TRAINING.md, the recipe table).
+  (docs/METHOD.md §1.3).
 - A step's completions never depend on the number of processes (issue 45): the paper preset's
   1024, a short run's `generation_batch_size`, or per_device x accumulation as given for one
   process (the tiny preset, `--set`) are shared by N processes (`_shared_step`).
@@ -73,7 +73,7 @@ Objective = Literal["reinforce_loo", "awr", "clipped_ratio"]
 OBJECTIVES: tuple[str, ...] = get_args(Objective)
 # The offline mode's objective unless one is given: the one place that decides it for the flows
 # (`--mode offline`), the pipeline and the learning check. Chosen on the evidence of the learning
-# check (docs/LEARNING.md, "Offline objectives"): awr is the only objective that has learned there.
+# check (docs/RESULTS.md, offline objectives): awr is the only objective that has learned there.
 DEFAULT_OBJECTIVE: Objective = "awr"
 Generation = Literal["auto", "transformers", "paged", "vllm_colocate", "vllm_server"]
 
@@ -396,7 +396,7 @@ class TrainingConfig(BaseModel):
         "CPU, about half the gathered bytes; not yet measured on GPUs) or bfloat16 (verl's and "
         "accelerate's own policy: half the gathered bytes and memory, ~10% faster a "
         "micro-batch at 2-8B, but the whole forward in bf16 weights: not what one GPU "
-        "computes; docs/SCALING.md).",
+        "computes; docs/SCALING.md, its cost docs/RESULTS.md).",
     )
     gradient_sync: Literal["auto", "step", "micro_batch"] = Field(
         "auto",
@@ -411,7 +411,7 @@ class TrainingConfig(BaseModel):
     cudnn_attention: bool = Field(
         True,
         description="Let PyTorch's SDPA pick its cuDNN kernel (GPU, half precision). Off: the "
-        "flash / memory-efficient kernels only (docs/LEARNING.md, bf16).",
+        "flash / memory-efficient kernels only (docs/TRAINING.md, non-finite steps and bf16).",
     )
     save_steps: int | None = Field(
         None,
@@ -747,7 +747,7 @@ class TrainingConfig(BaseModel):
             if self.fp8_sampler():
                 # per token, capped: fp8's samples drift from the trainer's probabilities at
                 # every token, so TRL's default product over a sequence (sequence_mask) weighs
-                # a whole completion by exp(-14) at ~200 tokens (docs/SCALING.md, fp8)
+                # a whole completion by exp(-14) at ~200 tokens (docs/SCALING.md, fp8 generation)
                 kwargs.setdefault("vllm_importance_sampling_mode", "token_truncate")
             # vLLM's context: what training can feed it, not the model's own (131k for
             # R1-Distill-Llama would not fit vLLM's share of the GPU)

@@ -32,7 +32,7 @@ config, `engines.memory` for the per-layer shapes):
     per micro-batch = its rows' activations in a checkpointed pass (cobalt.training.activations:
              each row at its longest; with --share-prompts each prompt's tokens counted once)
 
-On one H200 (`scripts/gpu/memory_calibrate.py`, docs/SCALING.md) this bounds what a pass of 1-16
+On one H200 (`scripts/gpu/memory_calibrate.py`; docs/RESULTS.md, the memory plan) this bounds what a pass of 1-16
 rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers of the 8B
 width (`tests/training/test_memory_calibration.py`).
 

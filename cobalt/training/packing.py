@@ -22,7 +22,7 @@ FlashAttention (`torch.nn.attention.varlen.varlen_attn`, forward and backward, n
 computed); elsewhere (CPU, float32), or with `KERNEL = "sdpa"`, PyTorch's SDPA one sequence at a
 time. Under bf16 autocast over float32 weights a query can arrive in float32 (`compute_dtype`):
 it is cast to the autocast's dtype for the varlen kernel, as SDPA's autocast does (without it, a
-Qwen3-shaped model silently ran the one-sequence-at-a-time loop on a GPU; docs/SCALING.md).
+Qwen3-shaped model silently ran the one-sequence-at-a-time loop on a GPU; docs/RESULTS.md).
 
 Rows whose attention mask has holes inside a completion (a masked tool output) cannot be packed
 this way; `packable` says so and the caller keeps its padded path.

@@ -8,7 +8,7 @@ once sampled. A synchronous run with vLLM colocated on its N GPUs (every GPU gen
 every GPU training) measures both phases at its own per-GPU rates; the split whose two sides take
 about as long at those rates is what its summary names (a server alone on its GPUs and training
 without vLLM's share usually do better than the colocated rates: on 4x H200 at verl's shape the
-named 3 + 1 was predicted at 33.2 s a step and measured 30.2 s, docs/SCALING.md).
+named 3 + 1 was predicted at 33.2 s a step and measured 30.2 s, docs/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ Several processes compute what one computes under `mixed`. FSDP2 left to acceler
 (`--mixed_precision bf16`) would gather every layer's weights in bf16, run the whole forward in
 bf16 (the residual stream and the norms' inputs included, where one process's autocast keeps them
 in fp32) and reduce-scatter the gradients in bf16: a systematic difference from one process (on
-CPU, 2.8x the difference that regrouping a step's rows makes; docs/SCALING.md).
+CPU, 2.8x the difference that regrouping a step's rows makes; docs/RESULTS.md, parity).
 `set_distributed_numerics` gives its policy no parameter dtype (the layers are gathered as their
 float32 master weights and the same bf16 autocast as one process's computes with them) and a
 float32 reduce dtype, as verl reduces. DDP's gradients are the fp32 weights' own. ZeRO-3

@@ -77,7 +77,7 @@ def has_repetition(text: str, min_block: int = 32, times: int = 8) -> bool:
     s[j] == s[j + L] for 7L consecutive j. Such a stretch holds exactly 7 multiples of L, so each
     period is first tried at its multiples alone (n / L comparisons) and checked whole only where
     7 in a row match: 9x faster on a 50k-character response with no repetition (the paper
-    preset's random 8B model's 6,144-token responses spent 11% of a GRPO step here, docs/SCALING.md)."""
+    preset's random 8B model's 6,144-token responses spent 11% of a GRPO step here, docs/RESULTS.md)."""
     import numpy as np
 
     n = len(text)

@@ -1,4 +1,4 @@
-"""Why GRPO under bf16 crashed (NaN/inf sampling probabilities, docs/LEARNING.md), and which
+"""Why GRPO under bf16 crashed (NaN/inf sampling probabilities; docs/RESULTS.md), and which
 setting fixes it: the learning check's recipe (SFT model, reference trajectories, bandit rows)
 per seed, then GRPO in several precision variants, each in its own process (a CUDA device-side
 assert ends a process), all on one GPU at once.
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     arg("--out", type=Path, help="where bf16_probe.json goes")
     arg("--seeds", default="0,1,2,3")
     arg("--variants", default=",".join(VARIANTS))
-    arg("--max-prompt", type=int, default=1536, help="the setting that crashed (docs/LEARNING.md)")
+    arg("--max-prompt", type=int, default=1536, help="the setting that crashed (docs/RESULTS.md)")
     arg("--parallel", type=int, default=4, help="runs at once on the GPU")
     arg("--rl-steps", type=int, default=40, help="GRPO steps per run")
     arg("--smoke", action="store_true")

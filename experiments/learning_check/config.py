@@ -229,7 +229,7 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         type=int,
         default=512,
         help="drop contexts whose templated prompt is longer (tokens); 1536 ran out of memory "
-        "with several processes on one GPU (docs/TRAINING.md)",
+        "with several processes on one GPU (docs/RESULTS.md, related runs of the check)",
     )
     # evaluation
     ev = parser.add_argument_group("evaluation")

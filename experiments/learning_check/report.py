@@ -1,5 +1,5 @@
 """The learning check's report: `aggregate.aggregate`'s summary as markdown tables
-ready for docs/LEARNING.md (REPORT.md) and three plots; `write` puts them and the summary
+ready for docs/RESULTS.md (REPORT.md) and three plots; `write` puts them and the summary
 (learning_check.json) in a directory. matplotlib is imported only to draw."""
 
 from __future__ import annotations

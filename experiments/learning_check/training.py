@@ -221,7 +221,7 @@ def train_offline_mode(
 ) -> dict[str, Any]:
     """The offline mode from the same SFT model: rl_steps steps of rl_prompts x rl_generations
     logged rows (as many completions per step as GRPO samples), with `objective` (default
-    --offline-objective) at `lr_scale` x the learning rate; the diagnostics on (docs/LEARNING.md,
+    --objective) at `lr_scale` x the learning rate; the diagnostics on (docs/LEARNING.md,
     offline objectives: what each logged figure tests)."""
     from cobalt.training.cost import CostMeter
     from cobalt.training.offline import train_offline

@@ -78,7 +78,7 @@
 # 185 s + cluster-collect 17 s (the pipeline failed: vLLM's forked engine core in the worker);
 # then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0).
 # Issue 46 --async (generation overlapped with training, one step off) on ONE GPU, one message
-# of three calls (the first GPU runs, 2026-11-29: docs/SCALING.md "Generation overlapped"):
+# of three calls (the first GPU runs, 2026-11-29: docs/RESULTS.md):
 #   bash scripts/gpu/node.sh async-prep     # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the tiny model's data, verl's data, the 8B weights
 #   bash scripts/gpu/node.sh async-train    # carry .gpu/vllm.part-01 .gpu/PARTS: the tiny model
@@ -120,7 +120,7 @@
 # `python -m benchmarks.nodes_projection REPORT --measured` projects from it. Since 2026-11-29
 # the memory plan counts FSDP's whole gradients: the --share-prompts run plans 64 x 5 reducing
 # every micro-batch (40 x 8 before), the trimmed runs 16 x 20 as before; compare each run's
-# nvidia-smi peak with its plan's estimate (docs/SCALING.md, "The memory plan against what a GPU
+# nvidia-smi peak with its plan's estimate (docs/RESULTS.md, "The memory plan against what a GPU
 # allocates"). On an H100 node, `node.sh paper`: the paper's lengths now reduce every micro-batch.
 # Issues 46-47 on ONE fresh 4-GPU machine, four calls in ONE message (2026-11-29, the sixth
 # session): g4 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00), g4-train
@@ -167,7 +167,7 @@
 # started) and the rest ran without site-core: check each call's output before chaining more.
 # 2026-12-03, one H200, after five refused starts: MEM_SHARED=0 mem-shared (4.7 s), the two
 # install calls (4.1, 0.4 s), PRECISIONS="bf16 fp8-kv" SEEDS=0 fp8-rewards (299 s), the same with
-# SEEDS=1 (249 s): the fp8 KV cache's Pass@1 paired with bf16 on one fitted model (SCALING).
+# SEEDS=1 (249 s): the fp8 KV cache's Pass@1 paired with bf16 on one fitted model (docs/RESULTS.md).
 # Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
@@ -185,7 +185,7 @@
 #       shape calibrated; verl's shape with LoRA synchronous (GPU 0) beside --async (GPU 1),
 #       then (detached) the 8B shape on 2 "nodes" x 1 GPU and on 1 node x 2
 #   bash scripts/gpu/node.sh duo-collect; bash scripts/gpu/node.sh duo-collect  # their reports
-# duo 229 s, duo-train 537 s, duo-collect 581 s + 266 s: the 8B pairs ran (docs/SCALING.md); the
+# duo 229 s, duo-train 537 s, duo-collect 581 s + 266 s: the 8B pairs ran (docs/RESULTS.md); the
 # LoRA --async run died at step 2 in both attempts (a CUDA fault in both threads); the
 # synchronous one's first attempt collided on MASTER_PORT 29500 (fixed: launch.one_node_env).
 # Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
@@ -205,12 +205,12 @@
 # in one message, `pack-parity` (448 s) + `pack-parity-collect`; the embedded default with
 # --packing (216 s); two other calls found a fresh machine (sent after reading the previous one).
 #
-# Measured on 2026-11-27 (docs/SCALING.md): every phase (4x H100: c, paper, rollouts,
+# Measured on 2026-11-27 (docs/RESULTS.md): every phase (4x H100: c, paper, rollouts,
 # rollouts4, scripts/gpu/side_by_side.sh; 4x H200: a, b, scaling; scaling4 stopped after 2 of 3
 # steps). `rollouts` took 546 s, `rollouts4` 290 s (a fresh machine: the bundle's three calls first).
 #
 # Reports: benchmarks/grpo_step_report.py over each training stage (tokens/s/GPU, time split,
-# MFU, peak memory per GPU); docs/SCALING.md has the figures.
+# MFU, peak memory per GPU); docs/RESULTS.md has the figures.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/device-env.sh
@@ -802,7 +802,7 @@ case "${1:-}" in
     GPUS=4 report nemo-sync /root/runs-verl-nemo-sync 3052 "NeMo-RL v0.5 FP8 (published, 16x H100)" ;;
   g4-nemo-chain)  # (detached by g4-nemo) the two runs, each bounded in time: the split is 2 + 2
     # (one H200 generates the 2,048 completions in ~237 s, three train them in ~115 s: a 3 + 1
-    # split would wait on its server, docs/SCALING.md "fp8 generation"); on 80 GiB cards the
+    # split would wait on its server, docs/RESULTS.md, estimates); on 80 GiB cards the
     # plan refuses the split in seconds (two shards of 8B's state leave no room for a row)
     fresh_runs nemo-sync nemo-split
     nemo=(--set num_generations=32)

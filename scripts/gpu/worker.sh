@@ -22,7 +22,7 @@
 #   bash scripts/gpu/worker.sh rollout-gpus [ARGS]  # benchmarks.rollout_gpus: the trajectory stage on
 #                                                   # 1 GPU, then on every visible GPU (issue 38)
 #
-# The runs of docs/SCALING.md ("The pipeline on one GPU"):
+# The runs of docs/RESULTS.md ("The pipeline on GPUs"):
 #   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
 #   bash scripts/gpu/worker.sh deploy tiny "$(cat scripts/gpu/params/deploy-tiny.json)"
 #   bash scripts/gpu/worker.sh deploy 8b scripts/gpu/params/deploy-8b.json
