@@ -18,6 +18,7 @@ from typing import Any
 from cobalt.bandit.rows import prepare_rows
 from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import TrainingConfig
+from cobalt.training.console import install as install_console
 from cobalt.training.guards import NonFiniteGuard
 from cobalt.training.overlap import OneStepOff
 from cobalt.training.plan import (
@@ -265,6 +266,7 @@ def train(
             share_prompts=config.share_prompts,
             lookahead=one_step_off is not None,
         )
+        install_console(trainer)  # a progress bar and a line every few steps, not each dict
         if one_step_off is not None:
             one_step_off.attach(trainer)
         cast_trainable(trainer.model, numerics)

@@ -69,6 +69,7 @@ from transformers import Trainer
 from cobalt.plots import figure, png
 from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import OfflineSettings, TrainingConfig
+from cobalt.training.console import install as install_console
 
 log = logging.getLogger(__name__)
 
@@ -485,6 +486,7 @@ def train_offline(
     )
     set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)
     probe.trainer = trainer
+    install_console(trainer)  # a progress bar and a line every few steps, not each dict
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return OfflineRun(
