@@ -6,7 +6,7 @@ In pipeline order, each importing only what comes before it (tests/test_layers.p
 
     errors, params, tables, plots, problems, storage, judging, run_settings, models
                     shared by every stage (models: how a model is named and resolved)
-    data/           sources -> clean, verified, versioned problem sets (SPEC §1.1, §1.7)
+    data/           sources -> clean, verified, versioned problem sets (METHOD §1.1, §1.7)
     trajectories/   reference LLM + sandbox feedback -> multi-turn trajectories (§1.2); their
                     evaluation: every turn's program on all tests -> per-turn Pass@1 (§1.3)
     bandit/         trajectories -> contexts with prev_best_pass_rate, the rows' format (§1.4)
@@ -16,6 +16,8 @@ In pipeline order, each importing only what comes before it (tests/test_layers.p
     analysis/       reward hacking (§1.7); intervals over seeds and problems, turn transitions
     seed_spread.py  the embedded default's run-to-run spread
     pipeline/       the whole chain's parameters, its printed settings and its summary
+
+"METHOD §1.4" here and throughout the code is a section of docs/METHOD.md.
 
 This package's own module wires the reference fit into model naming: `cobalt.models` resolves
 the name 'fitted' by fitting it, with `cobalt.reference`, which comes after the stages that

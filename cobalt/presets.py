@@ -1,5 +1,5 @@
 """The pipeline's presets: the embedded run's settings (`tiny`, CPU minutes on the bundled
-synthetic problems) and the paper's (`paper`, SPEC §1.2-§1.6 for a real model), and the fields
+synthetic problems) and the paper's (`paper`, METHOD §1.6.1 for a real model), and the fields
 they decide (`PRESET_FIELDS`). `PipelineParams` (cobalt/pipeline/params.py) fills what the
 parameters leave unset from them; the standalone reward-hacking flow samples as the tiny preset
 does (`tiny_collect`)."""
@@ -66,7 +66,7 @@ def tiny_training(mode: Mode = "cobalt") -> TrainingConfig:
             "per_device_train_batch_size": 32,
             "max_completion_length": 128,
             "learning_rate": 1e-4,
-            # the trajectories' and evaluation's temperature, not SPEC §1.6's 1.0: at 1.0 the
+            # the trajectories' and evaluation's temperature, not METHOD §1.6.1's 1.0: at 1.0 the
             # default's gains did not hold on new seeds (docs/RESULTS.md, earlier settings)
             "temperature": 0.6,
         },
@@ -80,8 +80,8 @@ PRESET_FIELDS = ("collect", "eval_turns", "bandit", "training", "engine")
 
 
 def paper_collect() -> CollectConfig:
-    """SPEC §1.2: 16 samples, T 0.6 / top-p 0.95, 6144 new tokens, 2 feedback turns, the SPEC's
-    system prompt."""
+    """METHOD §1.2: 16 samples, T 0.6 / top-p 0.95, 6144 new tokens, 2 feedback turns, its system
+    prompt."""
     return CollectConfig(
         sampling=SamplingConfig(n=16, temperature=0.6, top_p=0.95, max_new_tokens=6144, seed=0),
         turns=2,
@@ -90,7 +90,7 @@ def paper_collect() -> CollectConfig:
 
 def preset_defaults(preset: PipelinePreset, mode: Mode = "cobalt") -> dict[str, Any]:
     """The fields of PRESET_FIELDS for a preset, as JSON (what a user's values merge over).
-    tiny: the embedded run (CPU minutes); paper: SPEC §1.2-§1.6 for a real model (16 samples, 8
+    tiny: the embedded run (CPU minutes); paper: METHOD §1.6.1 for a real model (16 samples, 8
     evaluation turns, 10,000-token contexts, the paper training preset)."""
     if preset == "tiny":
         values = {

@@ -1,8 +1,8 @@
 """The normalised problem record shared by every stage, and its parquet schema.
 
-A `Problem` is one programming task with the model-facing instruction (SPEC §1.1), its public
+A `Problem` is one programming task with the model-facing instruction (METHOD §1.1), its public
 tests (feedback is built from them) and hidden tests (Pass@1 and rewards count public + hidden),
-and where it came from. Perturbed problem sets (SPEC §1.7) carry `perturbed_public_tests` (shown
+and where it came from. Perturbed problem sets (METHOD §1.7) carry `perturbed_public_tests` (shown
 to the model instead of the public tests) and `modified_tests` (the two wrong pairs inside them);
 the true tests stay untouched.
 """
@@ -46,7 +46,7 @@ class Problem(BaseModel):
     source: str = Field(description="Name of the configured source (e.g. 'taco', 'lcb').")
     difficulty: str = Field(description="The source's own label, lower-cased; 'unknown' if none.")
     statement: str = Field(description="The problem text as the source has it (stripped).")
-    instruction: str = Field(description="The model-facing prompt (SPEC §1.1).")
+    instruction: str = Field(description="The model-facing prompt (METHOD §1.1).")
     starter_code: str = ""
     fn_name: str | None = Field(None, description="Call-based problems: the function to call.")
     public_tests: TestSuite
@@ -98,7 +98,7 @@ def split_tests(tests: TestSuite, n_public: int) -> tuple[TestSuite, TestSuite]:
     return head, tail
 
 
-# --- the model-facing instruction (SPEC §1.1; our own wording) ---
+# --- the model-facing instruction (METHOD §1.1; our own wording) ---
 
 _ASK = (
     "Solve the programming problem below in Python.\n\n"
@@ -116,7 +116,7 @@ _EXAMPLE_MARKERS = ("\nExample 1:\n\n", "\nSample Input 1\n\n")
 
 
 def cut_before_examples(statement: str) -> str:
-    """LiveCodeBench statements are cut before their first example (SPEC §1.1)."""
+    """LiveCodeBench statements are cut before their first example (METHOD §1.1)."""
     cuts = [i for m in _EXAMPLE_MARKERS if (i := statement.find(m)) >= 0]
     return statement[: min(cuts)].strip() if cuts else statement.strip()
 

@@ -16,10 +16,10 @@ and tokenizer (loaded and saved as every trainer does: `cobalt.training.weights`
 returns the saved model at once.
 
 The weights are the same for any thread count on one kind of CPU, not on every CPU: the code path
-torch and MKL pick for the CPU's instruction set (AVX2, AVX-512) rounds differently, and 240
-steps carry that into different weights (docs/RESULTS.md, the fitted reference model). `stats.weights_sha256` names the
-build (`cobalt.models.build_of`, logged when a flow resolves 'fitted'); a comparison across
-machines carries one build's directory.
+torch and MKL pick for the CPU's instruction set (AVX2, AVX-512) rounds differently, and 240 steps
+carry that into different weights (docs/RESULTS.md, the fitted reference model).
+`stats.weights_sha256` names the build (`cobalt.models.build_of`, logged when a flow resolves
+'fitted'); a comparison across machines carries one build's directory.
 """
 
 from __future__ import annotations

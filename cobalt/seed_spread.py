@@ -30,10 +30,10 @@ class Spread(BaseModel):
 
 # The default's change over 72 seeds (0-11, 14-73), measured with `scripts/embedded_seeds.py`, one
 # process per seed, one thread each, on device hosts' CPUs (scripts/gpu/seed_scan.sh: seeds 0-27 on
-# 16-core Intel hosts, the eighth round; new seeds 28-73 on a 64-core AMD host, the ninth, run
-# after the setting was chosen). The trajectories and evaluations before are the 2-core VM's to
-# the digit; training's sums differ with the thread count (seeds 0, 2 and 5 of 0-6 gave the VM's
-# tables). 2026-11-26 (docs/RESULTS.md, the embedded default over seeds): the fitted reference, 8 samples, 32
+# 16-core Intel hosts, the eighth round; new seeds 28-73 on a 64-core AMD host, the ninth, run after
+# the setting was chosen). The trajectories and evaluations before are the 2-core VM's to the digit;
+# training's sums differ with the thread count (seeds 0, 2 and 5 of 0-6 gave the VM's tables).
+# 2026-11-26 (docs/RESULTS.md, the embedded default over seeds): the fitted reference, 8 samples, 32
 # GRPO steps of 32 completions at lr 1e-4 and T 0.6, keyed sampling, the evaluations' own seed.
 DEFAULT_SPREAD = Spread(
     seeds=72,

@@ -3,16 +3,15 @@ transformers engine. One decision for the generating stages (`EngineConfig(kind=
 `engines.resolve_kind`) and GRPO's sampling (`TrainingConfig(generation="auto")`).
 
 vLLM starts in 60-95 s per process (engine, torch.compile, CUDA graph capture), paid again by every
-generating stage and by GRPO with vLLM colocated. At model scale it pays back many times: 1.5B
-and 8B shapes decode 6-22x faster than with the transformers engine (docs/RESULTS.md). On the
-embedded default's ~0.85M-parameter model it never does: one H200, the trajectories took 24.9 s
-with the transformers engine and 111 s with vLLM, the evaluation 21.5 s and 72.5 s, the 32 GRPO
-steps 37 s and 78 s (docs/RESULTS.md, the pipeline on GPUs). So `auto` picks vLLM for a model of at least
+generating stage and by GRPO with vLLM colocated. At model scale it pays back many times: 1.5B and
+8B shapes decode 6-22x faster than with the transformers engine (docs/RESULTS.md). On the embedded
+default's ~0.85M-parameter model it never does: one H200, the trajectories took 24.9 s with the
+transformers engine and 111 s with vLLM, the evaluation 21.5 s and 72.5 s, the 32 GRPO steps 37 s
+and 78 s (docs/RESULTS.md, the pipeline on GPUs). So `auto` picks vLLM for a model of at least
 `SMALL_MODEL` parameters (counted from its config.json on the meta device: no weights read), on a
 GPU, with vLLM installed; the transformers engine otherwise. The crossover lies between the two
-measured sizes and was not measured; the threshold sits above every tiny model of the project
-(the embedded ones 0.2-0.9M, the learning check's 25M) and below the smallest real code model
-(0.5B).
+measured sizes and was not measured; the threshold sits above every tiny model of the project (the
+embedded ones 0.2-0.9M, the learning check's 25M) and below the smallest real code model (0.5B).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ MAX_CONCURRENCY = 4096  # requests in flight of one engine
 
 
 class SamplingConfig(BaseModel):
-    """How to sample completions. Defaults follow the paper's trajectory collection (SPEC §1.2)."""
+    """How to sample completions. Defaults: the paper's trajectory collection (METHOD §1.2)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

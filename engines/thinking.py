@@ -1,4 +1,4 @@
-"""Reasoning text of thinking models (SPEC §1.2: keep only the text after `</think>`)."""
+"""Reasoning text of thinking models (METHOD §1.2: keep only the text after `</think>`)."""
 
 from __future__ import annotations
 

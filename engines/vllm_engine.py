@@ -5,10 +5,10 @@ GPU (vLLM refuses `LLM(data_parallel_size=N)` in one process), reached through t
 (`engines/served_engine.py`). Both send the same sampling parameters and per-conversation seeds.
 
 vLLM is the `gpu` extra (not installable on the CPU machines this project is developed and tested
-on), so this module is imported lazily; it ran on an H200 with vLLM 0.26.0 (docs/RESULTS.md). vLLM schedules every conversation of a call at once (continuous batching,
-paged KV cache sized by `gpu_memory_utilization`): one `generate` call per step of the trajectory
-stage is all it needs. To reach a `vllm serve` endpoint elsewhere, use the litellm engine with
-`api_base`.
+on), so this module is imported lazily; it ran on an H200 with vLLM 0.26.0 (docs/RESULTS.md). vLLM
+schedules every conversation of a call at once (continuous batching, paged KV cache sized by
+`gpu_memory_utilization`): one `generate` call per step of the trajectory stage is all it needs. To
+reach a `vllm serve` endpoint elsewhere, use the litellm engine with `api_base`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Output comparison, run in the trusted parent (LiveCodeBench's rules, SPEC §3).
+"""Output comparison, run in the trusted parent (LiveCodeBench's rules, METHOD §3).
 
 Nothing here ever calls into an object the program made: call-based results arrive as JSON text
 and are parsed into plain data before they are compared.

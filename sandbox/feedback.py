@@ -1,4 +1,5 @@
-"""Human- and model-readable reports of a failing test (SPEC §1.2: each part cut around the middle)."""
+"""Human- and model-readable reports of a failing test (METHOD §1.2: each part cut around its
+middle)."""
 
 from __future__ import annotations
 

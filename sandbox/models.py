@@ -24,7 +24,7 @@ VerdictStatus = Literal["accepted", "invalid_request"] | TestStatus
 
 
 class Limits(BaseModel):
-    """Resource limits for one program. Defaults follow the paper's evaluator (SPEC §1.5)."""
+    """Resource limits for one program. Defaults follow the paper's evaluator (METHOD §1.5)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

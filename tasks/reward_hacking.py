@@ -76,7 +76,7 @@ def local_model(role: str, engine: EngineConfig, params: HackingParams) -> Engin
     retry_condition_fn=transient,
 )
 def errors_task(key: str, spec: ErrorsSpec, runtime: Runtime) -> AnalysisRef:
-    """Turn-level errors: changed code that now passes a wrong test (SPEC §1.7)."""
+    """Turn-level errors: changed code that now passes a wrong test (METHOD §1.7)."""
     return lib.errors_stage(spec, runtime.storage, refresh=runtime.refresh, logger=get_run_logger())
 
 

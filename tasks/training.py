@@ -51,7 +51,7 @@ from tasks.retry import transient
     log_prints=False,
 )
 def bandit_task(key: str, spec: BanditSpec, runtime: Runtime) -> BanditRef:
-    """Trajectories + per-turn evaluation -> contextual-bandit training rows (SPEC §1.4)."""
+    """Trajectories + per-turn evaluation -> contextual-bandit training rows (METHOD §1.4)."""
     return bandit_stage(
         spec, runtime.storage, runtime.model, refresh=runtime.refresh, logger=get_run_logger()
     )
@@ -65,7 +65,7 @@ def bandit_task(key: str, spec: BanditSpec, runtime: Runtime) -> BanditRef:
 )
 def offline_dataset_task(key: str, spec: OfflineDataSpec, runtime: Runtime) -> BanditRef:
     """Trajectories + per-turn evaluation -> every logged turn with its reward and
-    leave-one-out advantage (SPEC §2)."""
+    leave-one-out advantage (METHOD §2)."""
     return offline_data_stage(
         spec, runtime.storage, refresh=runtime.refresh, logger=get_run_logger()
     )

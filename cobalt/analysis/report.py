@@ -1,4 +1,4 @@
-"""The reward-hacking report (SPEC §1.7): the rate of turn-level errors per turn (errors / program
+"""The reward-hacking report (METHOD §1.7): the rate of turn-level errors per turn (errors / program
 pairs), counts per judge category and per rule pre-check, how often judge and rule agree, examples
 with their diffs, a PNG; and the comparison of two analyses (two policies: the reference vs a
 Cobalt-trained policy, or Cobalt trained with vs without perturbed contexts). Plain functions over

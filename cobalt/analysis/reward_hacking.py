@@ -1,4 +1,4 @@
-"""Turn-level errors of multi-turn repair on perturbed problems (SPEC §1.7): consecutive programs
+"""Turn-level errors of multi-turn repair on perturbed problems (METHOD §1.7): consecutive programs
 of one sample where the code changed and a deliberately wrong public test that failed before now
 passes. Each error keeps the two programs, their unified diff, the wrong test(s) it now passes
 (with the correct output of that input where the true public tests have it), the turn and the

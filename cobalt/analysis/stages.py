@@ -184,7 +184,7 @@ def preflight(params: HackingParams) -> Ready:
             raise
         raise ProblemSetError(
             f"{exc}: the reward-hacking analysis needs problems with perturbed public tests "
-            "(SPEC §1.7: at least two public tests with distinct outputs, or a data-stage "
+            "(METHOD §1.7: at least two public tests with distinct outputs, or a data-stage "
             "'<table>_perturbed' set)"
         ) from None
     compare = find_analysis(params.compare, params.storage) if params.compare else None
@@ -349,7 +349,7 @@ def errors_stage(
     if not any(p.modified_tests and p.modified_tests.inputs for p in problems):
         raise ProblemSetError(
             f"no problem of {spec.problems.uri} has wrong (modified) tests: run the analysis on "
-            "a perturbed set (SPEC §1.7)"
+            "a perturbed set (METHOD §1.7)"
         )
     records = read_stage(spec.multiturn, storage, Record, logger)
     evaluations = read_stage(spec.evaluation, storage, EvalRecord, logger)

@@ -2,7 +2,7 @@
 program of turn t-1 to the program of turn t, judged on all tests (right / wrong), split by the
 feedback the model was given after turn t-1:
 
-- `passed`: the program passed every public test (SPEC §1.2's "look for edge cases" turn);
+- `passed`: the program passed every public test (METHOD §1.2's "look for edge cases" turn);
 - `failed`: a failure report of the first failing public test;
 - `no_code`: the answer had no fenced code block.
 

@@ -1,4 +1,4 @@
-"""The Cobalt bandit dataset in storage (SPEC §1.4): every partial trajectory of a finished
+"""The Cobalt bandit dataset in storage (METHOD §1.4): every partial trajectory of a finished
 trajectories run as a context with its `prev_best_pass_rate`, selected by
 `cobalt/bandit/selection.py`, optionally mixed with repair contexts from perturbed-feedback
 trajectories (§1.7), written as parquet under `<storage>/bandit/<key>/` (MANIFEST.json last) and
@@ -52,7 +52,7 @@ BANDIT_CODE = (
 
 
 class BanditConfig(BaseModel):
-    """How the bandit dataset is built from trajectories (SPEC §1.4)."""
+    """How the bandit dataset is built from trajectories (METHOD §1.4)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -74,7 +74,7 @@ class BanditConfig(BaseModel):
         ge=0,
         lt=1,
         description="Share of the repair contexts (turn depth >= 1) taken from trajectories "
-        "collected with perturbed public-test feedback (SPEC §1.7's mitigation); needs the "
+        "collected with perturbed public-test feedback (METHOD §1.7's mitigation); needs the "
         "training flow's `perturbed` trajectories. 0: none.",
     )
 

@@ -1,11 +1,11 @@
-"""The Cobalt bandit dataset (SPEC §1.4): training contexts from trajectories evaluated per turn.
+"""The Cobalt bandit dataset (METHOD §1.4): training contexts from trajectories evaluated per turn.
 
 Plain functions, no Prefect and no `datasets`: `bandit_rows` returns a list of dicts
 (`datasets.Dataset.from_list` is the caller's job). Per problem the inputs are its trajectory
 `Record`, `hidden[sample][turn]` (pass rate on the hidden tests), `public[sample][turn]` (on the
 `n_public` public tests) and `n_tests` (`problem_data_from_eval` derives them from an `EvalRecord`).
 
-Choices where SPEC §1.4 is open:
+Choices where METHOD §1.4 is open:
 
 - A turn that was not run (the sample ended) counts with pass rate 0.
 - Ties in diff are broken by sample index (stable sort); max-variance keeps the earliest

@@ -1,4 +1,4 @@
-"""TACO cleaning rules and test capping (SPEC §1.1), for problems that are trained on."""
+"""TACO cleaning rules and test capping (METHOD §1.1), for problems that are trained on."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class CleanRules(BaseModel):
 
 
 def has_image(statement: str) -> bool:
-    """SPEC §1.1: the word 'image' anywhere, or a markdown image."""
+    """METHOD §1.1: the word 'image' anywhere, or a markdown image."""
     return "image" in statement.lower() or bool(_MARKDOWN_IMAGE.search(statement))
 
 

@@ -115,7 +115,7 @@ def _json(value: Any, field: str) -> Any:
 
 
 def io_tests(io: Any, field: str) -> TestSuite:
-    """A TACO-style `{inputs, outputs[, fn_name]}` object as a TestSuite, enforcing SPEC §1.1's
+    """A TACO-style `{inputs, outputs[, fn_name]}` object as a TestSuite, enforcing METHOD §1.1's
     format rules: lists of equal length; standard-input items are strings (a list item is joined
     with spaces). Call-based arguments and results may be any JSON values."""
     io = _json(io, field)

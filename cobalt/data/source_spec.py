@@ -92,7 +92,7 @@ class SourceSpec(BaseModel):
             raise ValueError(f"source name {name!r}: use letters, digits, '_', '.', '-'")
         tag = self.version_tag
         if self.is_hub and self.dataset == "livecodebench/code_generation_lite":
-            tag = tag or "v6"  # SPEC §1.1: release v6's problems alone (test6.jsonl)
+            tag = tag or "v6"  # METHOD §1.1: release v6's problems alone (test6.jsonl)
             lcb_files(tag)  # validates
         elif tag is not None:
             raise ValueError("version_tag only applies to livecodebench/code_generation_lite")

@@ -1,4 +1,4 @@
-"""Problem sets: seeded train/dev split and the public-test perturbation (SPEC §1.7)."""
+"""Problem sets: seeded train/dev split and the public-test perturbation (METHOD §1.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The data stage: sources -> clean, verified, versioned problem sets (SPEC §1.1, §1.7).
+"""The data stage: sources -> clean, verified, versioned problem sets (METHOD §1.1, §1.7).
 
 Per source: `load_stage` (rows -> `Problem`s; malformed rows counted) -> `clean_stage` (TACO rules
 and test capping; not for test-role sources) -> `verify_stage` (reference solutions in the

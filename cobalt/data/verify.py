@@ -1,10 +1,10 @@
-"""Reference-solution verification in the sandbox (SPEC §1.1: computed upstream, applied here).
+"""Reference-solution verification in the sandbox (METHOD §1.1: computed upstream, applied here).
 
 A problem is kept only if one of its (seeded-shuffled, at most 16) reference solutions passes
 every kept test. Solutions are tried in rounds: round k judges the k-th solution of every problem
 still undecided, all in one `judge_many` (bounded by the sandbox's concurrency, `fail_fast`).
 A problem without reference solutions cannot be verified: dropped (`no_solution`) when
-`require_reference` (training and dev sources: SPEC §1.1 keeps only verified problems), kept and
+`require_reference` (training and dev sources: METHOD §1.1 keeps only verified problems), kept and
 marked `no_reference` otherwise (test sources: LiveCodeBench publishes no solutions).
 """
 

@@ -47,8 +47,8 @@ class PipelineParams(ShardedRunSettings):
     preset: PipelinePreset | None = Field(
         None,
         description="Settings of trajectories, evaluation, bandit contexts, training and engine "
-        "(PRESET_FIELDS) that the parameters do not set: tiny (the embedded run) or paper (SPEC "
-        "§1.2-§1.6). None: tiny for the embedded reference models (fitted, tiny, or a directory "
+        "(PRESET_FIELDS) that the parameters do not set: tiny (the embedded run) or paper (METHOD "
+        "§1.6.1). None: tiny for the embedded reference models (fitted, tiny, or a directory "
         "the tiny fit made), paper for any other model.",
     )
 
@@ -59,7 +59,7 @@ class PipelineParams(ShardedRunSettings):
     )
     rules: CleanRules = Field(
         default_factory=lambda: SYNTHETIC_RULES,
-        description="Cleaning rules; default: SPEC §1.1's for given sources, 40 alphanumerics "
+        description="Cleaning rules; default: METHOD §1.1's for given sources, 40 alphanumerics "
         "instead of 100 for the bundled synthetic problems (their statements are short).",
     )
     reference: str = Field(
@@ -106,7 +106,7 @@ class PipelineParams(ShardedRunSettings):
     )
     reward_hacking: bool = Field(
         False,
-        description="After training, the reward-hacking analysis (SPEC §1.7; "
+        description="After training, the reward-hacking analysis (METHOD §1.7; "
         "docs/REWARD_HACKING.md) on the perturbed `hacking_table` set for the reference and the "
         "trained policy, and their comparison.",
     )
@@ -147,7 +147,7 @@ class PipelineParams(ShardedRunSettings):
             elif isinstance(given, dict) and isinstance(defaults[field], dict):
                 merged[field] = deep_merge(defaults[field], given, field)
         if "rules" not in values and "sources" in values:
-            merged["rules"] = CleanRules().model_dump()  # SPEC §1.1 for the user's sources
+            merged["rules"] = CleanRules().model_dump()  # METHOD §1.1 for the user's sources
         return merged
 
     @model_validator(mode="after")

@@ -34,7 +34,7 @@ def settings_text(params: PipelineParams, plan: list[str] | None = None) -> str:
         f"preset {params.preset}: reference and policy {params.reference}; engine {engine}",
         f"trajectories: {s.n} samples x {c.turns} feedback turns, {s.max_new_tokens} new "
         f"tokens, T {s.temperature} top-p {s.top_p}, "
-        + ("the SPEC's system prompt" if c.system_prompt else "no system prompt"),
+        + ("METHOD §1.2's system prompt" if c.system_prompt else "no system prompt"),
         f"evaluation: {params.eval_samples or s.n} samples x {params.eval_turns} feedback turns "
         f"on '{params.eval_table}'"
         + (f" (first {params.eval_limit})" if params.eval_limit else ""),

@@ -2,9 +2,9 @@
 mapping of them to TRL's `GRPOConfig` and transformers' `TrainingArguments`; split, a setting
 and its mapping would live apart.
 
-The training configuration (SPEC §1.6 mapped to TRL 1.16's `GRPOConfig`): presets, modes,
+The training configuration (METHOD §1.6 mapped to TRL 1.16's `GRPOConfig`): presets, modes,
 generation backend, LoRA. `TrainingConfig.grpo_kwargs` is the one place where the paper's settings
-become TRL's; `cobalt/training/grpo.py` runs the trainer with them. The `offline` mode (SPEC §2)
+become TRL's; `cobalt/training/grpo.py` runs the trainer with them. The `offline` mode (METHOD §2)
 trains on the logged turns of the trajectories with a `transformers.Trainer` instead: its settings
 are `OfflineSettings` (`TrainingConfig.offline`), mapped to `TrainingArguments` by
 `TrainingConfig.offline_kwargs`; `cobalt/training/offline.py` runs it.
@@ -101,7 +101,7 @@ class LoraSettings(BaseModel):
 
 
 class OfflineSettings(BaseModel):
-    """The offline mode (SPEC §2): a policy update from the logged turns and their rewards, no
+    """The offline mode (METHOD §2): a policy update from the logged turns and their rewards, no
     generation and no sandbox while training (`cobalt/training/offline.py`, docs/TRAINING.md)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -136,7 +136,8 @@ class OfflineSettings(BaseModel):
         ge=1,
         description="Micro-batches per optimizer step on one process: rows per step = "
         "batch_size x this, the same on any number of processes, which share them (default: "
-        "tiny 1; paper 1024 rows per step, SPEC §1.6's mini-batch of 64 prompts x 16 samples).",
+        "tiny 1; paper 1024 rows per step, METHOD §1.6.1's mini-batch of 64 prompts x 16 "
+        "samples).",
     )
     max_length: int | None = Field(
         None,
@@ -186,8 +187,8 @@ class TrainingConfig(BaseModel):
         "tiny",
         description="The recipe's defaults for what the settings leave unset (PRESETS, "
         "cobalt/training/preset_defaults.py): tiny (seconds on a CPU: a few short steps of a "
-        "tiny model) or paper (SPEC §1.6 mapped to TRL's GRPOConfig: 16 samples per prompt, lr "
-        "1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs; offline: 1024 rows a step).",
+        "tiny model) or paper (METHOD §1.6.1 mapped to TRL's GRPOConfig: 16 samples per prompt, "
+        "lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs; offline: 1024 rows a step).",
     )
     mode: Mode = Field(
         "cobalt",
@@ -198,7 +199,7 @@ class TrainingConfig(BaseModel):
     )
     reward: Reward = Field(
         "correctness",
-        description="correctness (default): SPEC §1.5's reward; dense: plus a VeRPO-style "
+        description="correctness (default): METHOD §1.5's reward; dense: plus a VeRPO-style "
         "dense term (tests weighted by how rarely the group passes them; "
         "cobalt.training.dense_reward), for cobalt, single_turn and multi_turn.",
     )
@@ -214,7 +215,7 @@ class TrainingConfig(BaseModel):
     )
     use_format_reward: bool | None = Field(
         None,
-        description="Add the thinking-model format term (SPEC §1.5). None: on with the paper "
+        description="Add the thinking-model format term (METHOD §1.5). None: on with the paper "
         "preset when the policy's tokenizer knows `</think>` (both paper models think), off "
         "otherwise.",
     )

@@ -1,4 +1,4 @@
-"""A VeRPO-style dense reward (Wang et al., arXiv 2601.03525), a reward option beside SPEC §1.5's
+"""A VeRPO-style dense reward (Wang et al., arXiv 2601.03525), a reward option beside METHOD §1.5's
 for the `cobalt` (one sampled next turn per row) and `multi_turn` (the conversation's last program)
 modes.
 
@@ -24,7 +24,7 @@ Why this form:
 - Normalised weights: D_i is in [0, 1] whatever the number of tests, so problems with 8 and 20
   tests weigh alike, and D_i = 1 exactly when program i passes every test (a failed test j has
   rho_j < 1, hence w_j > 0).
-- Combined with the outcome: the dense term is added to the outcome reward (SPEC §1.5's
+- Combined with the outcome: the dense term is added to the outcome reward (METHOD §1.5's
   correctness reward: 1 when every test passes) only for programs that fail a test, and is
   below 0.5. A failing program's total (correctness at most 0.2 + 0.1 improvement bonus, plus
   dense < 0.5) stays under the 1.0 of a fully correct one, so partial success never outranks

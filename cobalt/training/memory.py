@@ -32,9 +32,9 @@ config, `engines.memory` for the per-layer shapes):
     per micro-batch = its rows' activations in a checkpointed pass (cobalt.training.activations:
              each row at its longest; with --share-prompts each prompt's tokens counted once)
 
-On one H200 (`scripts/gpu/memory_calibrate.py`; docs/RESULTS.md, the memory plan) this bounds what a pass of 1-16
-rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers of the 8B
-width (`tests/training/test_memory_calibration.py`).
+On one H200 (`scripts/gpu/memory_calibrate.py`; docs/RESULTS.md, the memory plan) this bounds what a
+pass of 1-16 rows of 1,187 tokens and of 1-2 rows of 16,041 allocates, 1.0-1.6x, at 4 and 12 layers
+of the 8B width (`tests/training/test_memory_calibration.py`).
 
 The micro-batch holds at most `PADDED_ROWS` rows when rows are padded (a bigger one pads more
 rows to its longest) and `PACKED_ROWS` with packed passes (no padding: a bigger micro-batch only
@@ -380,7 +380,7 @@ def fit_micro_batch(
     return holding if holding_moves <= every_moves else every
 
 
-# the most tokens one feedback turn adds between two assistant turns: SPEC §1.2's report (input,
+# the most tokens one feedback turn adds between two assistant turns: METHOD §1.2's report (input,
 # output, expected: each cut to 400 characters) and the user turn's instructions, in the chat
 # template's framing (~2,000 characters)
 FEEDBACK_TOKENS = 1024

@@ -1,18 +1,18 @@
-"""Multi-turn online GRPO, the paper's baseline (SPEC §1.6): whole repair conversations sampled
+"""Multi-turn online GRPO, the paper's baseline (METHOD §1.6.3): whole repair conversations sampled
 by the policy while it trains, through TRL's experimental `GRPOTrainer(rollout_func=...)`.
 
 `repair_rollout(problems, judge, turns=2)` returns `rollout(prompts, trainer) -> dict`. Each
 prompt is a turn-0 context (system + instruction) of a bandit row; TRL's sampler has already
 repeated it `num_generations` times, so one group is `num_generations` consecutive rows, one
 conversation each. Per conversation: sample a program, run it on the problem's public tests,
-give SPEC §1.2's feedback as a user turn, sample the next program, `turns` times. Sampling goes
+give METHOD §1.2's feedback as a user turn, sample the next program, `turns` times. Sampling goes
 through the trainer's own `_generate_single_turn` (transformers `generate`, or vLLM colocated or
 served, from the current weights); the feedback and its verdict come from the trajectory stage
 (`judge_turns`), the program and the thinking split from `make_turn`: one rule for both stages.
 
 Choices (the public Cobalt release has no code for its online baselines):
 
-- Turns: 2 feedback turns (3 programs), as the training trajectories (SPEC §1.2).
+- Turns: 2 feedback turns (3 programs), as the training trajectories (METHOD §1.2).
 - One sequence per conversation: `prompt_ids` = the templated turn-0 prompt (TRL's own
   tokenisation), `completion_ids` = assistant turn 0 + feedback turn 1 (the template's tokens
   for a user turn and the next generation prompt) + assistant turn 1 + ...; `env_mask` is 1 on
@@ -20,7 +20,7 @@ Choices (the public Cobalt release has no code for its online baselines):
   Credit assignment: the loss covers every assistant turn and no feedback token, and the one
   trajectory-level reward (one advantage per conversation) applies to every assistant turn.
 - Reward: the last turn's program on all tests of the problem (the row's `test_cases`), with
-  SPEC §1.5's correctness reward and prev_best = 0 (the row's own `prev_best_pass_rate`): 1 /
+  METHOD §1.5's correctness reward and prev_best = 0 (the row's own `prev_best_pass_rate`): 1 /
   0.2 / 0 / -0.1 by pass rate, -1 without a code block. A conversation is worth the program it
   ends with, what multi-turn evaluation reports at its last turn; rewarding the best turn would
   pay a conversation that breaks a correct program as much as one that keeps it. The rollout

@@ -1,4 +1,4 @@
-"""The offline dataset (SPEC §2): every logged turn of a finished trajectories run as a training
+"""The offline dataset (METHOD §2): every logged turn of a finished trajectories run as a training
 row with its reward and leave-one-out advantage; no generation and no sandbox are needed to build
 it or to train on it (`cobalt/training/offline.py`). Written as parquet under
 `<storage>/offline/<key>/data.parquet` (MANIFEST.json last), read back with `datasets`.
@@ -12,10 +12,10 @@ One row per (problem, sample, turn t) of the multi-turn records:
 - `completion`: what the model generated at turn t (`Turn.response`, thinking included; the
   answer when no response was kept) and `stopped` (it ended with the end-of-turn token; False
   when cut by the token limit, so no end token is trained);
-- `pass_rate`: turn t's program on all tests, combined as SPEC §1.4 combines them
+- `pass_rate`: turn t's program on all tests, combined as METHOD §1.4 combines them
   (`ProblemData.combined()`); None when the answer had no fenced code block;
 - `prev_best_pass_rate`: the best combined pass rate of that sample's earlier turns (0 at t = 0);
-- `reward`: `correctness_reward(pass_rate, prev_best_pass_rate, training=True)` (SPEC §1.5
+- `reward`: `correctness_reward(pass_rate, prev_best_pass_rate, training=True)` (METHOD §1.5
   without the format term; -1 without a code block);
 - `advantage` = reward - `baseline`, the leave-one-out baseline: the mean reward of the *other*
   rows of its group. Group = the rows sharing the same context (same problem and identical

@@ -1,7 +1,7 @@
 """What each training preset decides for the settings a `TrainingConfig` leaves unset: one row
 per preset (`PRESETS`), the only place the training code reads a preset from
 (`TrainingConfig.defaults()`; `tests/training/test_recipe.py` holds the other modules of
-cobalt/training to it). `paper` is SPEC §1.6's recipe; `tiny` runs in seconds on a CPU."""
+cobalt/training to it). `paper` is METHOD §1.6.1's recipe; `tiny` runs in seconds on a CPU."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ class PresetDefaults(BaseModel):
 
 
 PRESETS: dict[str, PresetDefaults] = {
-    "paper": PresetDefaults(  # SPEC §1.6
+    "paper": PresetDefaults(  # METHOD §1.6.1
         prompt_limit=10_240,
         kl="k2",
         trim_padding=True,

@@ -1,4 +1,4 @@
-"""The Cobalt reward (SPEC §1.5) for one sampled next turn: plain functions, no Prefect, no torch.
+"""The Cobalt reward (METHOD §1.5) for one sampled next turn: plain functions, no Prefect or torch.
 
 - `correctness_reward(pass_rate, prev_best, training)`: the pass-rate table plus the improvement
   bonus / regression penalty against the context's `prev_best_pass_rate`.
@@ -6,7 +6,7 @@
 - `validation_reward(pass_rate)`: 1 if every test passes, else 0.
 - `total_reward(...)`: correctness + format, clipped to [-1, 1].
 
-Choices where SPEC §1.5 is open (kept here so the tests can pin them):
+Choices where METHOD §1.5 is open (kept here so the tests can pin them):
 
 - p == b (no change from the best earlier turn, with 0 < b and p < 1) takes the "otherwise"
   branch: the reward becomes -0.1 + 0.1 * 0 = -0.1 (no improvement is penalised like a regression).
@@ -24,7 +24,7 @@ Choices where SPEC §1.5 is open (kept here so the tests can pin them):
   sample output, a shell line in the explanation) are allowed, but every fence must be closed (an
   odd number of ```` ``` ```` fences is a broken answer). Inline single backticks are allowed.
   (Until issue 23 the answer had to hold exactly two fences: an extra block in the explanation
-  cost -0.9, which the SPEC's "exactly one well-formed fenced python block" does not ask.)
+  cost -0.9, which METHOD §1.5's "exactly one well-formed fenced python block" does not ask.)
 - The repetition check looks at the whole raw response (thinking included).
 """
 
@@ -75,9 +75,9 @@ def has_repetition(text: str, min_block: int = 32, times: int = 8) -> bool:
     Equivalent to the regex `(.{32,}?)\\1{7,}` but vectorised (the regex takes seconds on a
     25k-character response): a block of length L repeated 8 times is a stretch where
     s[j] == s[j + L] for 7L consecutive j. Such a stretch holds exactly 7 multiples of L, so each
-    period is first tried at its multiples alone (n / L comparisons) and checked whole only where
-    7 in a row match: 9x faster on a 50k-character response with no repetition (the paper
-    preset's random 8B model's 6,144-token responses spent 11% of a GRPO step here, docs/RESULTS.md)."""
+    period is first tried at its multiples alone (n / L comparisons) and checked whole only where 7
+    in a row match: 9x faster on a 50k-character response with no repetition (the paper preset's
+    random 8B model's 6,144-token responses spent 11% of a GRPO step here, docs/RESULTS.md)."""
     import numpy as np
 
     n = len(text)

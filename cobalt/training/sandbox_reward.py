@@ -1,4 +1,4 @@
-"""The sandbox's rewards as TRL reward callables (SPEC §1.5): `CobaltRewards` holds one shared
+"""The sandbox's rewards as TRL reward callables (METHOD §1.5): `CobaltRewards` holds one shared
 sandbox judge and gives `correctness` and `format` (logged by TRL as `rewards/correctness/mean`
 and `rewards/format/mean`); the dense reward (`cobalt/training/dense_reward.py`) builds on its
 judged results. The reward's formulas are `cobalt/training/reward.py`.
@@ -54,7 +54,7 @@ class CobaltRewards:
 
     TRL sums the reward functions (weights 1) without clipping, so `format` returns the clipped
     contribution clip(correctness + format_term, -1, 1) - correctness: the sum TRL trains on is
-    SPEC §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
+    METHOD §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
     contribution (0 when correctness is already -1).
 
     Rows from the multi-turn rollout (cobalt/training/multiturn.py) carry the rewarded `program`

@@ -1,5 +1,5 @@
-"""Trajectory collection (SPEC §1.2): a reference LLM writes programs, the sandbox runs them on the
-public tests, the first failing test goes back to the model, and the model repairs its program.
+"""Trajectory collection (METHOD §1.2): a reference LLM writes programs, the sandbox runs them on
+the public tests, the first failing test goes back to the model, and the model repairs its program.
 
 - `collect_initial`: turn 0, `n` samples per problem; one record per problem (the cached "first
   programs" every multi-turn experiment starts from).
@@ -73,7 +73,7 @@ class CollectConfig(BaseModel):
     )
     system_prompt: str = Field(
         SYSTEM_PROMPT,
-        description="The system message of every conversation (SPEC §1.2's by default); '' "
+        description="The system message of every conversation (METHOD §1.2's by default); '' "
         "sends none (the tiny fitted model of the embedded default is fitted without one).",
     )
     max_answer_chars: int = Field(
@@ -327,7 +327,7 @@ def judge_turns(
     turns: Sequence[tuple[ProblemLike, Turn]], judge: SyncJudge, gate: Gate | None = None
 ) -> tuple[int, float]:
     """Judge each turn's program on its problem's feedback tests (fail-fast) and write the turn's
-    `public` verdict and `feedback` (the next user turn, SPEC §1.2). Identical programs of one
+    `public` verdict and `feedback` (the next user turn, METHOD §1.2). Identical programs of one
     problem are judged once; a sandbox failure is retried once on a fresh worker. Used by
     trajectory collection and by the multi-turn GRPO rollout (cobalt/training/multiturn.py).
     Returns the number of programs judged and the seconds it took."""

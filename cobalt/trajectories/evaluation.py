@@ -1,4 +1,4 @@
-"""Evaluation of trajectories (SPEC §1.3): every turn's program judged on all true tests, per-turn
+"""Evaluation of trajectories (METHOD §1.3): every turn's program judged on all true tests, per-turn
 Pass@1 with the unbiased pass@k estimator over a problem's samples, its relative change to turn 0,
 by difficulty, as a table and a plot.
 
@@ -284,7 +284,7 @@ def stop_on_public_pass(
     evals: Mapping[str, EvalRecord], records: Mapping[str, Record]
 ) -> dict[str, EvalRecord]:
     """The evaluation as if each sample had stopped at its first program that passed every public
-    test, that program kept for the turns after (SPEC §1.2 instead asks again after a pass). The
+    test, that program kept for the turns after (METHOD §1.2 instead asks again after a pass). The
     public verdicts are the ones recorded during collection; nothing is judged again."""
     out = {}
     for pid, e in evals.items():

@@ -1,6 +1,6 @@
 """Problem sets as the trajectory stages read them: resolved from 'latest', a problem-set bundle, a
 file of problem records or a raw source file; fingerprinted (the identity of a stage's input);
-read with the feedback view asked for (true or perturbed public tests, SPEC §1.7)."""
+read with the feedback view asked for (true or perturbed public tests, METHOD §1.7)."""
 
 from __future__ import annotations
 

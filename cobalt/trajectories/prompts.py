@@ -1,4 +1,4 @@
-"""What the model is told and what is taken from its answers (SPEC §1.2, in the project's own
+"""What the model is told and what is taken from its answers (METHOD §1.2, in the project's own
 words): the system prompt, the feedback turns, the opening of a conversation, and the program
 extracted from a response. No Prefect, no storage."""
 
@@ -8,7 +8,7 @@ import re
 
 from engines import Conversation
 
-# --- prompts (SPEC §1.2, in the project's own words) ---------------------------------------------
+# --- prompts (METHOD §1.2, in the project's own words) -------------------------------------------
 
 SYSTEM_PROMPT = (
     "You are a careful Python programming assistant. The programs you write are executed in a "

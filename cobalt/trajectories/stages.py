@@ -65,7 +65,7 @@ class TrajectoryParams(InferenceRunSettings):
     table: str = Field("train", description="Problem set of a data-stage bundle: train, dev, test.")
     perturbed: bool = Field(
         False,
-        description="Feedback from perturbed public tests (SPEC §1.7): the bundle's "
+        description="Feedback from perturbed public tests (METHOD §1.7): the bundle's "
         "'<table>_perturbed' set, or problems perturbed here (seed 0); evaluation stays on the "
         "true tests. Off: feedback from the true public tests.",
     )

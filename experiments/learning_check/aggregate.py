@@ -3,7 +3,7 @@ merged into cells with 95% intervals over seeds and problems, paired differences
 with a verdict, per-seed and per-kind tables, the cost per mode, the repair transitions, and the
 same-seed spread of repeated seeds. Plain Python and numpy (`cobalt.analysis.intervals`).
 
-Pass@1 of a problem at turn t is c[t] / n of its `results.ProblemResult` (`c`: SPEC §1.2,
+Pass@1 of a problem at turn t is c[t] / n of its `results.ProblemResult` (`c`: METHOD §1.2,
 `c_stop`: each sample stopped at its first program that passed every public test). Which run of a
 seed counts (primary, continuation, repeat): `runs`.
 
@@ -169,7 +169,7 @@ def comparisons_of(primary: dict[int, dict], models: list[str]) -> list[tuple[st
 def gain_per_cost(
     differences: Sequence[dict[str, Any]], trained: dict[str, Any], turns: int
 ) -> list[dict[str, Any]]:
-    """Per trained mode: Pass@1 gain over the SFT model on the RL kinds (SPEC §1.2, turn 0 and
+    """Per trained mode: Pass@1 gain over the SFT model on the RL kinds (METHOD §1.2, turn 0 and
     the last turn, 95% interval paired over seeds and problems) and the same per 100 seconds of
     its training cost: GPU seconds when the runs had a GPU (wall x GPUs, `CostMeter`), else wall
     seconds (unit says which). The cost is the mean over the mode's completed seeds and is taken
@@ -256,7 +256,7 @@ def per_seed(
 
 
 def per_kind(primary: dict[int, dict], models: list[str], turns: int) -> list[dict[str, Any]]:
-    """Per kind and model: mean Pass@1 (%) over the primary seeds at every turn (SPEC §1.2), with
+    """Per kind and model: mean Pass@1 (%) over the primary seeds at every turn (METHOD §1.2), with
     the lowest and highest seed."""
     table: dict[tuple[str, str, str], list[list[float]]] = {}
     for run in primary.values():

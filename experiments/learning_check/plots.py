@@ -40,9 +40,8 @@ def plot_pass(s: dict[str, Any], path: Path) -> None:
                         [c["high"] - c["mean"] for _, c in got],
                     ]
                     ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=model_label(m))
-                ax.set_title(
-                    f"{s['groups'][group]} ({'SPEC §1.2' if protocol == 'spec' else 'stop on pass'})"
-                )
+                name = "METHOD §1.2" if protocol == "spec" else "stop on pass"
+                ax.set_title(f"{s['groups'][group]} ({name})")
                 ax.set_xticks(list(turns))
                 ax.set_xlabel("turn")
                 ax.grid(alpha=0.3)
@@ -78,7 +77,7 @@ def plot_differences(s: dict[str, Any], path: Path) -> None:
                     label=f"{a} − {b}",
                 )
             ax.axhline(0, color="black", linewidth=0.8)
-            ax.set_title(f"{s['groups'][group]} (SPEC §1.2)")
+            ax.set_title(f"{s['groups'][group]} (METHOD §1.2)")
             ax.set_xticks(list(turns))
             ax.set_xlabel("turn")
             ax.grid(alpha=0.3)
@@ -132,7 +131,7 @@ def plot_gain_per_cost(s: dict[str, Any], path: Path) -> None:
             ax.axhline(0, color="black", linewidth=0.8)
             unit = rows[0]["cost_unit"] if rows else "GPU s"
             ax.set_xlabel(f"training cost ({unit}, mean [min, max] over seeds)")
-            ax.set_title(f"RL kinds, turn {turn} (SPEC §1.2)")
+            ax.set_title(f"RL kinds, turn {turn} (METHOD §1.2)")
             ax.grid(alpha=0.3)
             if ax.lines or ax.containers:
                 ax.legend(fontsize=7)

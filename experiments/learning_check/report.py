@@ -20,7 +20,7 @@ from experiments.learning_check.plots import (
 from experiments.learning_check.runs import load_runs
 
 PROTOCOL_NAMES = {
-    "spec": "SPEC §1.2 protocol (feedback after every turn, also after all public tests pass)",
+    "spec": "METHOD §1.2 protocol (feedback after every turn, also after all public tests pass)",
     "stop": "stop on public pass (a sample keeps its first program that passes every public test)",
 }
 FEEDBACK_NAMES = {"passed": "all public passed", "failed": "failure report", "no_code": "no code"}
@@ -96,10 +96,10 @@ def render(s: dict[str, Any]) -> str:
         lines += [f"## Pass@1 (%), {title}", "", *pass_table(s, protocol), ""]
     lines += ["## Differences (percentage points, paired by seed and problem)", ""]
     lines += [*difference_table(s), ""]
-    lines += ["## Gain over the SFT model (SPEC §1.2 protocol)", "", *gain_table(s), ""]
+    lines += ["## Gain over the SFT model (METHOD §1.2 protocol)", "", *gain_table(s), ""]
     lines += [*gain_cost_lines(s)]
-    lines += ["## Per seed (Pass@1 %, SPEC §1.2, turn 0 / last turn)", "", *seed_table(s), ""]
-    lines += ["## Per kind (Pass@1 %, SPEC §1.2, mean over seeds, turn 0 / last turn)", ""]
+    lines += ["## Per seed (Pass@1 %, METHOD §1.2, turn 0 / last turn)", "", *seed_table(s), ""]
+    lines += ["## Per kind (Pass@1 %, METHOD §1.2, mean over seeds, turn 0 / last turn)", ""]
     lines += [*kind_table(s), ""]
     lines += [*repair_lines(s), *training_lines(s), *offline_lines(s), *spread_lines(s)]
     lines += [*phase_lines(s)]
@@ -145,7 +145,7 @@ def pass_table(s: dict[str, Any], protocol: str) -> list[str]:
 def difference_table(s: dict[str, Any]) -> list[str]:
     diffs = index_by(s["differences"], "a", "b", "protocol", "group", "turn")
     lines = [
-        "| comparison | kinds | turn | Δ SPEC §1.2 | verdict | Δ stop on public pass | verdict |",
+        "| comparison | kinds | turn | Δ METHOD §1.2 | verdict | Δ stop on public pass | verdict |",
         "|---|---|---|---|---|---|---|",
     ]
     for a, b in s.get("comparisons", COMPARISONS):
@@ -188,7 +188,7 @@ def gain_cost_lines(s: dict[str, Any]) -> list[str]:
         return []
     units = sorted({r["cost_unit"] for r in rows})
     lines = [
-        "## Gain per cost (RL kinds, SPEC §1.2)",
+        "## Gain per cost (RL kinds, METHOD §1.2)",
         "",
         "Pass@1 gain over the SFT model (percentage points, 95% interval paired over seeds and "
         f"problems) and the same per 100 {' / '.join(units)} of the mode's training (mean over "

@@ -4,7 +4,7 @@ parent (`parallel`) marks a run it stopped, and the aggregate (`runs`) reads the
 through this module: the file layout and the fields live here.
 
 Per evaluated model ("sft" and each trained mode), every evaluation problem is a
-`ProblemResult`: its group and kind, the samples `n` and the correct samples per turn under SPEC
+`ProblemResult`: its group and kind, the samples `n` and the correct samples per turn under METHOD
 §1.2 (`c`) and stop-on-public-pass (`c_stop`), so Pass@1 of a problem at turn t is c[t] / n.
 `read` validates a document against `SeedResult` (fields beyond it are kept) and names the first
 field that breaks it.
@@ -25,7 +25,7 @@ from cobalt.errors import UserError
 CHECK = "learning_check_seed"
 VERSION = 1
 RUNS = "runs"  # <out>/runs/<label>.json
-PROTOCOLS = {"spec": "c", "stop": "c_stop"}  # SPEC §1.2 / stop on public pass: ProblemResult keys
+PROTOCOLS = {"spec": "c", "stop": "c_stop"}  # METHOD §1.2 / stop on public pass: result keys
 Status = Literal["running", "done", "failed", "killed"]
 
 
@@ -38,7 +38,7 @@ class ProblemResult(TypedDict):
     group: str  # a kind group (kinds.GROUPS)
     kind: str
     n: int  # samples
-    c: list[int]  # correct samples per turn, SPEC §1.2
+    c: list[int]  # correct samples per turn, METHOD §1.2
     c_stop: list[int]  # the same, each sample stopped at its first program passing the public tests
 
 

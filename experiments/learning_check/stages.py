@@ -95,7 +95,7 @@ def rollout(
     n: int,
     seed: int,
 ) -> tuple[dict[str, Record], dict[str, EvalRecord], dict[str, Any]]:
-    """Trajectories (turn 0 + feedback turns, SPEC §1.2 with no system prompt) and their
+    """Trajectories (turn 0 + feedback turns, METHOD §1.2 with no system prompt) and their
     per-turn evaluation on all tests; same problems and seed, same sampled stream."""
     work.mkdir(parents=True, exist_ok=True)
     config = CollectConfig(
@@ -165,7 +165,7 @@ def evaluation_result(
     evals: dict[str, EvalRecord],
     stats: dict[str, Any],
 ) -> dict[str, Any]:
-    """Per problem: group, kind, samples n and correct samples per turn under SPEC §1.2 (`c`) and
+    """Per problem: group, kind, samples n and correct samples per turn under METHOD §1.2 (`c`) and
     stop-on-public-pass (`c_stop`); the repair transitions; a fingerprint of every generated
     text (equal fingerprints: the same trajectories)."""
     stopped = stop_on_public_pass(evals, records)

@@ -2,10 +2,10 @@
 
 A test is a chain of wake-ups (the runner forks, the test's process runs and exits, the runner
 wakes), and on a small VM each one that crosses CPUs is slow. So each worker, and every process it
-forks, stays on one CPU: the least used of those this process may run on, starting from a CPU
-that depends on the pid, so that two processes do not start on the same one. (Measured on the
-2-core VM: 25% more tests/s with two workers; docs/RESULTS.md, the sandbox.) `SandboxConfig.pin_cpus`
-turns it off, for hosts where other work shares these CPUs and the scheduler should move ours.
+forks, stays on one CPU: the least used of those this process may run on, starting from a CPU that
+depends on the pid, so that two processes do not start on the same one. (Measured on the 2-core VM:
+25% more tests/s with two workers; docs/RESULTS.md, the sandbox.) `SandboxConfig.pin_cpus` turns it
+off, for hosts where other work shares these CPUs and the scheduler should move ours.
 """
 
 from __future__ import annotations

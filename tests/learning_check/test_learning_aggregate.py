@@ -253,7 +253,7 @@ def test_gain_per_gpu_second_from_known_numbers() -> None:
     assert cobalt["gain"]["mean"] == 100.0 and cobalt["per_100_s"]["mean"] == 500.0
     assert rows[("cobalt", 0)]["per_100_s"]["mean"] == 250.0
     text = render(summary)
-    assert "## Gain per cost (RL kinds, SPEC §1.2)" in text
+    assert "## Gain per cost (RL kinds, METHOD §1.2)" in text
     assert "| single_turn | 0 | 2 | +50.0 [+50.0, +50.0] | 20.0 [20.0, 20.0] GPU s | " in text
     assert "+250.00 [+250.00, +250.00] |" in text
     # no GPU: wall seconds, and the unit says so

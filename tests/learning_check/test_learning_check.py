@@ -88,14 +88,14 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
     assert all(prints.values()), prints
 
     for heading in (
-        "## Pass@1 (%), SPEC §1.2 protocol",
+        "## Pass@1 (%), METHOD §1.2 protocol",
         "## Pass@1 (%), stop on public pass",
         "## Differences (percentage points, paired by seed and problem)",
         "## Per kind",
         "## What feedback turns do to programs",
         "## Training and cost per mode",
         "## Same seed, twice",
-        "## Gain per cost (RL kinds, SPEC §1.2)",
+        "## Gain per cost (RL kinds, METHOD §1.2)",
         "## Offline modes: what they trained on and how the policy moved",
     ):
         assert heading in text, heading
