@@ -1,4 +1,4 @@
-"""GRPO post-training on the Cobalt bandit dataset (SPEC §1.5, §1.6) with TRL's `GRPOTrainer`.
+"""GRPO post-training on the Cobalt bandit dataset (METHOD §1.5, §1.6) with TRL's `GRPOTrainer`.
 
 `train(...)` filters the bandit rows by mode and prompt length (`cobalt.bandit.rows`), rewards
 completions in the sandbox (`cobalt/training/sandbox_reward.py`), runs the trainer (resuming from

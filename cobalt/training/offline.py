@@ -1,7 +1,7 @@
 """Long module: the offline objectives, their rows and batches, the trainer and its report, in
 the order a run uses them.
 
-Offline policy updates (SPEC §2, arXiv 2605.28409): the policy learns from the logged turns of
+Offline policy updates (METHOD §2, arXiv 2605.28409): the policy learns from the logged turns of
 the trajectories and their rewards (`cobalt/training/offline_data.py`), with no generation and no
 sandbox while training. A `transformers.Trainer` subclass (`OfflineTrainer`) runs the loop
 (batching, optimizer, gradient accumulation, checkpoints and resume, bf16, logging); LoRA through
