@@ -1,4 +1,4 @@
-"""What one training stage's GRPO steps cost on a multi-GPU machine (issue 38), read from the
+"""What one training stage's GRPO steps cost on a multi-GPU machine, read from the
 stage's own outputs: per step the time split (generation, rewards, weight sync into vLLM,
 optimisation), tokens and their mean prompt and response lengths, tokens/s/GPU counted as verl
 counts it ((prompt + response tokens) / (step time x GPUs)), the training phase's model FLOPs

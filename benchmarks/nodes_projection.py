@@ -1,4 +1,4 @@
-"""Training on 2, 4 and 8 nodes, projected from one node's measured step (issue 47): an estimate,
+"""Training on 2, 4 and 8 nodes, projected from one node's measured step: an estimate,
 not a measurement.
 
     python -m benchmarks.nodes_projection benchmarks/results/verl_shape_after_gpu_plan_4xh200_2026-11-27.json

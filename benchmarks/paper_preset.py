@@ -1,4 +1,4 @@
-"""The paper preset at the paper's model size and lengths on one GPU (issue 23: a preset that fits):
+"""The paper preset at the paper's model size and lengths on one GPU (does it fit?):
 GRPO with the `paper` training preset on a Qwen3-8B-shaped model (random weights, the real
 151,936-token vocabulary, LoRA), prompts of --prompt-tokens and completions of
 --completion-tokens, through the training stage's own path (`cobalt.training.launch.run_job`: a

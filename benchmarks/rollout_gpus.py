@@ -19,7 +19,7 @@ tiny model's tokenizer: --model-dir (e.g. the weights `scripts/gpu/worker.sh mod
 --max-new-tokens long, so every run does the same number of tokens.
 
 Engines, as the stage makes them from `EngineConfig(kind="vllm", data_parallel_size=G)`: G = 1 is
-vLLM in the process (`LLM.chat`, as before issue 38; `--serve-one`: a `vllm serve` of one
+vLLM in the process (`LLM.chat`, the stage's one-GPU path; `--serve-one`: a `vllm serve` of one
 engine instead); G > 1 is a local `vllm serve --data-parallel-size G` behind the LiteLLM engine,
 each request sent to the engine with the fewest samples in flight.
 Each run is a child process of its own (a fresh set of GPUs, a result even if another run dies).

@@ -20,7 +20,7 @@ The limit of one decode step over B sequences is the larger of
   (4 x context x heads x head_dim per layer and sequence).
 Limit tokens/s = B / that time. HBM bandwidth and peak FLOP/s are the vendor's figures for the
 GPU (H100 SXM: 3.35 TB/s, 989 TFLOP/s; H200: 4.8 TB/s, 989 TFLOP/s); the copy bandwidth measured
-in the run is printed beside them. Goal (issue 18): >= 30% of the limit for the 8b shape at batch
+in the run is printed beside them. Goal: >= 30% of the limit for the 8b shape at batch
 >= 64.
 """
 

@@ -32,7 +32,7 @@ Judges:
 It prints markdown tables: whole-process wall times and their ratios; per judge and workload
 programs, tests, wall seconds, tests/s, p50/p99 per-program latency and how many verdicts
 (accepted or not) agree with the Docker backend's; the tests/s ratios; per-test overhead; the
-memory of a warm idle Docker worker; and which goals of the sandbox-speed issue are met.
+memory of a warm idle Docker worker; and which of the sandbox's speed goals are met.
 """
 
 from __future__ import annotations

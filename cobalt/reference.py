@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 RECIPE_VERSION = 2
 FIT_STEPS = 240
 # passed-feedback rounds a kept answer may get in the embedded fit's SFT corpus: the evaluation's
-# 2 feedback turns reach a context where the public tests passed twice (issue 27)
+# 2 feedback turns reach a context where the public tests passed twice
 FIT_KEEP_ROUNDS = 2
 # share of the embedded fit's SFT rows that end with the right program kept after the passed
 # feedback: half (a quarter before) keeps the trained policy from rewriting a passing program

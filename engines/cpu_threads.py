@@ -3,7 +3,7 @@
 torch's default is one thread per core the process may use. The embedded default's models have
 about 1M parameters: their matrix products are far too small to share among dozens of threads,
 and on a 64-core GPU host the reference fit spent 6 min 9 s with torch's 64 threads against
-about 1 min 50 s with 2 (issue 40); several runs side by side each took every core. So CPU work
+about 1 min 50 s with 2; several runs side by side each took every core. So CPU work
 on tiny models takes at most `CAP` threads, whatever the host:
 
     threads = COBALT_THREADS, else OMP_NUM_THREADS, else min(CAP, cores this process may use)

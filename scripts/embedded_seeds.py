@@ -1,4 +1,4 @@
-"""Signal or noise? The embedded default's before/after Pass@1 over several seeds (issue 27).
+"""Signal or noise? The embedded default's before/after Pass@1 over several seeds.
 
     python scripts/embedded_seeds.py                                   # the default, seeds 0-4
     python scripts/embedded_seeds.py --max-steps 24 --lr 5e-5 --label steps24_lr5e-5
@@ -145,7 +145,7 @@ def setting(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     parts += [f"eval{eval_n}"] * (eval_n not in (None, n))
     parts += [f"limit{args.train_limit}"] * (args.train_limit is not None)
     # the transformers engine's keyed sampling (each row its own noise, engines.keyed_sampling)
-    # since issue 27's seventh round; labels without it drew one random stream per batch
+    # since the seventh round of settings; labels without it drew one random stream per batch
     parts += ["keyed", reference_tag(fields)]
     return args.label or "_".join(parts), fields
 

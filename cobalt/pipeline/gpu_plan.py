@@ -1,4 +1,4 @@
-"""The pipeline's GPU plan (issue 45): one decision, at the preflight, for every stage of a run on
+"""The pipeline's GPU plan: one decision, at the preflight, for every stage of a run on
 this machine, printed with the settings.
 
 - The generating stages (trajectories, both evaluations, the reward-hacking analysis) share the

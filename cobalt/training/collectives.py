@@ -1,5 +1,5 @@
-"""What a training process puts through torch.distributed's collectives, step by step (issue 47:
-the traffic a step sends between GPUs, and across nodes' links, measured rather than modelled).
+"""What a training process puts through torch.distributed's collectives, step by step: the
+traffic a step sends between GPUs, and across nodes' links, measured rather than modelled.
 
 torch's flight recorder keeps the last N collectives of every process group (NCCL and gloo: the
 FSDP gathers and reduce-scatters, DDP's gradient all-reduce, the weight sync's gathers), with

@@ -29,7 +29,7 @@ Mapping notes (TRL 1.16):
   on a GPU for a model of 50M+ parameters); LoRA via `lora` (peft).
   Validation (temperature 0.6 / top-p 0.95) is the evaluation stage's, not a step of training
   (docs/METHOD.md §1.3).
-- A step's completions never depend on the number of processes (issue 45): the paper preset's
+- A step's completions never depend on the number of processes: the paper preset's
   1024, a short run's `generation_batch_size`, or per_device x accumulation as given for one
   process (the tiny preset, `--set`) are shared by N processes (`_shared_step`).
 - Micro-batch: the paper preset plans `per_device_train_batch_size` from the model's config and

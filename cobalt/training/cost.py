@@ -1,5 +1,5 @@
 """What a training run costs: wall seconds and, where CUDA is present, GPU seconds, for every mode
-(GRPO and offline alike), so modes can be compared at equal data (issue 11).
+(GRPO and offline alike), so modes can be compared at equal data.
 
 `with CostMeter() as cost: train(...)`, then `cost.summary()`:
 

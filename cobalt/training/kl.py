@@ -1,4 +1,4 @@
-"""The recipe's KL penalty in TRL's GRPO trainer: a small subclass (issue 23).
+"""The recipe's KL penalty in TRL's GRPO trainer: a small subclass.
 
 TRL 1.16's `GRPOTrainer` has one KL estimator, k3 = exp(r) - r - 1 with r = log pi_ref - log pi
 (Schulman's unbiased, low-variance estimator). The paper's verl run uses `kl_loss_type="mse"`:

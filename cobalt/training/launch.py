@@ -81,11 +81,11 @@ def run_job(job: Job, logger: Logger = log) -> Result:
     """Train (GRPO, or the offline objective in offline mode); return the trainer's log history,
     the step timing (StepTimer.summary) and what the trainer reports (rows, numerics, memory).
 
-    On a GPU the training runs in a process of its own, also with one process: its model,
-    optimizer and colocated vLLM engine are handed back to the GPU when it exits, so the stages
-    after it (the evaluation's vLLM engine) find the memory free (issue 24: in the same process
-    they did not). With several GPUs one process is launched too: the Trainer would otherwise
-    wrap the model in nn.DataParallel, which GRPO does not support."""
+    On a GPU the training runs in a process of its own, also with one process: its model, optimizer
+    and colocated vLLM engine are handed back to the GPU when it exits, so the stages after it (the
+    evaluation's vLLM engine) find the memory free (in the same process they did not). With several
+    GPUs one process is launched too: the Trainer would otherwise wrap the model in nn.DataParallel,
+    which GRPO does not support."""
     if job.plan is None:
         job = job.model_copy(update={"plan": plan_training(job.config, job.model)})
     if job.config.world() == 1 and not _on_gpu():

@@ -1,4 +1,4 @@
-"""GPU memory of a GRPO step, and the micro-batch that fits (issue 23: a preset that fits).
+"""GPU memory of a GRPO step, and the micro-batch that fits (so that a preset fits its GPUs).
 
 The paper preset trains on 1024 completions per optimizer step (64 prompts x 16 samples) of up to
 10,240 prompt + 6,144 completion tokens. How many of them one forward/backward can hold depends on

@@ -1,5 +1,5 @@
 """Packed forward passes: a micro-batch's sequences laid end to end in one row, no padding token
-computed (issue 46).
+computed.
 
 TRL pads every row of a micro-batch to its longest prompt and completion; `trimmed_logps`
 (`cobalt.training.padding`) cuts each chunk to its own longest. `packed_logps` removes the padding

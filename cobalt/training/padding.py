@@ -1,5 +1,5 @@
 """The micro-batches of a GRPO generation batch, and less padding in their forward and backward
-passes (issues 38 and 45).
+passes.
 
 TRL pads a process's whole generation batch to its longest completion (and prompt), shuffles it
 and cuts it into `steps_per_generation` micro-batches, `gradient_accumulation_steps` of them an

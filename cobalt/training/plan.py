@@ -1,7 +1,7 @@
 """Long module: the plan and every check it makes before any work, kept together (the checks read
 the plan's inputs and end in its one-line refusals).
 
-The training stage's GPU plan (issue 45): decided once, before any work, from the machine
+The training stage's GPU plan: decided once, before any work, from the machine
 (`engines.machine`) and the settings, printed with them, and followed by everything after it.
 
 It holds what every training process must agree on: how many processes and how they share the

@@ -23,7 +23,7 @@ Choices where METHOD §1.5 is open (kept here so the tests can pin them):
   backtick. The answer holds exactly one such block; other complete fenced blocks (```` ```text ````
   sample output, a shell line in the explanation) are allowed, but every fence must be closed (an
   odd number of ```` ``` ```` fences is a broken answer). Inline single backticks are allowed.
-  (Until issue 23 the answer had to hold exactly two fences: an extra block in the explanation
+  (Formerly the answer had to hold exactly two fences: an extra block in the explanation
   cost -0.9, which METHOD §1.5's "exactly one well-formed fenced python block" does not ask.)
 - The repetition check looks at the whole raw response (thinking included).
 """

@@ -1,4 +1,4 @@
-"""How training spreads over several GPUs (issue 38): the sharding a run asks for, the accelerate
+"""How training spreads over several GPUs: the sharding a run asks for, the accelerate
 config the project ships for it (`infra/accelerate/`), and the checks that run before any work
 (enough GPUs, a strategy this machine can run, a batch that splits over the processes).
 

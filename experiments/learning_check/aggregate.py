@@ -47,18 +47,18 @@ MODEL_ORDER = (
 COMPARISONS = (
     ("cobalt", "single_turn"),
     ("offline", "single_turn"),
-    ("offline_awr", "offline_rloo"),  # the offline objectives side by side (issue 19)
+    ("offline_awr", "offline_rloo"),  # the offline objectives side by side
     ("offline_clipped", "offline_rloo"),
     ("offline_awr", "offline_clipped"),
     ("offline_rloo_low_lr", "offline_rloo"),
     ("offline_grpo", "cobalt"),
-    # the paper's comparison (issue 25): cobalt against the multi-turn online baselines
+    # the paper's comparison: cobalt against the multi-turn online baselines
     ("cobalt", "multi_turn"),
     ("cobalt", "multi_turn_dense"),
     ("multi_turn", "single_turn"),
     ("multi_turn_dense", "multi_turn"),
     ("cobalt_dense", "cobalt"),
-    ("cobalt_async", "cobalt"),  # one step off against synchronous (issue 46)
+    ("cobalt_async", "cobalt"),  # one step off against synchronous
     ("cobalt_bf16", "cobalt"),
 )
 

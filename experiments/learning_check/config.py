@@ -15,8 +15,8 @@ from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
 # followed by its evaluation: the main comparison first, the bf16 variant last (a CUDA error there
 # cannot cost the float32 modes). Settings: GRPOConfig fields (grpo); the objective and a
 # learning-rate factor (offline). `offline` is the offline mode with --objective (default:
-# the project's, DEFAULT_OBJECTIVE); offline_<objective> run the objectives side by side (issue
-# 19); offline_grpo is the offline mode followed by --offline-grpo-steps steps of cobalt GRPO from
+# the project's, DEFAULT_OBJECTIVE); offline_<objective> run the objectives side by side;
+# offline_grpo is the offline mode followed by --offline-grpo-steps steps of cobalt GRPO from
 # the offline weights (its cost: both phases).
 MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "single_turn": ("grpo", "single_turn", {}),
@@ -28,15 +28,15 @@ MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # REINFORCE-LOO at a tenth of the learning rate: is the step size what broke it?
     "offline_rloo_low_lr": ("offline", "offline", {"objective": "reinforce_loo", "lr_scale": 0.1}),
     "offline_grpo": ("offline_grpo", "cobalt", {}),
-    # issue 25: the paper's multi-turn online baselines (whole repair conversations, --turns
+    # the paper's multi-turn online baselines (whole repair conversations, --turns
     # feedback turns; prompts per step divided by turns + 1: equal sampled completions), and the
     # VeRPO-style dense reward (cobalt.training.dense_reward)
     "multi_turn": ("grpo", "multi_turn", {}),
     "multi_turn_dense": ("grpo", "multi_turn", {"reward": "dense"}),
     "cobalt_dense": ("grpo", "cobalt", {"reward": "dense"}),
-    # issue 46: cobalt with each generation batch sampled while the one before trains (--async)
+    # cobalt with each generation batch sampled while the one before trains (--async)
     "cobalt_async": ("grpo", "cobalt", {"async_generation": True}),
-    # issue 12: the bf16 regression variant, now fp32 master weights with bf16 compute (issue 23)
+    # the bf16 variant: fp32 master weights with bf16 compute (once pure bf16)
     "cobalt_bf16": ("grpo", "cobalt", {"precision": "mixed"}),
 }
 DEFAULT_MODES = ("single_turn", "cobalt", "offline", "cobalt_bf16")

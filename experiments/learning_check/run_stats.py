@@ -40,7 +40,7 @@ def offline_diagnostics(done: Iterable[dict[str, Any]]) -> dict[str, dict[str, f
 
 
 def curve_stability(curve: Sequence[float | None]) -> dict[str, float] | None:
-    """How steady one run's training curve is (issue 25: the reward per step): `std`, the
+    """How steady one run's training curve (the reward per step) is: `std`, the
     standard deviation of its values across steps, and `jitter`, the step-to-step noise (root
     mean square of successive differences over sqrt 2: the std of independent steps, blind to a
     slow trend such as learning). None for fewer than 2 steps."""

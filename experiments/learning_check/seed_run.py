@@ -44,7 +44,7 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
     gpu = torch.cuda.is_available() if args.device == "auto" else args.device.startswith("cuda")
     strict = gpu if chosen is None else bool(chosen)
     if getattr(args, "generation", "transformers").startswith("vllm"):
-        strict = False  # vLLM's compiled graphs have no deterministic variant (issue 24)
+        strict = False  # vLLM's compiled graphs have no deterministic variant
     if not args.no_deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True, warn_only=not strict)

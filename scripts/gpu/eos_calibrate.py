@@ -1,6 +1,6 @@
 """Give a random model (engines/tiny.py's builder) a chosen mean response length: the GPU runs of
-issue 38 compare tokens/s with a peer whose responses averaged about 200 tokens (verl's GSM8K
-GRPO run), and random weights otherwise run every response to the cap.
+the paper's recipe compare tokens/s with a peer whose responses averaged about 200 tokens (verl's
+GSM8K GRPO run), and random weights otherwise run every response to the cap.
 
 The end-of-turn row of the head is set to zero, so the end-of-turn logit is exactly 0 at every
 position, and a `logit_bias` on it (vLLM's sampling parameter, passed by TRL from

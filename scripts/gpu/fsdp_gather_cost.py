@@ -1,6 +1,6 @@
 """What gathering the float32 master weights costs FSDP2 under bf16 autocast, against gathering
 them in bf16 (accelerate's own policy for `--mixed_precision bf16`), on the GPUs of this machine
-(issue 45: `cobalt.training.precision.set_distributed_numerics` gathers float32 so that N GPUs
+(`cobalt.training.precision.set_distributed_numerics` gathers float32 so that N GPUs
 compute what one computes).
 
 Each policy trains the same micro-batches of a Qwen3-shaped model built from a config (random

@@ -1,4 +1,4 @@
-"""Problems whose statements make prompts of a given length (the GPU runs of issue 38): the first
+"""Problems whose statements make prompts of a given length (the paper-recipe GPU runs): the first
 rows of the bundled synthetic set (a TACO-style JSONL the data flow reads as `:taco`), each
 statement lengthened with a background section to about --tokens tokens in the tiny tokenizer
 (the tokenizer of the 8B-shaped random models, engines/tiny.py), so the training stage's turn-0

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 40 on a GPU, one device call (about 8 min): a Hub id resolved offline from the Hub cache
+# Model names on a GPU, one device call (about 8 min): a Hub id resolved offline from the Hub cache
 # (the embedded fitted model laid out as cobalt-test/fitted, tests/hub_cache.py), the pipeline on
 # it (engine auto: vLLM where installed, loading the cache's symlinked snapshot), the trained
 # policy evaluated by the name the run printed with the pipeline's protocol (it must land in the

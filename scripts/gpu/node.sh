@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The paper's recipe on one 4-GPU node (issue 38), as three device calls in a row on one warm
+# The paper's recipe on one 4-GPU node, as three device calls in a row on one warm
 # machine (the bundle's pieces arrive call by call: infra/gpu-bundle/build.sh). Each phase ends
 # inside a 10-minute call; a run that outlives its call goes on detached and the next phase
 # collects it. Results land in $OUT (JSON reports, logs, nvidia-smi traces of every GPU).
@@ -23,7 +23,7 @@
 #   bash scripts/gpu/node.sh paper      # the paper preset at its lengths (10k-token prompts,
 #                                       # 6,144-token responses, 16 samples) via flows.training
 #
-# Issue 45 (one GPU plan, parity proven), three calls on one warm 4-GPU machine (the bundle
+# One GPU plan, parity proven: three calls on one warm 4-GPU machine (the bundle
 # built with 27 MiB vLLM parts: bash infra/gpu-bundle/build.sh .gpu 27):
 #   bash scripts/gpu/node.sh parity     # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #                                       #   .gpu/site-deepspeed.tar.xz .gpu/vllm.part-02
@@ -39,12 +39,12 @@
 #   bash scripts/gpu/node.sh fsdp-fp32  # (after parity: its 0.7B shape) 1 process vs fsdp in
 #       fp32, killed and resumed too: bf16 rounding out, a logic difference would stay
 #   bash scripts/gpu/node.sh hybrid     # (after parity) 2 nodes x 2 GPUs on one host, fsdp and
-#       hybrid, against 1 node x 4 (issue 47)
+#       hybrid, against 1 node x 4 (training on several machines)
 #   bash scripts/gpu/node.sh linear     # --fsdp-gather bf16-linear: its cost at 8B and its 0.7B
 #       parity (carry the first call's bundle); then GATHER=bf16-linear bash scripts/gpu/node.sh b
 #   bash scripts/gpu/node.sh nodes      # (after parity or a: the 8B shape and verl's data) verl's
 #       shape through flows.training on 2 "nodes" x 2 GPUs (--shared-storage, NODE_SHARDING=fsdp
-#       or hybrid) then 1 x 4, detached; `nodes-collect` reports both (issue 47, item 5)
+#       or hybrid) then 1 x 4, detached; `nodes-collect` reports both (and their collectives' bytes)
 #   bash scripts/gpu/node.sh cost-hybrid  # (after parity) fsdp_gather_cost.py at the 8B shape,
 #       then `hybrid`; `cost-paper`: the cost at the paper's lengths (one 16,384-token sequence)
 # 2026-11-28 evening, one 4x H200 machine, four calls back to back: parity (410 s, the embedded
@@ -59,7 +59,7 @@
 #       start-up), so it runs detached and the next call collects it:
 #   bash scripts/gpu/node.sh pipeline8b-collect
 #
-# Issue 46 (packed training passes) on ONE GPU, three calls on one warm machine:
+# Packed training passes on ONE GPU, three calls on one warm machine:
 #   bash scripts/gpu/node.sh pack        # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data and the 8B shape's weights
 #   bash scripts/gpu/node.sh pack-train  # carry .gpu/vllm.part-01 .gpu/PARTS: the 8B shape, then
@@ -77,7 +77,7 @@
 # 2026-11-29, one H200, one message: pack 158 s, pack-train 566 s, pack-collect 231 s, cluster
 # 185 s + cluster-collect 17 s (the pipeline failed: vLLM's forked engine core in the worker);
 # then on a fresh machine cluster-prep 57 s, cluster-traj 238 s (exit 0).
-# Issue 46 --async (generation overlapped with training, one step off) on ONE GPU, one message
+# --async (generation overlapped with training, one step off) on ONE GPU, one message
 # of three calls (the first GPU runs, 2026-11-29: docs/RESULTS.md):
 #   bash scripts/gpu/node.sh async-prep     # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the tiny model's data, verl's data, the 8B weights
@@ -101,7 +101,7 @@
 #   bash scripts/gpu/node.sh cluster-collect; bash scripts/gpu/node.sh fork-check   # call 3
 # 2026-11-29 (later), a fresh H200, one message: memory 60 s, cluster 586 s, cluster-collect +
 # fork-check 293 s (the pipeline exit 0 in 607 s; fork fails in a worker, spawn starts).
-# Issue 46 goal 1 and issue 47 item 5 on ONE fresh 4-GPU machine, four calls in ONE message:
+# Goal 1 and the bytes across nodes on ONE fresh 4-GPU machine, four calls in ONE message:
 #   bash scripts/gpu/node.sh goal1         # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data (detached), the 8B shape's weights; beside them the
 #       embedded default with --share-prompts on GPU 1 (no vLLM yet: transformers generation)
@@ -116,19 +116,19 @@
 # since by the per-GPU vLLM cache, docs/SCALING.md). Next on a 4-GPU machine, in one message:
 # goal1, goal1-train, goal1-collect, nodes-collect (the 2 x 2 run after the 1 x 4 ones: the
 # sequence that failed); every `train` run has torch's flight recorder on (FR=20000), so each
-# report also gives the GB a process puts through collectives a step (issue 47 item 5), and
+# report also gives the GB a process puts through collectives a step, and
 # `python -m benchmarks.nodes_projection REPORT --measured` projects from it. Since 2026-11-29
 # the memory plan counts FSDP's whole gradients: the --share-prompts run plans 64 x 5 reducing
 # every micro-batch (40 x 8 before), the trimmed runs 16 x 20 as before; compare each run's
 # nvidia-smi peak with its plan's estimate (docs/RESULTS.md, "The memory plan against what a GPU
 # allocates"). On an H100 node, `node.sh paper`: the paper's lengths now reduce every micro-batch.
-# Issues 46-47 on ONE fresh 4-GPU machine, four calls in ONE message (2026-11-29, the sixth
-# session): g4 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00), g4-train
-# (carry .gpu/vllm.part-01 .gpu/PARTS), g4-collect, g4-nodes: the 8B split (3 training processes
-# + the stage's vLLM server, --async), the synchronous 1 x 4, then 2 x 2, each bounded in time.
-# Measured: 182 s, 564 s, 371 s, 332 s (1,723 s held with a fifth call); the first two runs were
-# ended by their bounds (480 s, 360 s) in the final save: raised since (600 s, 480 s).
-# Issue 46 goal 2 (NeMo-RL's shape, not yet run), ONE message on a fresh 4-GPU machine: g4
+# The 4-GPU goals and 2 nodes on ONE fresh 4-GPU machine, four calls in ONE message (2026-11-29, the
+# sixth session): g4 (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00),
+# g4-train (carry .gpu/vllm.part-01 .gpu/PARTS), g4-collect, g4-nodes: the 8B split (3 training
+# processes + the stage's vLLM server, --async), the synchronous 1 x 4, then 2 x 2, each bounded in
+# time. Measured: 182 s, 564 s, 371 s, 332 s (1,723 s held with a fifth call); the first two runs
+# were ended by their bounds (480 s, 360 s) in the final save: raised since (600 s, 480 s).
+# Goal 2 (NeMo-RL's shape, not yet run), ONE message on a fresh 4-GPU machine: g4
 # (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz), `bash infra/gpu-bundle/install.sh`
 # (carry .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS), g4-nemo (carry .gpu/vllm.part-01; the
 # synchronous 1 x 4, ~12 min), g4-nemo-collect twice (the split 2 + 2, ~15 min): most of a
@@ -168,17 +168,17 @@
 # 2026-12-03, one H200, after five refused starts: MEM_SHARED=0 mem-shared (4.7 s), the two
 # install calls (4.1, 0.4 s), PRECISIONS="bf16 fp8-kv" SEEDS=0 fp8-rewards (299 s), the same with
 # SEEDS=1 (249 s): the fp8 KV cache's Pass@1 paired with bf16 on one fitted model (docs/RESULTS.md).
-# Issue 46, the 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
+# The 8B LoRA --async run that died of a CUDA fault (below), on a fresh machine of 1
 # or 2 GPUs, in ONE message: `async-diag` (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 # .gpu/vllm.part-00), `async-diag-train` (carry .gpu/vllm.part-01 .gpu/PARTS),
 # `async-diag-blocking` (the same run under CUDA_LAUNCH_BLOCKING=1, for the faulting kernel).
 # 2026-11-29 evening, 1x H200: async-diag 114 s, async-diag-train 368 s (the --async run ran its
 # 3 steps), async-diag-blocking 245 s (the synchronous run on the same GPU).
-# Issue 46's split of GPUs (a vLLM server of the stage's) on a 2-GPU machine, ONE message:
+# The split of GPUs (a vLLM server of the stage's) on a 2-GPU machine, ONE message:
 #   async-diag (carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00),
 #   split-train (carry .gpu/vllm.part-01 .gpu/PARTS), split-sync. 2026-11-29 on 2x H200: 114 s,
 #   400 s (the server up in 145 s), 291 s (with the one-GPU async-diag calls before: 1,648 s held).
-# Issues 46-47 on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
+# --async and 2 nodes on a 2-GPU machine, four calls in ONE message (2026-11-29, fourth session):
 #   bash scripts/gpu/node.sh duo          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the runs' data, the 8B weights
 #   bash scripts/gpu/node.sh duo-train    # carry .gpu/vllm.part-01 .gpu/PARTS: vLLM, the 8B
@@ -188,7 +188,7 @@
 # duo 229 s, duo-train 537 s, duo-collect 581 s + 266 s: the 8B pairs ran (docs/RESULTS.md); the
 # LoRA --async run died at step 2 in both attempts (a CUDA fault in both threads); the
 # synchronous one's first attempt collided on MASTER_PORT 29500 (fixed: launch.one_node_env).
-# Issues 46-47 on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
+# Packing and 2 nodes on a 2-GPU machine (when no 4-GPU one is lent), three calls in ONE message:
 #   bash scripts/gpu/node.sh two          # carry .gpu/site-train.tar.xz .gpu/site-core.tar.xz
 #       .gpu/vllm.part-00: the 0.7B parity at packed micro-batches of 40 rows on GPU 1
 #       (detached), the 8B weights on GPU 0, the runs' data on the CPU
@@ -220,7 +220,7 @@ started=$(date +%s)
 elapsed() { echo $(( $(date +%s) - started )); }
 MODEL=/root/model-8b NODE=/root/node
 mkdir -p "$NODE"
-G=$(nvidia-smi -L 2>/dev/null | wc -l)  # this machine's GPUs (issue 45's phases use them all)
+G=$(nvidia-smi -L 2>/dev/null | wc -l)  # this machine's GPUs (the GPU plan's phases use them all)
 trace() {  # every GPU's memory every 0.5 s into $1, until the returned pid is killed
   setsid nohup nvidia-smi --query-gpu=index,timestamp,memory.used --format=csv,noheader,nounits \
     -lms 500 >"$1" 2>/dev/null </dev/null & echo $!
@@ -287,7 +287,7 @@ print(json.dumps(json.load(open(sys.argv[1]))["generation_kwargs"]))' "$calibrat
     CAP=200 KWARGS='{"ignore_eos": true}'; echo "no eos_calibration.json: responses of 200 tokens"
   fi
 }
-host_run() {  # GPU TAG [ARGS]: the embedded default on one GPU (issue 40), its files in $OUT/TAG
+host_run() {  # GPU TAG [ARGS]: the embedded default on one GPU, its files in $OUT/TAG
   local gpu="$1" tag="$2"; shift 2
   mkdir -p "$OUT/$tag"
   OUT="$OUT/$tag" CUDA_VISIBLE_DEVICES="$gpu" PIPELINE_TAG="$tag" PREFECT_HOME="/tmp/prefect-$tag" \
@@ -470,7 +470,7 @@ case "${1:-}" in
     wait_for "$NODE/default4.done" 575
     echo "8B model exit $(cat "$NODE/model.rc" 2>/dev/null) at $(elapsed) s"; tail -2 "$NODE/model.log"
     tail -3 "$NODE/prep.log"; tail -25 "$NODE/default4.out" ;;
-  parity2)  # a 2-GPU machine (issue 45, 2026-11-28 afternoon): what the float32 gather costs,
+  parity2)  # a 2-GPU machine (2026-11-28 afternoon): what the float32 gather costs,
     # then the 0.7B parity in mixed precision, detached (parity2-collect gathers it)
     bash infra/gpu-bundle/install.sh >/dev/null
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
@@ -516,7 +516,7 @@ case "${1:-}" in
       --micro-batch 4 --prompts 64 --tolerance 1e-3 --json "$OUT/parity_fsdp_fp32.json" \
       >"$NODE/parity-fp32.log" 2>&1
     echo "parity fp32 exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-fp32.log" ;;
-  hybrid)  # (after parity: its 0.7B shape) issue 47 on one host: 2 "nodes" (two launchers,
+  hybrid)  # (after parity: its 0.7B shape) several nodes on one host: 2 "nodes" (two launchers,
     # GPUs 0-1 and 2-3) under full shard and hybrid shard against 1 node of every GPU
     timeout 560 python3 -m benchmarks.parity --model /root/model-07b --preset paper \
       --precision mixed --layouts "$G:fsdp" "2x$((G / 2)):fsdp" "2x$((G / 2)):hybrid" --lr 1e-5 \
@@ -538,7 +538,7 @@ case "${1:-}" in
       --loss-abs 0.01 --json "$OUT/parity_hybrid.json" >"$NODE/parity-hybrid.log" 2>&1
     echo "parity hybrid exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-hybrid.log"
     tail -c 2000 "$NODE/parity-hybrid.log" >"$OUT/parity_hybrid_tail.log" ;;
-  nodes)  # issue 47 item 5 on a 4-GPU host, after `parity`/`a` (the 8B shape, verl's data):
+  nodes)  # the bytes across nodes on a 4-GPU host, after `parity`/`a` (the 8B shape, verl's data):
     # verl's shape through flows.training, full fine-tuning, 2 "nodes" x 2 GPUs (two launchers,
     # GPUs 0-1 and 2-3, one rendezvous, a storage directory both use: --shared-storage) under
     # $NODE_SHARDING (fsdp; hybrid), then 1 node x 4 (detached: ~12 minutes; `nodes-collect`)
@@ -565,7 +565,7 @@ case "${1:-}" in
     done
     wait; for f in "$OUT"/vllm-nodes/rank*.txt; do echo "== $f"; tail -25 "$f"; done
     grep -a -E "Error|error" "$OUT"/vllm-nodes-*.log | grep -v errors.html | sort | uniq -c | head -20 ;;
-  goal1)  # issue 46 goal 1 + issue 47 item 5, call 1 of 4 (header)
+  goal1)  # goal 1 + the bytes across nodes, call 1 of 4 (header)
     bash infra/gpu-bundle/install.sh >/dev/null
     nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
     echo "cores $(nproc), memory $(free -g | awk '/Mem/{print $2}') GiB"
@@ -603,7 +603,7 @@ case "${1:-}" in
     GPUS=$G report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
     wait_for "$NODE/nodes.done" 580
     GPUS=$G report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
-  two)  # issues 46-47 on a 2-GPU machine, call 1 of 3 in ONE message (carry
+  two)  # packing and 2 nodes on a 2-GPU machine, call 1 of 3 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): on GPU 1 (detached) the
     # 0.7B parity of packed micro-batches of 40 rows (`1@40+share` and its regrouping yardstick
     # `1@40` against 1 process in micro-batches of 4); the 8B weights on GPU 0; the runs' data
@@ -622,7 +622,7 @@ case "${1:-}" in
     wait_for "$NODE/prep.done" 420; tail -3 "$NODE/prep.log"; tail -3 "$NODE/parity40.log" ;;
   two-train)  # call 2 of 3 (carry .gpu/vllm.part-01 .gpu/PARTS): vLLM; the 8B shape's lengths
     # calibrated (GPU 0); the tiny model through flows.training on 2 "nodes" x 1 GPU with vLLM
-    # colocated (issue 47's failing case at its smallest); then (detached) verl's shape at 8B on
+    # colocated (the 2-node failing case at its smallest); then (detached) verl's shape at 8B on
     # 2 "nodes" x 1 GPU and on 1 node x 2 (each GPU the rows one GPU of the 1 x 4 runs had)
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
     build_8b >>"$NODE/model.log" 2>&1; echo "8B shape exit $(cat "$NODE/model.rc") at $(elapsed) s"
@@ -642,7 +642,7 @@ case "${1:-}" in
     two_nodes; touch "$NODE/nodes-2x2.done"
     GPUS=2 train one-node /root/runs-verl-one "${verl[@]}"
     touch "$NODE/two.done" "$NODE/nodes.done" ;;
-  duo)  # issues 46-47 on a 2-GPU machine, call 1 of 4 in ONE message (carry
+  duo)  # --async and 2 nodes on a 2-GPU machine, call 1 of 4 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the runs' data (CPU,
     # detached), the 8B weights (GPU 0)
     bash infra/gpu-bundle/install.sh >/dev/null
@@ -663,9 +663,9 @@ case "${1:-}" in
       GPUS=1 report "lora-$run" "/root/runs-verl-$run" 1544 "verl (published, 8x H100)"
     done ;;
   duo-chain)  # (detached by duo-train) verl's shape with LoRA and --share-prompts on one GPU each,
-    # synchronous on GPU 0 beside --async on GPU 1 (issue 46; each its own vLLM cache: both are
+    # synchronous on GPU 0 beside --async on GPU 1 (each its own vLLM cache: both are
     # logical GPU 0); then full fine-tuning of the 8B shape under fsdp at 640 completions a step
-    # (320 a GPU, as 1,280 on 4) on 2 "nodes" x 1 GPU, then 1 node x 2 (issue 47, item 5)
+    # (320 a GPU, as 1,280 on 4) on 2 "nodes" x 1 GPU, then 1 node x 2 (the bytes across nodes)
     lora_args; fresh_runs sync async
     (CUDA_VISIBLE_DEVICES=0 GPUS=1 SHARDING=ddp train lora-sync /root/runs-verl-sync "${lora[@]}") &
     (CUDA_VISIBLE_DEVICES=1 VLLM_CACHE_ROOT=/root/.cache/vllm-gpu1 GPUS=1 SHARDING=ddp \
@@ -681,7 +681,7 @@ case "${1:-}" in
     GPUS=2 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)"
     wait_for "$NODE/duo.done" 580
     GPUS=2 report one-node /root/runs-verl-one 1544 "verl (published, 8x H100)" ;;
-  async-diag)  # issue 46: the 8B LoRA --async run that died on 2x H200 (2026-11-29: a CUDA fault
+  async-diag)  # the 8B LoRA --async run that died on 2x H200 (2026-11-29: a CUDA fault
     # in both threads at step 2), call 1 of 3 in ONE message (carry .gpu/site-train.tar.xz
     # .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data (CPU), the 8B weights (GPU 0)
     bash infra/gpu-bundle/install.sh >/dev/null
@@ -713,7 +713,7 @@ case "${1:-}" in
     echo "[lora-blocking] exit $(cat "$NODE/lora-blocking.rc") at $(elapsed) s"
     f=$(ls -t /root/runs-verl-blocking/training/*/.launch/launch.log | head -1)
     tr '\r' '\n' <"$f" | grep -a -v '^\[rank0\]:  *\^' | tail -c 30000 >"$OUT/lora-blocking.launch.log" ;;
-  split-train)  # issue 46's split of GPUs on a 2-GPU machine, call 2 of 3 (call 1: `async-diag`;
+  split-train)  # the split of GPUs on a 2-GPU machine, call 2 of 3 (call 1: `async-diag`;
     # carry .gpu/vllm.part-01 .gpu/PARTS): vLLM, the 8B shape calibrated; verl's shape with LoRA
     # and --async, training on GPU 0 beside a vLLM server of the stage's on GPU 1, 4 steps
     bash infra/gpu-bundle/install.sh; python3 -c 'import vllm; print("vllm", vllm.__version__)'
@@ -737,7 +737,7 @@ case "${1:-}" in
     lora_args; fresh_runs sync2
     GPUS=2 SHARDING=ddp train lora-sync2 /root/runs-verl-sync2 "${lora[@]}" --max-steps 4
     GPUS=2 report lora-sync2 /root/runs-verl-sync2 1544 "verl (published, 8x H100)" ;;
-  g4)  # issues 46-47 on ONE fresh 4-GPU machine, call 1 of 4 in ONE message (carry
+  g4)  # the 4-GPU goals and 2 nodes on ONE fresh 4-GPU machine, call 1 of 4 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): verl's data and the tiny
     # model's on the CPU, the 8B weights on GPU 0
     bash infra/gpu-bundle/install.sh >/dev/null
@@ -784,7 +784,7 @@ case "${1:-}" in
   g4-nodes)  # call 4 of 4: the 2 x 2 run's step report and node 1's logs
     wait_for "$NODE/nodes-2x2.done" 580; node_logs nodes
     GPUS=4 report nodes-0 /root/runs-verl-nodes 1544 "verl (published, 8x H100)" ;;
-  g4-nemo)  # issue 46 goal 2 (NeMo-RL's shape) on a 4-GPU machine, after `g4` and the install
+  g4-nemo)  # goal 2 (NeMo-RL's shape) on a 4-GPU machine, after `g4` and the install
     # call (carry .gpu/vllm.part-01): vLLM; the 8B shape calibrated to responses of mean
     # ~1,000 tokens capped at 4,096 (kept aside: eos_calibration_1000.json); then, detached
     # (g4-nemo-chain), 64 prompts x 32 samples through flows.training, full fine-tuning under
@@ -910,7 +910,7 @@ print("training processes:", s.get("processes"), "peaks by process (GiB):",
     # 5 samples; 256 prompts x 5 a step (verl's run: 1,024 x 5)
     # through the training-multi-gpu deployment of prefect.yaml: a Prefect server, `prefect
     # deploy`, `prefect deployment run`, a gpu-pool worker (the options as a deployment takes them)
-    # PASSES=packed / shared: the same run with --packing / --share-prompts (issue 46, goal 1)
+    # PASSES=packed / shared: the same run with --packing / --share-prompts (goal 1)
     packing=false share=false; case "${PASSES:-}" in packed) packing=true ;;
       shared) packing=true share=true ;; esac
     verl_sampling; pid=$(trace "$NODE/verl.mem.csv")
@@ -945,13 +945,13 @@ JSON
       --step 32 --micro-batch 4 --prompts 64 --tolerance 0.1 --loss-abs 0.01 \
       --json "$OUT/parity_linear.json" >"$NODE/parity-linear.log" 2>&1
     echo "parity exit $? at $(elapsed) s"; grep -A6 "^| layout" "$NODE/parity-linear.log" ;;
-  pack)  # issue 46's product runs on ONE GPU, call 1 (carry .gpu/site-train.tar.xz
+  pack)  # packed passes through the product on ONE GPU, call 1 (carry .gpu/site-train.tar.xz
     # .gpu/site-core.tar.xz .gpu/vllm.part-00): the runs' data (CPU) and the 8B shape's weights
     bash infra/gpu-bundle/install.sh >/dev/null
     (prep_runs) >"$NODE/prep.log" 2>&1 &
     build_8b_weights >"$NODE/model.log" 2>&1; echo "8B weights exit $? at $(elapsed) s"
     wait_for "$NODE/prep.done" 560; [ -f "$NODE/prep.done" ] || tail -5 "$NODE/prep.log" ;;
-  pack-parity)  # issue 46 on ONE fresh GPU, the correctness half alone (carry
+  pack-parity)  # packed passes on ONE fresh GPU, the correctness half alone (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz): packing_cost's padded, trimmed, packed
     # (varlen) and shared paths at the 8B shape, then, detached, the 0.7B parity of `pack`
     bash infra/gpu-bundle/install.sh >/dev/null
@@ -1032,7 +1032,7 @@ JSON
     tr '\r' '\n' <"$OUT/ctraj.log" | grep -a -E "Pass@1|daemonic|spawn|Error|Finished in state" \
       | grep -v errors.html | tail -12
     gpus_used ctraj; echo "GPU memory now: $(nvidia-smi --query-gpu=memory.used --format=csv,noheader)" ;;
-  cluster|cluster-collect)  # issue 47 item 3 on ONE GPU, after pack-collect (vLLM installed):
+  cluster|cluster-collect)  # vLLM on a Dask worker on ONE GPU, after pack-collect (vLLM installed):
     # the embedded default through flows.pipeline with every generating stage's shards on a Dask
     # worker (--cluster local:1) running vLLM there (--engine vllm), then training on the GPU the
     # worker gave back; detached by `cluster`, collected by `cluster-collect`
@@ -1057,7 +1057,7 @@ JSON
     gpus_used cluster
     PREFECT_HOME="$NODE/prefect-cluster" python3 scripts/gpu/flow_times.py \
       --mem "$OUT/cluster.gpus.csv" --json "$OUT/cluster.stages.json" 2>&1 | tail -14 ;;
-  async)  # issue 46 --async on ONE GPU: the embedded default synchronous, then with --async on
+  async)  # --async on ONE GPU: the embedded default synchronous, then with --async on
     # the same storage (only training and the evaluation after it run again; the tiny model
     # samples with transformers: a copy of the policy in the background thread); carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz on a fresh machine
@@ -1071,7 +1071,7 @@ JSON
       tr '\r' '\n' <"$OUT/default-$run.log" | grep -a -E "Pass@1|one step off|Error" \
         | grep -v errors.html | tail -8
     done ;;
-  async-lc)  # issue 46: the learning check's cobalt_async against cobalt, and the vLLM path, on
+  async-lc)  # the learning check's cobalt_async against cobalt, and the vLLM path, on
     # ONE fresh GPU, call 1 of 3 in ONE message (carry .gpu/site-train.tar.xz
     # .gpu/site-core.tar.xz .gpu/vllm.part-00): seeds 0-2 at once, detached (it ends in call 2),
     # the tiny model's data for async-vllm on the CPU beside it
@@ -1092,7 +1092,7 @@ JSON
   async-lc2)  # call 3 of 3: seeds 3 and 4 at once, within the call
     lc_start lc-async-b 3,4 2 "${LC_DEADLINE_S:-480}"
     wait_for "$NODE/lc-async-b.rc" 500; lc_collect lc-async-b ;;
-  async-prep)  # issue 46 --async with vLLM on ONE fresh GPU, call 1 of 3 in ONE message (carry
+  async-prep)  # --async with vLLM on ONE fresh GPU, call 1 of 3 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/vllm.part-00): the tiny random model, the
     # embedded problems and 32 of their turn-0 trajectories (CPU); detached, verl's data (CPU)
     # and the 8B weights
@@ -1152,7 +1152,7 @@ JSON
   rollouts|rollouts4)  # item 4, second round: 4x the work (four calls of 1,024 conversations on
     # 4 GPUs), one GPU through the same `vllm serve` (the server's own overhead apart from the
     # scaling); a call each (~2 min of start-up, ~2.5 min of generation on 1 GPU). Meanwhile in
-    # `rollouts`, on GPUs 1-3: issue 40's embedded default as a user runs it (vLLM installed),
+    # `rollouts`, on GPUs 1-3: the embedded default as a user runs it (vLLM installed),
     # with its generation on the CPU, and under py-spy (carry .whl: py-spy's wheel)
     gpus=1 more=(); [ "$1" = rollouts4 ] && gpus=all more=(--baseline /root/rollout-gpus/last.json)
     if [ "$1" = rollouts ]; then
@@ -1163,7 +1163,7 @@ JSON
     ROLLOUT_TIMEOUT_S=560 bash scripts/gpu/worker.sh rollout-gpus --gpus "$gpus" --serve-one \
       --problems 512 --gpu-memory-utilization 0.85 "${more[@]}"
     wait ;;
-  fp8)  # issue 46's fp8 generation on ONE fresh GPU, call 1 of 4 in ONE message (carry
+  fp8)  # fp8 generation on ONE fresh GPU, call 1 of 4 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz; then `bash infra/gpu-bundle/install.sh`
     # carrying .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS: with the repository's 10 MB a call
     # holds two parts of three at most): the 8B weights; detached
@@ -1199,8 +1199,8 @@ JSON
   fp8-collect)  # call 4 of 4: the comparison's JSON and log
     wait_for "$NODE/fp8.rc" 585; echo "fp8_generation exit $(cat "$NODE/fp8.rc" 2>/dev/null)"
     cp /root/fp8.json "$NODE/fp8.log" "$OUT/" 2>/dev/null; tail -12 "$NODE/fp8.log" ;;
-  mem-shared)  # issue 46 on ONE fresh GPU, call 1 of 4 in ONE message (MEM_SHARED=0: the
-    # fitted model alone, for fp8-rewards; carry
+  mem-shared)  # shared-prompt memory on ONE fresh GPU, call 1 of 4 in ONE message (MEM_SHARED=0:
+    # the fitted model alone, for fp8-rewards; carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz .gpu/fitted, the embedded default's fitted
     # model: `python -c 'import cobalt.reference as r; r.fit_embedded(".gpu/fitted")'`; call 2
     # `bash infra/gpu-bundle/install.sh` carrying .gpu/site-remote.tar.xz .gpu/vllm.part-02
@@ -1289,7 +1289,7 @@ JSON
       grep -a -h -E "took|seconds|Loading|compile|graph|KV cache|Starting|startup|Error" \
         "$OUT/server-logs/$q/vllm-server.log" 2>/dev/null | cut -c1-220 | head -30
     done ;;
-  gen-paper)  # issue 46 goal 3's generation on ONE fresh GPU, call 3 of 4 in ONE message (call 1
+  gen-paper)  # goal 3's generation on ONE fresh GPU, call 3 of 4 in ONE message (call 1
     # `bash infra/gpu-bundle/install.sh` carrying .gpu/site-train.tar.xz .gpu/site-core.tar.xz;
     # call 2 the same carrying .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS; this one carrying
     # .gpu/vllm.part-01; call 4 `gen-paper-collect`): the 8B shape's weights, then, detached, the
@@ -1346,7 +1346,7 @@ JSON
       grep -a -h -E "took|seconds|KV cache|concurrency|Starting|Error" \
         "/root/gen-paper-logs/$q/vllm-server.log" | grep -v loggers.py | cut -c1-220 | head -30
     done ;;
-  g4-paper)  # issue 46 goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
+  g4-paper)  # goal 3 (the paper's lengths) on a 4-GPU machine after `g4`, the install
     # call and `g4-nemo`'s vLLM (or `fp8-gen`'s on its machine): 16 problems of ~9,600-token
     # statements, 8 prompts x 16 samples a step (128 completions: 32 a GPU, where the measured
     # 831 tokens/s/GPU decoded 4 a GPU), every response 6,144 tokens; detached, --share-prompts
@@ -1366,7 +1366,7 @@ JSON
   g4-paper-collect)  # the next call: the trimmed run's report
     wait_for "$NODE/paper-trimmed.rc" 585
     GPUS=4 report paper-trimmed /root/runs-paper16-trimmed 831 "this project, 2026-11-27 (4x H100)" ;;
-  paper1)  # issue 46 goal 3's passes on ONE fresh GPU, call 1 of 4 in ONE message (carry
+  paper1)  # goal 3's passes on ONE fresh GPU, call 1 of 4 in ONE message (carry
     # .gpu/site-train.tar.xz .gpu/site-core.tar.xz; call 2 `bash infra/gpu-bundle/install.sh`
     # carrying .gpu/vllm.part-00 .gpu/vllm.part-02 .gpu/PARTS; call 3 `paper1-train` carrying
     # .gpu/vllm.part-01; call 4 `paper1-collect`): the 8B shape's weights; the paper set's data

@@ -1,4 +1,4 @@
-"""What the policy's training passes cost padded, trimmed and packed (issue 46), on one device.
+"""What the policy's training passes cost padded, trimmed and packed, on one device.
 
 A Qwen3-shaped model built from a config (random weights, float32 master copy under bf16
 autocast as the paper preset trains, gradient checkpointing, TRL's fused head) runs the loss's

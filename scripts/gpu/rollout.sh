@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU runs of issue 18 (rollouts at the paper's model size), one step per device call, in the
+# The GPU runs of rollouts at the paper's model size, one step per device call, in the
 # order they were made: each call carries one part of the offline bundle (infra/gpu-bundle) and
 # runs what the parts carried so far allow. Results land in $OUT (JSON + logs).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A multi-GPU host's device call used whole: issue 27's CPU seed scan (scripts/gpu/seed_scan.sh) on
+# A multi-GPU host's device call used whole: the CPU seed scan (scripts/gpu/seed_scan.sh) on
 # most of its cores and, beside it, worker.sh steps on its GPUs (the product's GPU entry points),
 # one step per card, each on STEP_CPUS (default 8) cores of its own at the top of the CPU list.
 #

@@ -1,4 +1,4 @@
-"""Per-conversation seeds on vLLM (issue 38's note on 28f4491): identical conversations of one
+"""Per-conversation seeds on vLLM (checking the change of 28f4491): identical conversations of one
 `generate` call sample differently, and the same call repeated gives the same texts.
 
 The project's vLLM engine (`engines.vllm_engine.VLLMEngine`) gets a call of two identical

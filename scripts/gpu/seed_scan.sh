@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Issue 27's settings over many seeds at once on a device machine's CPU cores (16 on the H200
-# host: ~7x this project's 2-core VM), the way scripts/embedded_seeds.py runs them here: one
-# process per seed, one thread each, each running the settings of PLAN (scripts/gpu/params/scan*.txt)
-# in order (one line = the flags of one embedded_seeds.py setting). The GPU is hidden from them: the
-# embedded default is a CPU run, and these are CPU figures. Results: $OUT/scan.json (the
-# processes add their seeds to one embedded_seeds.py results file, under its lock).
+# The embedded default's settings over many seeds at once on a device machine's CPU cores (16 on the
+# H200 host: ~7x this project's 2-core VM), the way scripts/embedded_seeds.py runs them here: one
+# process per seed, one thread each, each running the settings of PLAN
+# (scripts/gpu/params/scan*.txt) in order (one line = the flags of one embedded_seeds.py setting).
+# The GPU is hidden from them: the embedded default is a CPU run, and these are CPU figures.
+# Results: $OUT/scan.json (the processes add their seeds to one embedded_seeds.py results file,
+# under its lock).
 #
 #   bash scripts/gpu/seed_scan.sh SEEDS SECONDS PLAN  # e.g. 0-13 520 scripts/gpu/params/scan.txt
 #

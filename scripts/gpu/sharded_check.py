@@ -1,5 +1,5 @@
 """A sharded training run killed mid-way resumes with the same job, and saves a model directory
-that transformers (and vLLM, where installed) load (issue 38, item 6), on the GPUs of this
+that transformers (and vLLM, where installed) load, on the GPUs of this
 machine: the training stage's own launcher (`cobalt.training.launch.run_job`) with --sharding,
 the tiny model and the synthetic turn-0 rows (small and quick: the figure is the mechanism; the
 8B runs are scripts/gpu/paper.sh). Prints a JSON summary; exit 1 when a check fails.

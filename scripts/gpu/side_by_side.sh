@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# N embedded-default pipelines at once on an N-GPU host (issue 40): `worker.sh pipeline` on each
+# N embedded-default pipelines at once on an N-GPU host: `worker.sh pipeline` on each
 # card, each with its own storage (/tmp/runs-pipeline-<i>: its own reference fit) and Prefect home,
 # and none pinned to cores (no taskset: as N users' runs would be), which is where torch's one
 # thread per core made three runs' reference fits thrash. Each run's files are packed into

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU worker as a researcher runs it (issues 23-25), one step per device call; each call first
+# The GPU worker as a researcher runs it, one step per device call; each call first
 # installs what the offline bundle's pieces carried so far (infra/gpu-bundle/install.sh). Results
 # land in $OUT (logs, JSON, the nvidia-smi memory trace).
 #
@@ -20,7 +20,7 @@
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
 #   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # python -m experiments.learning_check, 3 at once
 #   bash scripts/gpu/worker.sh rollout-gpus [ARGS]  # benchmarks.rollout_gpus: the trajectory stage on
-#                                                   # 1 GPU, then on every visible GPU (issue 38)
+#                                                   # 1 GPU, then on every visible GPU
 #
 # The runs of docs/RESULTS.md ("The pipeline on GPUs"):
 #   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
