@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from cobalt.params import add_option, help_text
+from cobalt.params import add_option, deep_merge, help_text
 from cobalt.pipeline.params import PipelineParams
 from cobalt.training.config import MODES, OBJECTIVES
 from cobalt.training.precision import PRECISIONS
@@ -39,7 +39,7 @@ class Option:
     note: str = ""  # what the flag does besides setting the field, in every flow
     notes: dict[Flow, str] = field(default_factory=dict)  # ... in one flow
     aliases: dict[Flow, tuple[str, ...]] = field(default_factory=dict)  # hidden former names
-    read: str = "value"  # value | true | lora | names | pairs: how the flag becomes the value
+    read: Literal["value", "true", "lora", "names", "pairs"] = "value"  # the flag -> the value
 
     @property
     def dest(self) -> str:
@@ -272,8 +272,10 @@ def training_values(
             continue
         *parents, name = option.to[flow].split(".")
         place = values
-        for part in parents:
+        for depth, part in enumerate(parents, 1):
             place = place.setdefault(part, {})
+            if not isinstance(place, dict):  # a --config file's mistake: ConfigError names it
+                deep_merge({}, place, ".".join(parents[:depth]))
         if option.read == "value":
             place[name] = given
         elif option.read == "true":

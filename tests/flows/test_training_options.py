@@ -95,3 +95,12 @@ def test_key_json_flags_refuse_a_pair_without_a_key() -> None:
         pipeline.parse_params(["--set", "=1"])
     offline = training.parse_params(["--mode", "offline", "--offline", "awr_beta=0.25"])
     assert offline.training.offline.awr_beta == 0.25
+
+
+def test_a_flag_over_a_config_files_non_object_names_the_field(tmp_path) -> None:
+    from cobalt.params import ConfigError
+
+    config = tmp_path / "c.json"
+    config.write_text('{"training": [1]}')
+    with pytest.raises(ConfigError, match="config field training: a JSON object expected"):
+        training.parse_params(["--config", str(config), "--mode", "cobalt"])
