@@ -37,6 +37,7 @@ TINY = "tiny"
 EMBEDDED = (FITTED, TINY)
 TINY_SEED = 0
 RECIPE_FILE = "fitted_recipe.json"  # in a directory the tiny fit made (cobalt.reference)
+TINY_MARKER = "tiny_model.json"  # in a directory engines.tiny built
 NAMES = (
     "a Hub id (org/name[@revision]), a local model directory, a model directory in storage "
     f"(s3://bucket/prefix/training/<key>, as a training run prints its policy), '{FITTED}' or "
@@ -95,10 +96,10 @@ def build_of(path: str | Path) -> str:
 
 
 def is_embedded(name: str) -> bool:
-    """Whether `name` is the embedded default's model: 'fitted', 'tiny', or a directory the tiny
-    fit made (its recipe file inside). Such a model gets the tiny preset; any other is a real
-    model (the paper preset)."""
-    return name in EMBEDDED or (Path(name) / RECIPE_FILE).is_file()
+    """Whether `name` is the embedded default's model: 'fitted', 'tiny', or a directory either
+    was built into (the tiny fit's recipe file or engines.tiny's marker inside). Such a model
+    gets the tiny preset; any other is a real model (the paper preset)."""
+    return name in EMBEDDED or any((Path(name) / f).is_file() for f in (RECIPE_FILE, TINY_MARKER))
 
 
 def resolve_model(
@@ -157,7 +158,7 @@ def models_dir(storage: StorageConfig, work_dir: str) -> Path:
 def tiny_model(storage: StorageConfig, work_dir: str) -> Path:
     """The random tiny model (`engines.tiny`), built once into the storage (or work_dir)."""
     path = models_dir(storage, work_dir) / f"tiny-seed{TINY_SEED}"
-    if not (path / "tiny_model.json").exists():
+    if not (path / TINY_MARKER).exists():
         from engines.tiny import build_tiny_model
 
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from cobalt.models import RECIPE_FILE
+from cobalt.models import RECIPE_FILE, TINY_MARKER
 from cobalt.trajectories.problemsets import ProblemSetError
 from flows import pipeline, training
 
@@ -41,11 +41,13 @@ def test_a_real_model_gets_the_paper_preset_as_in_the_pipeline(model_dir: Path) 
 
 
 def test_the_embedded_models_and_a_named_preset_keep_theirs(model_dir: Path, tmp_path) -> None:
-    fitted = tmp_path / "fitted"
-    fitted.mkdir()
-    (fitted / RECIPE_FILE).write_text("{}")
-    for name in ("fitted", "tiny", str(fitted)):
+    fitted, tiny = tmp_path / "fitted", tmp_path / "tiny-seed0"
+    for path, marker in ((fitted, RECIPE_FILE), (tiny, TINY_MARKER)):
+        path.mkdir()
+        (path / marker).write_text("{}")
+    for name in ("fitted", "tiny", str(fitted), str(tiny)):
         assert training.parse_params(["--model", name]).training.preset == "tiny", name
+        assert pipeline.parse_params(["--model", name]).preset == "tiny", name
     named = training.parse_params(["--model", str(model_dir), "--preset", "tiny"])
     assert named.training.preset == "tiny"
     config = tmp_path / "c.json"
@@ -72,6 +74,17 @@ def test_without_model_the_trajectories_model_decides(model_dir: Path, monkeypat
         raise ProblemSetError("no trajectories")
 
     monkeypatch.setattr(training, "find_trajectories", missing)
+    assert training.parse_params([], find_model=True).training.preset == "tiny"
+
+
+def test_trajectories_of_the_tiny_model_keep_the_tiny_preset(tmp_path: Path, monkeypatch):
+    """`flows.trajectories` (default: the random tiny model) records the directory it built;
+    training on those trajectories keeps the tiny preset."""
+    built = tmp_path / "runs" / "models" / "tiny-seed0"
+    built.mkdir(parents=True)
+    (built / TINY_MARKER).write_text("{}")
+    found = SimpleNamespace(engine={"kind": "transformers", "model": str(built)})
+    monkeypatch.setattr(training, "find_trajectories", lambda where, storage: found)
     assert training.parse_params([], find_model=True).training.preset == "tiny"
 
 
