@@ -159,7 +159,8 @@ def choose_preset(values: dict[str, Any], find_model: bool) -> None:
 def settings(params: TrainingParams, ready: Ready) -> str:
     """What the run will use: its settings and, when it has one, its GPU plan."""
     plan = [f"training plan: {ready.plan.describe()}"] if ready.plan is not None else None
-    return training_settings_text(params, ready.model, plan)
+    found = ready.trajectories.evaluation.uri
+    return training_settings_text(params, ready.model, plan, found)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -46,15 +46,18 @@ def settings_text(params: PipelineParams, plan: list[str] | None = None) -> str:
 
 
 def training_settings_text(
-    params: TrainingParams, model: str, plan: list[str] | None = None
+    params: TrainingParams,
+    model: str,
+    plan: list[str] | None = None,
+    trajectories: str | None = None,
 ) -> str:
     """What a training run (flows.training) will use, printed before it starts: its policy
-    (`model`, resolved), trajectories, bandit contexts and training settings, and its plan's
-    lines when given."""
+    (`model`, resolved), trajectories (`trajectories`: the evaluation stage found, else as
+    named), bandit contexts and training settings, and its plan's lines when given."""
     b = params.bandit
     lines = [
         f"preset {params.training.preset}: policy {model}",
-        f"trajectories {params.trajectories}"
+        f"trajectories {trajectories or params.trajectories}"
         + (
             f"; perturbed {params.perturbed} ({b.perturbed_ratio:g} of the repair contexts)"
             if b.perturbed_ratio > 0

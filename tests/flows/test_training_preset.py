@@ -90,7 +90,11 @@ def test_trajectories_of_the_tiny_model_keep_the_tiny_preset(tmp_path: Path, mon
 
 def test_the_flow_prints_its_settings_before_any_work(model_dir: Path, monkeypatch, capsys):
     params = training.parse_params(["--model", str(model_dir), "--lora"])
-    ready = SimpleNamespace(model=str(model_dir), plan=SimpleNamespace(describe=lambda: "1 GPU"))
+    ready = SimpleNamespace(
+        model=str(model_dir),
+        plan=SimpleNamespace(describe=lambda: "1 GPU"),
+        trajectories=SimpleNamespace(evaluation=SimpleNamespace(uri="/runs/evaluation/k")),
+    )
     monkeypatch.setattr(training, "preflight", lambda p: ready)
 
     class NoWork(Exception):
@@ -107,7 +111,7 @@ def test_the_flow_prints_its_settings_before_any_work(model_dir: Path, monkeypat
     assert out.index("settings:") < out.index("first stage")
     for part in (
         f"preset paper: policy {model_dir}",
-        "trajectories latest",
+        "trajectories /runs/evaluation/k",
         "bandit contexts up to 10000 tokens (train selection)",
         "training: cobalt GRPO, paper preset: lr 1e-06, 16 samples per prompt",
         "LoRA",
