@@ -1,4 +1,4 @@
-"""Does it learn? The controlled learning check (issues 5, 11, 12, 14), several seeds on one GPU.
+"""Does it learn? The controlled learning check: several seeds of each training mode on one GPU.
 
     python -m experiments.learning_check --out DIR                          # seeds 0,1,2 at once
     python -m experiments.learning_check --out DIR --seeds 3,4 --repeat 0   # more seeds, seed 0 again
