@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup setup-gpu docker install fit run judge-samples serve test lint bench lock lock-gpu
+.PHONY: setup setup-gpu docker install fit run judge-samples serve test test-models lint bench lock lock-gpu
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,8 +49,16 @@ judge-samples: install             ## the sandbox vs. the APPS judge's labels on
 serve: install                     ## keep sandbox workers warm for every judge of this user (Ctrl-C stops)
 	$(BIN)/python -m sandbox serve
 
-test: install                      ## the test-suite (real Docker, real sandbox)
-	COBALT_REQUIRE_DOCKER=1 $(BIN)/python -m pytest
+# The models the tests share (tests/shared_models.py; the fitted reference is ~4 minutes of CPU,
+# cached per machine) build while the Docker engine and the sandbox image install; the suite then
+# runs on TEST_WORKERS processes (pytest-xdist; docs/TESTING.md) and prints its slowest tests.
+TEST_WORKERS ?= 2
+test-models: setup                 ## build (or reuse) the models the tests share
+	$(BIN)/python tests/shared_models.py
+
+test:                              ## the test-suite (real Docker, real sandbox), on 2 cores
+	@$(MAKE) --no-print-directory --jobs=2 --output-sync=target test-models docker
+	COBALT_REQUIRE_DOCKER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -21,7 +21,11 @@ compared with the first: the per-step loss and gradient norm, and the final weig
 difference. `--repeat` trains the first layout twice: the configuration's own noise floor (0 on a
 CPU in fp32; bf16 kernels on a GPU are not deterministic). `--kill-resume LAYOUT` kills that
 layout once its first checkpoint is complete (SIGKILL of the launcher), resumes it, and compares
-the resumed run's weights with the uninterrupted run of the same layout.
+the resumed run's weights with the uninterrupted run of the same layout. `--reuse DIR` keeps each
+layout's run in DIR under a key of what decides it (the training config, the mode and data, the
+model's weights, the completions): a later call with an equal key reads the run back instead of
+training it again (adding a layout to a comparison does not retrain the first; the tests share
+their one-process runs this way). The key does not cover the code: empty DIR after changing it.
 
 Prints a table and a verdict (every comparison within --tolerance; a step's loss may instead be
 within --loss-abs in absolute); exit 1 when one is not.
@@ -46,6 +50,7 @@ from benchmarks.grpo_scaling import dataset as dataset_of
 from benchmarks.parity_rollout import ENV
 from cobalt.bandit.dataset import commit_rows
 from cobalt.judging import SandboxRuntime
+from cobalt.models import weights_digest
 from cobalt.storage import StorageConfig, open_storage
 from cobalt.tables import markdown_table
 from cobalt.training.checkpoints import last_checkpoint
@@ -233,6 +238,18 @@ def run_nodes(job: Job, work: Path) -> tuple[list[dict[str, Any]], dict[str, Any
             other.wait(timeout=600)
 
 
+def run_key(config: TrainingConfig, args: argparse.Namespace, model: str, table: dict) -> str:
+    """What decides a layout's run (its rendezvous port aside): `--reuse`'s key."""
+    import hashlib
+
+    blob = {
+        "config": config.model_dump(mode="json", exclude={"rdzv_endpoint"}),
+        "mode": args.mode, "prompts": args.prompts, "backend": args.backend,
+        "model": model, "completions": table,
+    }  # fmt: skip
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def history_of(history: list[dict[str, Any]]) -> dict[str, list[float]]:
     steps = [h for h in history if "loss" in h and "step" in h]
     return {k: [float(h.get(k, float("nan"))) for h in steps] for k in ("loss", "grad_norm")}
@@ -353,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a step's loss may also differ by this much in absolute (small losses: mixed "
              "precision)")  # fmt: skip
     arg("--backend", default="namespace", help="the sandbox backend of the rewards")
+    arg("--reuse", type=Path, metavar="DIR",
+        help="keep each layout's run in DIR and read back a run whose config, data and model "
+             "are the same (not the code: empty DIR after changing it)")  # fmt: skip
     arg("--json", type=Path)
     arg("--work", type=Path, help="keep the runs' directories and logs here (default: removed)")
     args = parser.parse_args(argv)
@@ -381,20 +401,32 @@ def main(argv: list[str] | None = None) -> int:
         base = base_config(args)
         start = weights(Path(model))
 
+        model_digest = weights_digest(model)
+
         def run(name: str, config: TrainingConfig) -> dict[str, Any]:
+            kept = None
+            if args.reuse:
+                kept = args.reuse / run_key(config, args, model_digest, table)
+                if (kept / "run.json").is_file():
+                    found = json.loads((kept / "run.json").read_text())
+                    return found | {"name": name, "dir": kept / "out", "reused": True}
+            out = kept / "out" if kept else work / name
             job = Job(config=config, dataset=dataset, storage=storage, sandbox=sandbox,
-                      model=str(model), output_dir=str(work / name))  # fmt: skip
+                      model=str(model), output_dir=str(out))  # fmt: skip
             began = time.monotonic()
             try:
                 history, timing, extra = run_nodes(job, work) if config.nodes > 1 else run_job(job)
             except Exception as exc:  # one layout failing is a result too: the others still run
                 return {"name": name, "error": str(exc).splitlines()[0][:400]}
-            return {
-                "name": name, "dir": work / name, "wall_s": round(time.monotonic() - began, 1),
+            result = {
+                "name": name, "dir": out, "wall_s": round(time.monotonic() - began, 1),
                 "train_s": timing.get("total_s"), "history": history_of(history),
                 "peak_gib": extra.get("gpu_peak_memory_gib"),
                 "plan": (extra.get("numerics") or {}),
             }  # fmt: skip
+            if kept:
+                (kept / "run.json").write_text(json.dumps(result, default=str))
+            return result
 
         runs: list[dict[str, Any]] = []
         rows: list[dict[str, Any]] = []

@@ -84,25 +84,22 @@ def s3_bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture(scope="session")
-def fitted_model(tmp_path_factory) -> dict:
-    """The embedded default's reference model (the pipeline's recipe), fitted once per session
-    (about 75 s of CPU): its directory and how long the fit took."""
-    import time
+def fitted_model() -> dict:
+    """The embedded default's reference model (the pipeline's recipe), fitted once per machine
+    (tests/shared_models.py; `make test` fits it beside the Docker install): {"path": its
+    directory}. Tests only read it."""
+    from shared_models import fitted_model as shared
 
-    from cobalt.reference import fit_embedded
-
-    path = tmp_path_factory.mktemp("fitted") / "model"
-    start = time.monotonic()
-    fit_embedded(path)
-    return {"path": path, "seconds": time.monotonic() - start}
+    return {"path": shared()}
 
 
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory) -> Path:
-    """The random tiny model (engines.tiny), built once per session."""
-    from engines.tiny import build_tiny_model
+def tiny_model() -> Path:
+    """The random tiny model (engines.tiny, seed 0), built once per machine
+    (tests/shared_models.py). Tests only read it."""
+    from shared_models import tiny_model as shared
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    return shared()
 
 
 @pytest.fixture(scope="session")

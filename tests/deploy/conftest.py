@@ -1,4 +1,6 @@
-"""The deployment tests' Prefect server (a real `prefect server start`, its own PREFECT_HOME)."""
+"""The deployment tests' Prefect server (a real `prefect server start`, its own PREFECT_HOME),
+one for the session: the tests that use it run on one xdist worker (group "deploy"), one after
+another, each with the workers it starts and stops itself."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ import pytest
 from test_deployment import free_port, prefect_env, start, stop, tail
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
+@pytest.fixture(scope="session")
+def server(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
     """`prefect server start` on a free port with its own PREFECT_HOME (SQLite); yields the
     environment of its clients and the folder of the logs."""
+    tmp_path = tmp_path_factory.mktemp("prefect-server")
     port = free_port()
     api_url = f"http://127.0.0.1:{port}/api"
     env = prefect_env(tmp_path / "prefect-home", api_url)
@@ -25,7 +28,7 @@ def server(tmp_path: Path) -> Iterator[tuple[dict[str, str], Path]]:
     args = ["server", "start", "--host", "127.0.0.1", "--port", str(port), "--no-ui"]
     proc = start(server_env, [*args, "--no-scheduler"], logs / "server.log")
     try:
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 180
         while True:
             assert proc.poll() is None, "the server exited\n" + tail(logs / "server.log")
             try:

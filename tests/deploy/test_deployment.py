@@ -112,6 +112,11 @@ def prefect(env: dict[str, str], *args: str, timeout: float = 120) -> str:
     return proc.stdout
 
 
+def work_pool(env: dict[str, str], name: str) -> None:
+    """The process work pool `name` on the session's server (created, or kept as it is)."""
+    prefect(env, "work-pool", "create", name, "--type", "process", "--overwrite")
+
+
 def start(env: dict[str, str], args: list[str], log: Path) -> subprocess.Popen:
     """A long-running Prefect process in its own process group, output to `log`."""
     with log.open("w") as out:
@@ -179,11 +184,12 @@ def tail(log: Path, n: int = 60) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("deploy")
 def test_data_deployment_runs_on_a_worker(server, tmp_path):
     env, logs = server
     storage = tmp_path / "storage"
 
-    prefect(env, "work-pool", "create", "cpu-pool", "--type", "process")
+    work_pool(env, "cpu-pool")
     out = prefect(env, "--no-prompt", "deploy", "-n", "data")
     assert "data/data" in out, out
 
@@ -261,13 +267,14 @@ def test_the_gpu_runs_parameters_validate(path: Path, tmp_path: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("deploy")
 def test_every_deployment_registers_and_the_pipeline_runs_on_a_worker(
     server, tmp_path, fitted_model
 ):
     env, logs = server
     storage = tmp_path / "storage"
     for pool in ("cpu-pool", "gpu-pool"):
-        prefect(env, "work-pool", "create", pool, "--type", "process")
+        work_pool(env, pool)
     out = prefect(env, "--no-prompt", "deploy", "--all", timeout=240)
     for name in DEPLOYMENTS:
         assert name in out, (name, out)

@@ -32,9 +32,9 @@ def closed_port_api_base() -> str:
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from engines.tiny import build_tiny_model
+    from shared_models import tiny_model as shared_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    return shared_tiny_model()
 
 
 @pytest.fixture(scope="session")

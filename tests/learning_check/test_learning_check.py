@@ -1,6 +1,6 @@
 """The GPU learning check's code path on CPU, as the GPU plan runs it: two calls of `python -m
-experiments.learning_check --smoke` (two seeds in parallel, then seed 0 again), then `--aggregate`
-of both. Per seed: SFT, reference trajectories, bandit and offline rows, the four modes, the
+experiments.learning_check --smoke` (two seeds in parallel, then seed 0 again with one mode),
+then `--aggregate` of both. Per seed: SFT, reference trajectories, bandit and offline rows, the four modes, the
 evaluation before and after each under both protocols, repair transitions, cost. The aggregate:
 intervals, differences, report, plots, and the same seed giving the same results twice."""
 
@@ -50,7 +50,9 @@ def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
         tmp_path, "--smoke", "--out", str(first), "--seeds", "0,1", "--parallel", "2", *MODES
     )
     assert "# Learning check" in out and "learning check: 2 runs" in out
-    check(tmp_path, "--smoke", "--out", str(second), "--seeds", "0", "--parallel", "2", *MODES)
+    # seed 0 again, in another process: its SFT model and one mode suffice to show a repeat
+    # gives the same results (the modes of a repeat are compared where both runs have them)
+    check(tmp_path, "--smoke", "--out", str(second), "--seeds", "0", "--modes", "cobalt")
 
     # every seed result as the contract has it (results.read validates it)
     runs = {p.stem: results.read(p) for p in results.result_files(first)}

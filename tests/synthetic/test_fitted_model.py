@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import pytest
 from tensorboard_events import scalars
@@ -30,8 +29,7 @@ pytestmark = pytest.mark.slow
 def test_fit_generate_judge_and_cache(fitted_model):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = fitted_model["path"]  # fitted once for the session (the pipeline tests use it too)
-    assert fitted_model["seconds"] < 300
+    path = fitted_model["path"]  # fitted once per machine (the pipeline tests use it too)
     assert (path / RECIPE_FILE).exists()
     recipe = json.loads((path / RECIPE_FILE).read_text())
     assert (recipe["keep_share"], recipe["keep_rounds"]) == (FIT_KEEP_SHARE, FIT_KEEP_ROUNDS)
@@ -56,10 +54,10 @@ def test_fit_generate_judge_and_cache(fitted_model):
     texts = [o[0].text for o in outs]
     assert sum(v.accepted for v in verdicts) >= 1, texts
 
-    # same recipe: the cache answers at once; another recipe would refit
-    start = time.monotonic()
+    # same recipe: the saved model is the answer, nothing is rewritten
+    written = {f.name: f.stat().st_mtime_ns for f in path.iterdir() if f.is_file()}
     assert fit_embedded(path) == path
-    assert time.monotonic() - start < 1.0
+    assert {f.name: f.stat().st_mtime_ns for f in path.iterdir() if f.is_file()} == written
 
 
 def test_the_sft_corpus_keeps_a_passing_program_through_as_many_passes_as_the_evaluation_gives():

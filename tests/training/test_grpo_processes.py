@@ -130,12 +130,10 @@ def test_a_one_node_launch_meets_at_its_own_port_not_an_inherited_one(
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_grpo_on_two_processes(tmp_path) -> None:
+def test_grpo_on_two_processes(tmp_path, tiny_model) -> None:
     from transformers import AutoModelForCausalLM
 
-    from engines.tiny import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     history, timing, _ = run_job(job(tmp_path, str(model), num_processes=2, max_steps=2))
     assert [h["step"] for h in history if "loss" in h] == [1, 2]
     assert all(-1.0 <= h["reward"] <= 1.0 for h in history if "reward" in h)
@@ -222,7 +220,7 @@ def test_a_failed_launch_says_why(tmp_path) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> None:
+def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path, tiny_model) -> None:
     """Two training processes (gloo here; the same launcher and checkpoints as on GPUs) killed
     with SIGKILL, the launcher with them, once a checkpoint is on disk: the same job again goes
     on from the newest complete checkpoint, runs only the steps left, and saves one model
@@ -235,9 +233,8 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> N
     from transformers import AutoModelForCausalLM
 
     from cobalt.training.checkpoints import last_checkpoint
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     steps = 60
     the_job = job(tmp_path, str(model), num_processes=2, max_steps=steps, save_steps=2)
     job_file = tmp_path / "job.json"
@@ -278,14 +275,12 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path) -> N
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path) -> None:
+def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path, tiny_model) -> None:
     """One process stops answering (its rollout sleeps): the other waits in the next collective
     for training.collective_timeout_s, not transformers' 30 minutes, and the error says so."""
     import time
 
-    from engines.tiny import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     hanging = "tests.training.hanging_rollout:hang_on_the_second_process"
     the_job = job(
         tmp_path, str(model), num_processes=2, max_steps=1, collective_timeout_s=15,
@@ -301,12 +296,11 @@ def test_a_hung_process_fails_the_job_within_the_collective_timeout(tmp_path) ->
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_a_failed_process_is_named_with_its_own_error(tmp_path) -> None:
+def test_a_failed_process_is_named_with_its_own_error(tmp_path, tiny_model) -> None:
     """Process 1's rollout raises while process 0 waits for it: the error's first line is
     process 1's own exception, naming that process."""
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     failing = "tests.training.hanging_rollout:fail_on_the_second_process"
     the_job = job(tmp_path, str(model), num_processes=2, max_steps=1, rollout=failing)
     with pytest.raises(LaunchError) as failed:
@@ -351,12 +345,11 @@ def test_the_first_failure_wins_over_the_errors_it_caused() -> None:
         r"job on every node \(--node-rank 0 to 1, the same --rdzv-endpoint\)"),
     (1, r"node 1 could not reach the rendezvous 127\.0\.0\.1:\d+ within 8 s: start node 0"),
 ])  # fmt: skip
-def test_a_node_alone_fails_naming_the_rendezvous(tmp_path, rank, message) -> None:
+def test_a_node_alone_fails_naming_the_rendezvous(tmp_path, rank, message, tiny_model) -> None:
     """Training on two nodes where only one ever starts: it gives up after the rendezvous
     timeout with one line naming the endpoint and what to do, on either side."""
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     the_job = job(
         tmp_path, str(model), nodes=2, node_rank=rank, rdzv_endpoint=f"127.0.0.1:{_free_port()}",
         rendezvous_timeout_s=8, max_steps=1,
@@ -378,7 +371,7 @@ STAGE = (
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_two_nodes_train_in_one_directory_they_both_mount(tmp_path) -> None:
+def test_two_nodes_train_in_one_directory_they_both_mount(tmp_path, tiny_model) -> None:
     """Two nodes (two launchers, one rendezvous, one CPU process each) on a local storage
     directory declared shared (storage.shared: an NFS mount on a cluster), through the training
     stage with --refresh: node 0 alone empties the directory, node 1 keeps its launch files on
@@ -388,9 +381,8 @@ def test_two_nodes_train_in_one_directory_they_both_mount(tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
     from cobalt.training.stages import PolicyRef, Runtime, TrainingSpec, training_stage
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     storage = StorageConfig(url=str(tmp_path / "runs"), shared=True)
     dataset = bandit_dataset(storage)
     stage = tmp_path / "runs" / "training" / "k"
@@ -440,15 +432,14 @@ def test_two_nodes_train_in_one_directory_they_both_mount(tmp_path) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_sees(
-    tmp_path,
+    tmp_path, tiny_model
 ) -> None:
     """storage.shared declared, but each node writes a directory of its own (two machines'
     local disks): every node stops before its first step, saying what each node saw (the
     rendezvous waits 45 s: node 1, started in a fresh interpreter, missed a
     10 s one on CI's two loaded cores)."""
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     the_job = job(
         tmp_path, str(model), nodes=2, node_rank=0, rdzv_endpoint=f"127.0.0.1:{_free_port()}",
         rendezvous_timeout_s=45, max_steps=1,
@@ -482,16 +473,16 @@ def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_se
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_each_step_reports_the_bytes_its_collectives_moved(tmp_path, monkeypatch, fsdp_on_cpu):
+def test_each_step_reports_the_bytes_its_collectives_moved(
+    tmp_path, monkeypatch, fsdp_on_cpu, tiny_model
+):
     """With torch's flight recorder on, the step timing holds the GB each step put through
     collectives: under fsdp (float32 on CPU processes), the whole model gathered at least twice a
     step (forward, backward) and its gradients reduced at least once (gloo has no
     reduce-scatter: FSDP2 all-reduces there); without the recorder, nothing."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from engines.tiny import build_tiny_model
-
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     config = AutoConfig.from_pretrained(model)
     model_gb = AutoModelForCausalLM.from_config(config).num_parameters() * 4 / 1e9
     fsdp_on_cpu("1")
@@ -514,14 +505,15 @@ def test_each_step_reports_the_bytes_its_collectives_moved(tmp_path, monkeypatch
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_gradients_reduced_every_micro_batch_when_asked(tmp_path, monkeypatch, fsdp_on_cpu):
+def test_gradients_reduced_every_micro_batch_when_asked(
+    tmp_path, monkeypatch, fsdp_on_cpu, tiny_model
+):
     """Under fsdp a step of two micro-batches reduces its gradients once (accelerate's no_sync
     holds them whole until the last micro-batch); with training.gradient_sync micro_batch (what
     the memory plan picks when whole gradients do not fit) it reduces them after each, twice
     the bytes, and the run's numerics say which the Trainer did."""
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     fsdp_on_cpu("1")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "20000")
     two = {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 4}  # 2 a process
@@ -540,16 +532,15 @@ def test_gradients_reduced_every_micro_batch_when_asked(tmp_path, monkeypatch, f
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_async_generation_under_fsdp_gathers_the_weights_it_samples_from(
-    tmp_path, fsdp_on_cpu
+    tmp_path, fsdp_on_cpu, tiny_model
 ) -> None:
     """One step off on two fsdp processes: each process's background copy is refreshed from the
     sharded policy (a gather every process joins) before each batch is sent ahead; across the
     epoch's end (4 batches of 1 prompt an epoch) each process reads its share of the next
     epoch's first batch right; the run ends with every batch after the first served from the
     background, nothing hanging."""
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     fsdp_on_cpu("1")
     config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 6, "async_generation": True}
     history, timing, extra = run_job(job(tmp_path, str(model), **config))

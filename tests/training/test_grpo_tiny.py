@@ -93,13 +93,10 @@ def test_reward_wrappers_real_sandbox() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_grpo_tiny_two_steps(tmp_path) -> None:
+def test_grpo_tiny_two_steps(tmp_path, tiny_model) -> None:
     from transformers import AutoModelForCausalLM
 
-    from engines.tiny import build_tiny_model
-
-    model_dir = tmp_path / "tiny"
-    build_tiny_model(model_dir, seed=0)
+    model_dir = tiny_model
     out = tmp_path / "out"
     config = TrainingConfig(
         preset="tiny", mode="single_turn", use_format_reward=True, sandbox=SANDBOX
@@ -121,15 +118,13 @@ def test_grpo_tiny_two_steps(tmp_path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path) -> None:
+def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path, tiny_model) -> None:
     """A run stopped after its step-1 checkpoint (a kill between saves) goes on from there: the
     second call trains only step 2, and the step timer sees where each step's time went."""
     from cobalt.training.checkpoints import last_checkpoint
     from cobalt.training.step_timing import StepTimer
-    from engines.tiny import build_tiny_model
 
-    model_dir = tmp_path / "tiny"
-    build_tiny_model(model_dir, seed=0)
+    model_dir = tiny_model
     out = tmp_path / "out"
     first = TrainingConfig(preset="tiny", mode="cobalt", sandbox=SANDBOX, max_steps=1, save_steps=1)
     train(first, rows(), model_dir, out)
@@ -149,7 +144,7 @@ def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path) -> None:
 
 
 @pytest.mark.timeout(300)
-def test_lora_training_saves_a_plain_merged_model(tmp_path) -> None:
+def test_lora_training_saves_a_plain_merged_model(tmp_path, tiny_model) -> None:
     """LoRA (peft) adapters train and are merged on save: the output is a plain model (no
     adapter files, the base model's keys, loadable without peft) that the engines can load.
     (This random model's rewards are all equal, so the step has no gradient; that merged
@@ -158,10 +153,8 @@ def test_lora_training_saves_a_plain_merged_model(tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
     from cobalt.training.config import LoraSettings
-    from engines.tiny import build_tiny_model
 
-    model_dir = tmp_path / "tiny"
-    build_tiny_model(model_dir, seed=0)
+    model_dir = tiny_model
     out = tmp_path / "out"
     config = TrainingConfig(
         preset="tiny",
@@ -197,13 +190,13 @@ def test_generation_backends_map_to_grpo_fields(monkeypatch) -> None:
         TrainingConfig(generation="vllm_server").generation_kwargs(gpu=True)
 
 
-def test_fewer_rows_than_a_generation_batch_is_an_error_naming_the_setting(tmp_path) -> None:
+def test_fewer_rows_than_a_generation_batch_is_an_error_naming_the_setting(
+    tmp_path, tiny_model
+) -> None:
     """TRL's sampler drops an incomplete generation batch: the paper preset's 128 prompts per
     batch on a 32-problem subset ran 0 steps and reported success (8B deployment, 2026-11-26)."""
-    from engines.tiny import build_tiny_model
 
-    model_dir = tmp_path / "tiny"
-    build_tiny_model(model_dir, seed=0)
+    model_dir = tiny_model
     # 3 single-turn rows; 4 prompts x 2 generations per generation batch
     config = TrainingConfig(
         preset="tiny",

@@ -13,9 +13,9 @@ BETA = 0.5
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from engines.tiny import build_tiny_model
+    from shared_models import tiny_model as shared_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("kl") / "model", seed=0)
+    return shared_tiny_model()
 
 
 def trainer(tiny, tmp_path, estimator: str, bias_correction: bool = False):

@@ -35,9 +35,9 @@ def rows() -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
-    from engines.tiny import build_tiny_model
+    from shared_models import tiny_model as shared_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0)
+    return shared_tiny_model()
 
 
 def sequence_logprobs(model_dir: Path | str) -> list[float]:

@@ -64,10 +64,10 @@ def spied_run(
     """A tiny GRPO run on the 4 rows of test_grpo_tiny, its weights nudged after each step;
     returns (the example ids of each generation batch in training order, what the background
     copy was prepared with, the run)."""
+    from shared_models import tiny_model as shared_tiny_model
     from test_grpo_tiny import SANDBOX, rows
 
     from cobalt.training.grpo import train
-    from engines.tiny import build_tiny_model
 
     trained: list[list[str]] = []
 
@@ -90,7 +90,7 @@ def spied_run(
         return job
 
     monkeypatch.setattr(TransformersCopy, "prepare", prepare)
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = shared_tiny_model()
     config = TrainingConfig(
         preset="tiny", mode="cobalt", sandbox=SANDBOX, report_to=[], async_generation=async_generation,
         lora=LoraSettings(r=4, alpha=8) if lora else None, save_steps=save_steps,

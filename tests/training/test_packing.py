@@ -15,12 +15,11 @@ from cobalt.training.packing import pack, pack_shared, packable, packed_logps, u
 
 def tiny(tmp_path, **config):
     """The tiny model (or a variant of its config) with TRL's fused head, as the trainer has it."""
+    from shared_models import tiny_model
     from transformers import AutoConfig, AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from engines.tiny import build_tiny_model
-
-    path = build_tiny_model(tmp_path / "m", seed=0)
+    path = tiny_model()
     if config:
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(
@@ -184,7 +183,9 @@ def test_a_sliding_window_model_is_refused_naming_the_setting() -> None:
 
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch, lora) -> None:
+def test_a_grpo_run_with_packing_trains_as_the_padded_one(
+    tmp_path, monkeypatch, lora, tiny_model
+) -> None:
     """The trainer's wiring: two tiny GRPO runs from the same seed, padded and packed, full and
     LoRA (the PEFT-wrapped model; the reference is the adapter switched off): the packed run's
     forwards, the loss's included, take the packed path, and both runs log the same steps.
@@ -196,7 +197,6 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch,
 
     from cobalt.training.config import LoraSettings, TrainingConfig
     from cobalt.training.grpo import train
-    from engines.tiny import build_tiny_model
 
     calls: list[int] = []
     real_logps = packing.packed_logps
@@ -206,7 +206,7 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(tmp_path, monkeypatch,
         return real_logps(*args, **kwargs)
 
     monkeypatch.setattr("cobalt.training.kl.packed_logps", counted)
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     losses = {}
     for packed in (False, True):
         config = TrainingConfig(
@@ -337,7 +337,7 @@ def test_the_varlen_kernel_gets_half_precision_causal_packed_sequences(
 
 @pytest.mark.timeout(300)
 def test_sharing_prompts_in_micro_batches_of_one_row_says_it_shares_nothing(
-    tmp_path, caplog
+    tmp_path, caplog, tiny_model
 ) -> None:
     """--share-prompts where each micro-batch holds one row (the paper's lengths on an 80 GB
     card): the run trains, and its log says the passes are packed only and what would help."""
@@ -345,9 +345,8 @@ def test_sharing_prompts_in_micro_batches_of_one_row_says_it_shares_nothing(
 
     from cobalt.training.config import TrainingConfig
     from cobalt.training.grpo import train
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     said = "training.share_prompts: micro-batches of 1 row share no prompt"
     for micro in (1, 2):
         caplog.clear()

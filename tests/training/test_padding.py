@@ -24,12 +24,10 @@ def padded_batch(vocab: int, rows: int = 7, prompt: int = 9, completion: int = 1
     return ids, mask, completion
 
 
-def test_trimmed_forward_gives_the_padded_forwards_log_probabilities(tmp_path) -> None:
+def test_trimmed_forward_gives_the_padded_forwards_log_probabilities(tmp_path, tiny_model) -> None:
     from transformers import AutoModelForCausalLM
 
-    from engines.tiny import build_tiny_model
-
-    model = AutoModelForCausalLM.from_pretrained(str(build_tiny_model(tmp_path / "m", seed=0)))
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_model))
     model.eval()
     ids, mask, keep = padded_batch(model.config.vocab_size)
     calls: list[int] = []
@@ -123,15 +121,14 @@ def test_a_batch_that_does_not_split_is_refused() -> None:
 
 
 @pytest.mark.timeout(300)
-def test_a_grpo_step_with_trimmed_padding_trains_as_the_padded_one(tmp_path) -> None:
+def test_a_grpo_step_with_trimmed_padding_trains_as_the_padded_one(tmp_path, tiny_model) -> None:
     """Two tiny GRPO runs from the same seed, padding trimmed or not: the same losses."""
     from test_grpo_tiny import SANDBOX, rows
 
     from cobalt.training.config import TrainingConfig
     from cobalt.training.grpo import train
-    from engines.tiny import build_tiny_model
 
-    model = build_tiny_model(tmp_path / "tiny", seed=0)
+    model = tiny_model
     losses = {}
     for trim in (False, True):
         config = TrainingConfig(

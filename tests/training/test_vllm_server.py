@@ -563,7 +563,7 @@ def test_the_generation_script_reads_what_a_batch_made_vllm_do():
     assert module.counters("http://127.0.0.1:9") == {}  # nothing listening
 
 
-def test_the_fp8_script_measures_drift_from_the_trainers_probabilities(tmp_path):
+def test_the_fp8_script_measures_drift_from_the_trainers_probabilities(tmp_path, tiny_model):
     """scripts/gpu/fp8_generation.py's measure on CPU, with the tiny model: a sampler that is
     the model itself (its log-probabilities of completions it drew) shows no drift; one whose
     every token is 0.5 nats more sure shows 0.5 a token, completions weighed by exp(-0.5 x their
@@ -571,10 +571,8 @@ def test_the_fp8_script_measures_drift_from_the_trainers_probabilities(tmp_path)
     import torch
     from transformers import AutoModelForCausalLM
 
-    from engines.tiny import build_tiny_model
-
     module = _fp8_script()
-    model_dir = build_tiny_model(tmp_path / "tiny", seed=0)
+    model_dir = tiny_model
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     prompts = module.prompts_of(1024, 2, 6)
     bias = {5: 1.5}
