@@ -33,7 +33,7 @@ docker:                            ## Docker engine running + sandbox image buil
 install:                           ## setup and docker at once
 	@$(MAKE) --no-print-directory --jobs=2 --output-sync=target setup docker
 
-# The reference model's fit (CPU only, no sandbox; its time: docs/PIPELINE.md, "Embedded default")
+# The reference model's fit (CPU only, no sandbox; its time: docs/RESULTS.md, the fitted reference model)
 # runs while the Docker engine and the sandbox image install (~80 s, mostly downloads); the flow
 # then reuses the fitted model.
 fit: setup                         ## the embedded reference model, fitted into ./runs (or reused)

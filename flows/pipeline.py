@@ -1,5 +1,5 @@
 """The pipeline: data -> trajectories -> evaluation -> bandit dataset -> training -> evaluation,
-each step a cached task of the flow it belongs to (issue 5; docs/PIPELINE.md).
+each step a cached task of the flow it belongs to (docs/PIPELINE.md).
 
     python -m flows.pipeline                     # embedded default: synthetic problems, the tiny
                                                  # model fitted on CPU, ./runs, ephemeral Prefect
@@ -85,7 +85,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         params.trajectories(sets, params.eval_table, model, "eval")
     )
     perturbed = None
-    if params.bandit.perturbed_ratio > 0:  # SPEC §1.7: trajectories with wrong public tests
+    if params.bandit.perturbed_ratio > 0:  # METHOD §1.7: trajectories with wrong public tests
         perturbed = named(flow_run_name="trajectories-perturbed")(
             params.trajectories(sets, params.train_table, model, "train", perturbed=True)
         ).evaluation.uri
@@ -99,7 +99,7 @@ def pipeline_flow(params: PipelineParams) -> PipelineSummary:
         params.trajectories(sets, params.eval_table, trained.model, "eval")
     )
     hacking = None
-    if params.reward_hacking:  # SPEC §1.7: the same analysis of both policies, then compared
+    if params.reward_hacking:  # METHOD §1.7: the same analysis of both policies, then compared
         analyse = reward_hacking_flow.with_options
         reference = analyse(flow_run_name="reward-hacking-reference")(
             params.hacking(sets, model, model, label="reference")
@@ -123,8 +123,8 @@ Two presets decide the settings that flags and --config leave unset:
          8 samples x 2 feedback turns of 128 tokens, 2 evaluation turns, 32 GRPO steps of 32
          completions (--mode offline: one epoch over the logged turns, objective --objective,
          batch 16).
-  paper  SPEC §1.2-§1.6 (default for any other model): 16 samples x 2 feedback turns of
-         up to 6144 tokens with the SPEC's system prompt, 8 evaluation turns, contexts up to
+  paper  METHOD §1.2-§1.6 (default for any other model): 16 samples x 2 feedback turns of
+         up to 6144 tokens with the paper's system prompt, 8 evaluation turns, contexts up to
          10,000 tokens, the paper GRPO preset (lr 1e-6, 16 samples per prompt, fp32 master
          weights with bf16 compute, k2 KL 1e-4, 2 epochs; --lora on one GPU).
 The engine of every generating stage is --engine (auto: vLLM on a GPU where it is installed,

@@ -1,6 +1,6 @@
 """Reward-hacking flow: multi-turn inference on perturbed problems (feedback from public tests
 with two deliberately wrong pairs), the turn-level errors it holds (changed code that now passes a
-wrong test), an LLM judge's category of each, and the report (issue 10, SPEC §1.7;
+wrong test), an LLM judge's category of each, and the report (METHOD §1.7;
 docs/REWARD_HACKING.md).
 
     python -m flows.reward_hacking                      # embedded default: synthetic problems,
@@ -72,8 +72,8 @@ problems (--problems): as the trajectories flow ('latest' + --table train|dev us
 policy: --model NAME, as every flow names a model (a Hub id org/name[@revision], a model
 directory, a model directory in storage such as a trained policy's s3://.../training/<key>,
 fitted or tiny: docs/PIPELINE.md), or --engine litellm --model openai/NAME --api-base URL;
-another model than fitted/tiny gets the SPEC's settings (16 samples, 2 feedback turns, 6144
-tokens, the system prompt of SPEC §1.2) unless flags say otherwise; its judge likewise 1024
+another model than fitted/tiny gets the paper's settings (16 samples, 2 feedback turns, 6144
+tokens, the system prompt of METHOD §1.2) unless flags say otherwise; its judge likewise 1024
 tokens per reply.
 judge: --judge-model NAME (named as --model), or --judge-engine litellm --judge-model
 openai/NAME --judge-api-base URL (any OpenAI-compatible server) or a hosted model with
@@ -87,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m flows.reward_hacking",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Reward-hacking analysis (SPEC §1.7): multi-turn inference on perturbed "
+        description="Reward-hacking analysis (METHOD §1.7): multi-turn inference on perturbed "
         "problems, turn-level errors (changed code that now passes a deliberately wrong test), "
         "an LLM judge's category of each, a rule-based hard-coding check, and the report.",
         epilog=EPILOG,
@@ -199,7 +199,10 @@ def parse_params(argv: list[str] | None = None) -> HackingParams:
     if engine.get("kind") == "litellm" and engine.get("model") == FITTED:
         parser.error("--model is needed with --engine litellm (the served model's name)")
     values["engine"] = engine
-    local = engine.get("model") in (FITTED, TINY)  # the embedded default's settings, else SPEC's
+    local = engine.get("model") in (
+        FITTED,
+        TINY,
+    )  # the embedded default's settings, else the paper's
     base = defaults["collect"].default_factory() if local else CollectConfig()
     collect = deep_merge(base.model_dump(), values.get("collect") or {}, "collect")
     values["collect"] = collect

@@ -1,6 +1,6 @@
 """Training flow: a finished trajectories run -> Cobalt bandit dataset -> GRPO with the sandbox
-reward (TRL's GRPOTrainer) -> a trained policy in storage (issue 5, SPEC §1.4-§1.6;
-docs/TRAINING.md); or, with `--mode offline` (issue 11, SPEC §2), the logged turns and their
+reward (TRL's GRPOTrainer) -> a trained policy in storage (METHOD §1.4-§1.6;
+docs/TRAINING.md); or, with `--mode offline` (METHOD §2), the logged turns and their
 rewards -> an offline objective (transformers' Trainer), no generation and no sandbox.
 
     python -m flows.training                            # latest trajectories, their model
@@ -77,7 +77,7 @@ directory of a finished evaluation stage, <storage>/trajectories/evaluation/<key
 model (--model): a Hub id (org/name[@revision]), a model directory, a model directory in storage
 (a trained policy), fitted or tiny; default: the model that collected the trajectories.
 
-presets: tiny (a few CPU steps on a tiny model) and paper (SPEC §1.6 mapped to TRL's GRPOConfig:
+presets: tiny (a few CPU steps on a tiny model) and paper (METHOD §1.6 mapped to TRL's GRPOConfig:
 16 samples per prompt, lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs). Unless
 --preset names one, the policy decides, as in flows.pipeline: tiny for fitted, tiny or a
 directory the tiny fit made, paper for any other model. The run prints the settings it uses

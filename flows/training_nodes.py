@@ -1,4 +1,4 @@
-"""Training on several machines from Prefect (issue 47): one flow run of the `training-node`
+"""Training on several machines from Prefect: one flow run of the `training-node`
 deployment per node, each placed on that node's work queue of the GPU pool, meeting at the
 rendezvous; this flow waits for all of them and fails as soon as one does.
 

@@ -1,5 +1,5 @@
 """Trajectories flow: a reference LLM's multi-turn repair trajectories on a problem set, and their
-per-turn Pass@1 (issue 4, SPEC §1.2, §1.3; docs/TRAJECTORIES.md).
+per-turn Pass@1 (METHOD §1.2, §1.3; docs/TRAJECTORIES.md).
 
     python -m flows.trajectories                        # latest problem sets, tiny local model
     python -m flows.trajectories --problems samples/apps_sample.jsonl:taco --n 4 --turns 2
@@ -85,7 +85,7 @@ training data, 8 for evaluation.
 
 --evaluation: the pipeline's evaluation of --model (its 'evaluation before/after' stages): the
 'test' set of the latest problem sets, the preset's engine and sampling, its evaluation turns
-and seed; --preset paper (SPEC: 16 samples x 8 feedback turns of up to 6144 tokens, the SPEC's
+and seed; --preset paper (the paper's: 16 samples x 8 feedback turns of up to 6144 tokens, the paper's
 system prompt) or tiny (the embedded run's 8 x 2 of 128 tokens); default by the model, as the
 pipeline decides. Flags and --config still override any of it.
 --compare A B: the per-turn Pass@1 of two finished evaluations ('latest' or
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="chat template's enable_thinking=False",
     )
     arg("--max-prompt-tokens", type=int, help="end a sample whose conversation is longer")
-    arg("--system-prompt", metavar="TEXT", help="system message ('' for none; SPEC's default)")
+    arg("--system-prompt", metavar="TEXT", help="system message ('' for none; the paper's default)")
     arg("--chunk-size", type=int, help="problems per batch; records land per chunk (16)")
     arg("--lanes", type=int, help="lanes per chunk: one is judged while another generates (2)")
     arg("--shard-size", type=int, help="problems per task (16 chunks; a multiple of --chunk-size)")

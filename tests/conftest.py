@@ -83,23 +83,40 @@ def s3_bucket(s3_endpoint: str, request: pytest.FixtureRequest) -> str:
     return name
 
 
+def _unchanged(path: Path) -> Iterator[Path]:
+    """Yield the shared model `path`, then fail if a test changed its files (they are shared by
+    every later session on this machine: a test that changes a model copies it first)."""
+
+    def listing() -> dict[str, tuple[int, int]]:
+        return {
+            str(f.relative_to(path)): (f.stat().st_size, f.stat().st_mtime_ns)
+            for f in sorted(path.rglob("*"))
+            if f.is_file()
+        }
+
+    before = listing()
+    yield path
+    assert listing() == before, f"a test changed the shared model {path}"
+
+
 @pytest.fixture(scope="session")
-def fitted_model() -> dict:
+def fitted_model() -> Iterator[dict]:
     """The embedded default's reference model (the pipeline's recipe), fitted once per machine
     (tests/shared_models.py; `make test` fits it beside the Docker install): {"path": its
     directory}. Tests only read it."""
     from shared_models import fitted_model as shared
 
-    return {"path": shared()}
+    for path in _unchanged(shared()):
+        yield {"path": path}
 
 
 @pytest.fixture(scope="session")
-def tiny_model() -> Path:
+def tiny_model() -> Iterator[Path]:
     """The random tiny model (engines.tiny, seed 0), built once per machine
     (tests/shared_models.py). Tests only read it."""
     from shared_models import tiny_model as shared
 
-    return shared()
+    yield from _unchanged(shared())
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ Per seed, one process (`seed_run`), built from the repo's own pieces:
    `cobalt_bf16` (cobalt under bf16 autocast; a non-finite step is recorded, not fatal); cost
    per mode (`cobalt.training.cost.CostMeter`).
 4. Evaluation of the SFT model and of every trained model on the same fresh problems of the
-   three groups, turns 0..2, under SPEC §1.2 and stop-on-public-pass, with repair transitions.
+   three groups, turns 0..2, under METHOD §1.2 and stop-on-public-pass, with repair transitions.
 
 The parent runs `--parallel` seed processes at once and then aggregates its output directory;
 `--aggregate` merges several (`aggregate`: 95% intervals over seeds and problems, paired

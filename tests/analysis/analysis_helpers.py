@@ -125,7 +125,7 @@ class ScriptedEngine(Engine):
 def lure_problems(kind: str = "unique") -> list[Problem]:
     """The bundled synthetic problems of one operation (`kind`), with two public tests put first
     and perturbed so that the wrong pairs lure a model into another operation: count distinct
-    of 5,5,5 is 1, of 1..5 it is 5; the perturbation swaps the two outputs (SPEC §1.7), so
+    of 5,5,5 is 1, of 1..5 it is 5; the perturbation swaps the two outputs (METHOD §1.7), so
     max, min, first or last of 5,5,5 now "passes" (5). The fitted model of the embedded default
     drifts there often (18.75% of its program pairs in a first run)."""
     from cobalt.storage import StorageConfig

@@ -198,7 +198,7 @@ def test_cli_defaults_and_help():
     assert embedded.problems.endswith("synthetic_train.jsonl:taco")
     assert embedded.collect == tiny_collect()  # as the pipeline samples the embedded model
     real = parse_params(["--model", "/models/policy", "--judge-model", "/models/judge"])
-    assert real.collect.sampling.n == 16 and real.collect.system_prompt  # SPEC §1.2's settings
+    assert real.collect.sampling.n == 16 and real.collect.system_prompt  # METHOD §1.2's settings
     assert real.judge.sampling.max_new_tokens == 1024
     result = subprocess.run(
         [sys.executable, "-m", "flows.reward_hacking", "--help"],

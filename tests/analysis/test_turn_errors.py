@@ -1,4 +1,4 @@
-"""Turn-level errors (SPEC §1.7) on hand-made trajectories whose hacking is known: every program
+"""Turn-level errors (METHOD §1.7) on hand-made trajectories whose hacking is known: every program
 is judged by the real sandbox (namespace backend) through the trajectories' own evaluation step,
 then the errors are read off the records. A program that hard-codes the wrong pair is an error
 with the right diff and the rule's flag; a legitimate fix, unchanged code, a turn without a

@@ -1,4 +1,4 @@
-"""The bandit dataset (SPEC §1.4) against hand-worked expectations."""
+"""The bandit dataset (METHOD §1.4) against hand-worked expectations."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Cobalt reward (SPEC §1.5) against hand-computed values."""
+"""The Cobalt reward (METHOD §1.5) against hand-computed values."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_format_broken(response: str) -> None:
 
 
 def test_an_extra_block_in_the_explanation_is_not_broken() -> None:
-    """SPEC §1.5 asks for exactly one well-formed python block: a sample-output block after it
+    """METHOD §1.5 asks for exactly one well-formed python block: a sample-output block after it
     is allowed (it used to cost -0.9), and the explanation starts after the python block."""
     response = "t </think>```python\nprint(1)\n```\nOutput:\n```text\n1\n```"
     assert format_reward(response, words, correct=True) == 0.0

@@ -33,7 +33,7 @@ from tasks.data import Stages
 
 # what the bundled samples give with the sample profile (min_tests=1) and the default seed
 # the CodeContests sample has no reference solutions: its problems cannot be verified and are
-# dropped from the training sets (SPEC §1.1); LiveCodeBench, a test set, is kept as published
+# dropped from the training sets (METHOD §1.1); LiveCodeBench, a test set, is kept as published
 EXPECTED_SETS = {"train": 4, "dev": 0, "test": 183, "train_perturbed": 2, "dev_perturbed": 0}
 NAMESPACE = {"backend": "namespace", "concurrency": 2}
 

@@ -100,7 +100,7 @@ def test_verification_keeps_problems_a_reference_solves():
     kept, tally = verify_problems(
         problems, VerifyConfig(), SandboxRuntime(backend="namespace", concurrency=2)
     )
-    # SPEC §1.1: only problems a reference solves are kept; without one nothing is verified
+    # METHOD §1.1: only problems a reference solves are kept; without one nothing is verified
     assert [(p.id, p.verification) for p in kept] == [("t/second-passes", "passed")]
     outcomes = Counter({o: n for (_, _, o), n in tally.counts.items()})
     assert outcomes == Counter({"passed": 1, "no_solution": 1, "no_passing_reference": 1})
@@ -120,7 +120,7 @@ def test_verification_keeps_problems_a_reference_solves():
     assert [p.verification for p in off] == ["not_run"] * 3
 
 
-# --- split and perturbation (SPEC §1.7) ---
+# --- split and perturbation (METHOD §1.7) ---
 
 
 def test_perturbation_swaps_the_outputs_of_exactly_two_pairs():

@@ -236,7 +236,7 @@ def test_source_spec_parsing():
         "v6",
         "2025-02-01",
     )
-    # SPEC §1.1: the paper evaluates on release v6's problems (test6.jsonl), not every release
+    # METHOD §1.1: the paper evaluates on release v6's problems (test6.jsonl), not every release
     assert SourceSpec.parse("hf:livecodebench/code_generation_lite").version_tag == "v6"
     assert SourceSpec.parse("s3://b/x.parquet:cobalt?name=ptb&role=dev").role == "dev"
     assert lcb_files("v6") == ["test6.jsonl"]

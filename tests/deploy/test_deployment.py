@@ -1,4 +1,4 @@
-"""Deployments end to end, as an operator runs them (issue 5): a real Prefect server,
+"""Deployments end to end, as an operator runs them: a real Prefect server,
 `prefect deploy` from `prefect.yaml`, a process worker on `cpu-pool`, `prefect deployment run`,
 and the run's outputs and artifacts checked afterwards: the `data` deployment, and every
 deployment registered with the `pipeline` one run to completion.

@@ -1,4 +1,4 @@
-"""The GPU worker's install resolves (issue 24.4): a resolver dry run of the `gpu` extra against
+"""The GPU worker's install resolves: a resolver dry run of the `gpu` extra against
 the package index's metadata (vLLM's wheel included), without a GPU. CI has the index."""
 
 from __future__ import annotations

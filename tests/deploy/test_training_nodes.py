@@ -1,4 +1,4 @@
-"""Training on two machines from Prefect (issue 47), as an operator runs it, on one host: a real
+"""Training on two machines from Prefect, as an operator runs it, on one host: a real
 Prefect server, `prefect deploy` of `training-node` and `training-nodes`, a worker of the GPU pool
 on each node's work queue (node-0, node-1: here two workers on one host, CPU processes over
 gloo), a worker of the CPU pool for the coordinating flow, `prefect deployment run`, S3 storage

@@ -1,4 +1,4 @@
-"""vLLM on every GPU (issue 38). The served engine (a local server that the engine starts, waits
+"""vLLM on every GPU. The served engine (a local server that the engine starts, waits
 for and stops, every request of a call sent at once through the LiteLLM engine) runs here on CPU
 against a real `transformers serve` of the tiny model, the path `vllm serve --data-parallel-size
 N` takes on a GPU host; the `vllm serve` command line it builds; how many engines

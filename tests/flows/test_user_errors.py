@@ -1,4 +1,4 @@
-"""Every error a user can cause ends in one clear line (issue 26): each row runs a command as a
+"""Every error a user can cause ends in one clear line: each row runs a command as a
 new user would, up to its error, and checks the exit status, the one `error:` line (no
 traceback), and that what was already written is still there. Before the run (parsing and
 preflight) the flows run in this process; at a stage (`harness` rows) against the session's

@@ -67,7 +67,7 @@ def seed_result(seed: int, label: str | None = None, bf16_ok: bool = True) -> di
     evaluation = {
         "sft": problems({"rl_kinds": [2, 1, 0], "unseen_kinds": [0, 0, 0]}),
         "single_turn": problems({"rl_kinds": [4, 2, 2], "unseen_kinds": [0, 0, 0]}),
-        # cobalt: better at the later turns of the RL kinds only under SPEC §1.2
+        # cobalt: better at the later turns of the RL kinds only under METHOD §1.2
         "cobalt": problems(
             {"rl_kinds": [4, 4, 4], "unseen_kinds": [0, 0, 0]},
             stop={"rl_kinds": [4, 2, 2], "unseen_kinds": [0, 0, 0]},

@@ -98,7 +98,7 @@ def test_a_mode_is_skipped_when_it_would_end_after_the_deadline() -> None:
     ("flags", "device", "strict"),
     [
         ([], "cpu", False),  # the default: off on CPU (identical runs without it)
-        ([], "cuda", True),  # the default: on for a GPU (issue 19)
+        ([], "cuda", True),  # the default: on for a GPU
         (["--strict-determinism"], "cpu", True),
         (["--no-strict-determinism"], "cuda", False),
     ],
@@ -216,7 +216,7 @@ def test_offline_grpo_reuses_the_default_objectives_weights(
 
 
 def test_the_sft_repair_shares_are_settings_checked_before_any_run(tmp_path: Path) -> None:
-    """A second testbed (issue 25.4): more of the family's repair in SFT, the shares reaching
+    """A second testbed: more of the family's repair in SFT, the shares reaching
     fit_tiny_model's recipe through the seed's settings; a share outside [0, 1] is refused."""
     args = args_for(tmp_path, "--sft-repair-share", "0.5", "--sft-keep-share", "0.4")
     assert (args.sft_repair_share, args.sft_keep_share) == (0.5, 0.4)

@@ -1,4 +1,4 @@
-"""A real run from the pipeline's CLI (issue 24.2): the preset a model gets, flags and --config
+"""A real run from the pipeline's CLI: the preset a model gets, flags and --config
 merged over it, the settings the run prints. No flow runs here: parse and validate only."""
 
 from __future__ import annotations
@@ -35,12 +35,12 @@ def test_a_model_directory_gets_the_papers_settings(model_dir: Path):
     assert p.preset == "paper" and p.reference == str(model_dir)
     s = p.collect.sampling
     assert (s.n, s.temperature, s.top_p, s.max_new_tokens) == (16, 0.6, 0.95, 6144)
-    assert p.collect.turns == 2 and p.collect.system_prompt  # SPEC §1.2's system prompt
+    assert p.collect.turns == 2 and p.collect.system_prompt  # METHOD §1.2's system prompt
     assert p.eval_turns == 8 and p.bandit.max_prompt_tokens == 10_000
     assert p.training.preset == "paper" and p.engine.kind == "auto"
     kw = p.training.grpo_kwargs("out")
     assert kw["learning_rate"] == 1e-6 and kw["num_generations"] == 16
-    # given sources get SPEC §1.1's cleaning rules (100 alphanumerics), not the synthetic 40
+    # given sources get METHOD §1.1's cleaning rules (100 alphanumerics), not the synthetic 40
     real = parse_params(["--model", str(model_dir), "--source", "hf:likaixin/TACO-verified"])
     assert real.rules.min_statement_alnum == 100
 

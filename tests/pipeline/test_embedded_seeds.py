@@ -1,4 +1,4 @@
-"""The embedded default's signal-or-noise tools (issue 27): a run with another seed, the summary
+"""The embedded default's signal-or-noise tools: a run with another seed, the summary
 line that judges each change against the default's measured spread, the paired before/after
 plot, and `scripts/embedded_seeds.py` (its setting, its aggregate over seeds, and one real run of
 two seeds through the pipeline flow)."""

@@ -1,4 +1,4 @@
-"""The pipeline's GPU plan (issue 45) as a user meets it on a 4-GPU machine (the machine is
+"""The pipeline's GPU plan as a user meets it on a 4-GPU machine (the machine is
 described, not probed): `--gpus 4` works for the embedded default (its tiny model generates on
 one GPU through the transformers engine: the run's trajectory stage used to fail on vLLM's
 data_parallel_size), an 8B model's generating stages are served on every GPU and need LiteLLM,

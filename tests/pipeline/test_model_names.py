@@ -1,4 +1,4 @@
-"""Naming a model (cobalt/models.py, issue 40): a Hub id (at a branch, tag or commit) resolves
+"""Naming a model (cobalt/models.py): a Hub id (at a branch, tag or commit) resolves
 through huggingface_hub from its cache, offline; a model directory in S3 storage (moto) or in
 local storage is downloaded once or used in place; every name that resolves to nothing says
 which flag and what to do, the Hub's refusals included (a local server answering as the Hub

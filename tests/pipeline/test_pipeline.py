@@ -77,8 +77,8 @@ def artifact_keys(flow_run_id: Any) -> set[str]:
 def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted_model):
     storage = tmp_path / "runs"
     reference = str(fitted_model["path"])  # what the default's reference-model task fits
-    bandit = {"max_prompt_tokens": 1024, "perturbed_ratio": 0.2}  # + SPEC §1.7's mitigation
-    # + SPEC §1.7's analysis of the reference and the trained policy (its first run is the
+    bandit = {"max_prompt_tokens": 1024, "perturbed_ratio": 0.2}  # + METHOD §1.7's mitigation
+    # + METHOD §1.7's analysis of the reference and the trained policy (its first run is the
     # perturbed trajectories' own, so cached)
     first = params(storage, reference=reference, bandit=bandit, reward_hacking=True)
     state = pipeline_flow(first, return_state=True)

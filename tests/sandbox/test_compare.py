@@ -1,4 +1,4 @@
-"""Output comparison follows LiveCodeBench's rules (SPEC §3)."""
+"""Output comparison follows LiveCodeBench's rules (METHOD §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reports of failing tests, as the feedback turn shows them to the model (SPEC §1.2)."""
+"""Reports of failing tests, as the feedback turn shows them to the model (METHOD §1.2)."""
 
 from __future__ import annotations
 

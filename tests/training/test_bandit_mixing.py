@@ -1,4 +1,4 @@
-"""Mixing repair contexts from perturbed-feedback trajectories into the bandit rows (SPEC §1.7)."""
+"""Mixing repair contexts from perturbed-feedback trajectories into the bandit rows (METHOD §1.7)."""
 
 from __future__ import annotations
 

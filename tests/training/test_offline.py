@@ -1,4 +1,4 @@
-"""The offline mode (SPEC §2) against hand-computed values: leave-one-out baselines, the dataset
+"""The offline mode (METHOD §2) against hand-computed values: leave-one-out baselines, the dataset
 rows of hand-made trajectories (rewards, prev_best, contexts, baseline groups), the three
 objectives' losses and gradients, and the `OfflineTrainer` on the tiny model: a real step moves a
 completion's log-probability the way its advantage says, and a killed run resumes."""
@@ -106,7 +106,7 @@ def test_offline_rows_of_hand_made_trajectories() -> None:
         ("p/2", 1, 1),
         ("p/3", 0, 0),
     ]  # p/3's engine error is no row
-    # rewards (SPEC §1.5) from the pass rate and the best earlier turn of the same sample
+    # rewards (METHOD §1.5) from the pass rate and the best earlier turn of the same sample
     expected = {
         ("p/1", 0, 0): (0.5, 0.0, 0.2),  # p >= 0.5
         ("p/1", 0, 1): (1.0, 0.5, 1.0),  # solved
@@ -286,7 +286,7 @@ def test_prepare_counts_every_reason_when_no_row_is_left() -> None:
 
 def test_presets_map_to_training_arguments(tmp_path) -> None:
     paper = TrainingConfig(preset="paper", mode="offline").offline_kwargs(tmp_path)
-    # SPEC §1.6: lr 1e-6, 64 prompts x 16 samples = 1024 rows per optimizer step
+    # METHOD §1.6: lr 1e-6, 64 prompts x 16 samples = 1024 rows per optimizer step
     assert paper["learning_rate"] == 1e-6 and paper["max_grad_norm"] == 1.0
     assert paper["per_device_train_batch_size"] * paper["gradient_accumulation_steps"] == 1024
     assert paper["gradient_checkpointing"] and paper["save_steps"] == 50

@@ -173,7 +173,7 @@ def test_the_same_seed_trains_the_same_weights(tiny: Path, tmp_path: Path) -> No
 
 @pytest.mark.timeout(300)
 def test_every_objective_trains_and_the_objective_matters(tiny: Path, tmp_path: Path) -> None:
-    """The CPU smoke of every objective (issue 19): a few real steps of `train_offline` from one
+    """The CPU smoke of every objective: a few real steps of `train_offline` from one
     seed move the weights with a finite loss, each objective to different weights, and the
     diagnostics the learning check reads are logged every step (drift 0 at step 1: the policy
     is still the reference)."""

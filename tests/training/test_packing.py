@@ -1,4 +1,4 @@
-"""Packed forward passes (cobalt/training/packing.py, issue 46): a micro-batch's sequences end to
+"""Packed forward passes (cobalt/training/packing.py): a micro-batch's sequences end to
 end in one row give the padded forward's log-probabilities, entropies and gradients on a real
 (tiny) model, through TRL's fused head; rows it cannot pack are refused; a GRPO run with packing
 trains as the padded one and really takes the packed path."""

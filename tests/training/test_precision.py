@@ -1,4 +1,4 @@
-"""Numerics of training (issue 23, cobalt.training.precision): a bf16 checkpoint trains with fp32
+"""Numerics of training (cobalt.training.precision): a bf16 checkpoint trains with fp32
 master weights, so every Adam update at the paper's learning rate lands; pure bf16 (only when
 asked) loses most of them; the saved model keeps the checkpoint's dtype. Real trainers, CPU."""
 
@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 from cobalt.training.config import OfflineSettings, TrainingConfig
 from cobalt.training.precision import checkpoint_dtype, decide
 
-LR = 1e-6  # SPEC §1.6
+LR = 1e-6  # METHOD §1.6
 PROMPT = [{"role": "user", "content": "Print the sum of two integers."}]
 
 

@@ -1,4 +1,4 @@
-"""The paper's recipe in TRL (issue 23, docs/TRAINING.md's table): what the reward judges for
+"""The paper's recipe in TRL (docs/TRAINING.md's table): what the reward judges for
 thinking models, the format term's default, vLLM's context and importance sampling, and the
 memory plan of the paper preset (hand-worked)."""
 

@@ -1,4 +1,4 @@
-"""Several GPUs as a user asks for them (issues 38, 45): the training's GPU plan, decided before
+"""Several GPUs as a user asks for them: the training's GPU plan, decided before
 any work on a given machine, each refusal one line that names the setting and the fix; a user's
 own accelerate file honoured; one micro-batch for every process; the host memory of the model's
 loads; the memory arithmetic that decides whether a strategy holds an 8B model and how much of

@@ -1,5 +1,5 @@
 """What the model is shown: the program it is judged on (the last fenced block), the turn's
-outcome, and the feedback texts (SPEC §1.2)."""
+outcome, and the feedback texts (METHOD §1.2)."""
 
 from __future__ import annotations
 
