@@ -1,4 +1,4 @@
-"""Do N training processes compute what one process computes? (issue 45)
+"""Do N training processes compute what one process computes?
 
     python -m benchmarks.parity                                   # CPU: GRPO, 1 vs 2 (gloo)
     python -m benchmarks.parity --mode offline

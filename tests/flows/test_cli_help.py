@@ -69,7 +69,9 @@ MODULES = {
 }
 
 
-@pytest.mark.parametrize(("module", "old", "new", "value", "read"), RENAMED, ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    ("module", "old", "new", "value", "read"), RENAMED, ids=[f"{r[0]} {r[1]}" for r in RENAMED]
+)
 def test_a_former_name_still_works_hidden_and_says_the_new_one(
     module, old, new, value, read, capsys
 ) -> None:
