@@ -9,9 +9,9 @@
 #   bash scripts/gpu/model_names.sh [PIPELINE ARGS]      # e.g. --engine transformers
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu/device-env.sh
-export PREFECT_HOME=/tmp/prefect-home PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
-export PREFECT_UI_ENABLED=false HF_HUB_CACHE=/tmp/hf-hub
+source scripts/gpu/lib.sh
+device_setup
+export PREFECT_HOME=/tmp/prefect-home HF_HUB_CACHE=/tmp/hf-hub
 runs=/tmp/runs-names
 common=(--backend namespace --storage "$runs")
 python3 - <<'PY'

@@ -5,14 +5,13 @@
 #
 #   bash scripts/gpu/pair.sh "learning i25a 30,31,32 --modes cobalt" "paper --steps 3"
 #
-# Environment: STEP_TIMEOUT_S, PAIR_WORKER (scripts/gpu/run-step.sh).
+# Environment: STEP_TIMEOUT_S, PAIR_WORKER (run_step in scripts/gpu/lib.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu/device-env.sh  # installs the bundle's pieces once, for both steps
-export BUNDLE_READY=1
-gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+source scripts/gpu/lib.sh
+device_setup  # installs the bundle's pieces once, for both steps
+gpus=$(gpu_count)
 cpus=$(nproc)
-source scripts/gpu/run-step.sh  # run_step GPU CPUS "STEP ARGS..."
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader
 half=$(( cpus / 2 ))
 if [ "$gpus" -ge 2 ] && [ "$#" -ge 2 ] && [ "$half" -ge 1 ]; then

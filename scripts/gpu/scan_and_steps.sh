@@ -10,11 +10,10 @@
 # ($OUT/<tag>.tgz). Steps are stopped 20 s after the scan's deadline (STEP_TIMEOUT_S).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu/device-env.sh  # installs the bundle's pieces once, for the scan and the steps
-export BUNDLE_READY=1
-source scripts/gpu/run-step.sh
+source scripts/gpu/lib.sh
+device_setup  # installs the bundle's pieces once, for the scan and the steps
 seeds="$1"; seconds="$2"; plan="$3"; shift 3
-cpus=$(nproc); per_step="${STEP_CPUS:-8}"; gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+cpus=$(nproc); per_step="${STEP_CPUS:-8}"; gpus=$(gpu_count)
 [ "$#" -le "$gpus" ] || { echo "scan_and_steps: $# steps for $gpus GPUs"; exit 2; }
 step=0
 for spec in "$@"; do

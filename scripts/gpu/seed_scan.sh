@@ -17,7 +17,8 @@
 # the VM, so every machine starts from the same model; a plan's own --config may name another).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu/device-env.sh
+source scripts/gpu/lib.sh
+device_setup
 first="${1%-*}"; last="${1#*-}"; seconds="$2"; plan="$(realpath "$3")"
 scan="${SCAN_DIR:-/tmp/scan}"; mkdir -p "$scan/runs/models" "$scan/logs"
 if [ -d .gpu/fitted-seed0 ] && [ ! -d "$scan/runs/models/fitted-seed0" ]; then

@@ -11,10 +11,10 @@
 # (default scripts/gpu/worker.sh) is the script each run starts.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu/device-env.sh  # installs the bundle's pieces once, for every run
-export BUNDLE_READY=1
+source scripts/gpu/lib.sh
+device_setup  # installs the bundle's pieces once, for every run
 runs="${1:-3}"; shift || true
-gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+gpus=$(gpu_count)
 [ "$runs" -le "$gpus" ] || { echo "side_by_side: $runs runs for $gpus GPUs"; exit 2; }
 echo "side_by_side: $runs pipelines at once, one per GPU, on $(nproc) shared cores"
 for i in $(seq 0 $(( runs - 1 ))); do

@@ -1,47 +1,36 @@
 #!/usr/bin/env bash
-# The GPU worker as a researcher runs it, one step per device call; each call first
-# installs what the offline bundle's pieces carried so far (infra/gpu-bundle/install.sh). Results
-# land in $OUT (logs, JSON, the nvidia-smi memory trace).
+# The GPU worker as a researcher runs it, one step per call (scripts/gpu/pair.sh runs two at once,
+# side_by_side.sh N pipelines, scan_and_steps.sh steps beside the seed scan). Each call installs
+# what the offline bundle's pieces carried so far; results land in $OUT. The measured recipes:
+# scripts/gpu/recipe.sh.
 #
-#   bash scripts/gpu/worker.sh env                  # what the image has (pip list, GPU)
-#   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default)
-#                                                   # (PIPELINE_TAG names its files and storage;
-#                                                   # PIPELINE_PROFILE=1: under py-spy, 20 samples
-#                                                   # a second of every process: carry .whl with
-#                                                   # py-spy's wheel; $OUT/TAG.pyspy.txt)
+#   bash scripts/gpu/worker.sh env                  # what the image has (pip list, GPU, sandbox)
+#   bash scripts/gpu/worker.sh pipeline [ARGS]      # python -m flows.pipeline (embedded default):
+#                                                   # PIPELINE_TAG names its files and storage,
+#                                                   # PIPELINE_PROFILE=1 runs it under py-spy
 #   bash scripts/gpu/worker.sh model-8b             # the Qwen3-8B-shaped random model, built once
-#   bash scripts/gpu/worker.sh models               # that and the paper preset's (152k vocabulary)
-#   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu (or
-#                                                   # DEPLOYMENT=FLOW/NAME of prefect.yaml) +
-#                                                   # a gpu-pool worker running it with PARAMS (JSON,
-#                                                   # or a file of it; the 8B model built if missing)
+#   bash scripts/gpu/worker.sh deploy NAME PARAMS   # Prefect server + prefect deploy pipeline-gpu
+#                                                   # (or DEPLOYMENT=FLOW/NAME of prefect.yaml) + a
+#                                                   # gpu-pool worker running it with PARAMS (JSON,
+#                                                   # or a file of it: scripts/gpu/params/)
 #   bash scripts/gpu/worker.sh wait NAME            # a deployment that outlived its call: wait for
 #                                                   # its worker, then collect its logs
 #   bash scripts/gpu/worker.sh paper [ARGS]         # benchmarks.paper_preset (8B, 10k + 6k tokens)
-#   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # python -m experiments.learning_check, 3 at once
-#   bash scripts/gpu/worker.sh rollout-gpus [ARGS]  # benchmarks.rollout_gpus: the trajectory stage on
-#                                                   # 1 GPU, then on every visible GPU
+#   bash scripts/gpu/worker.sh learning NAME SEEDS [ARGS]  # experiments.learning_check, 3 at once
+#   bash scripts/gpu/worker.sh rollout-gpus [ARGS]  # benchmarks.rollout_gpus: the trajectory stage
+#                                                   # on 1 GPU, then on every visible GPU
 #
-# The runs of docs/RESULTS.md ("The pipeline on GPUs"):
-#   bash scripts/gpu/worker.sh pipeline                                   # vLLM hidden or installed
 #   bash scripts/gpu/worker.sh deploy tiny "$(cat scripts/gpu/params/deploy-tiny.json)"
 #   bash scripts/gpu/worker.sh deploy 8b scripts/gpu/params/deploy-8b.json
-# Two steps at once on a two-GPU machine: scripts/gpu/pair.sh; N default pipelines at once, one
-# per GPU, sharing every core: scripts/gpu/side_by_side.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/gpu/device-env.sh
-export PREFECT_HOME="${PREFECT_HOME:-/tmp/prefect-home}" PREFECT_SERVER_ANALYTICS_ENABLED=false DO_NOT_TRACK=1
-# Prefect 3.8.8's UI app needs FastAPI >= 0.139 (FastAPI.frontend); the GPU set pins 0.136.3
-# (vLLM's bound): the server runs its API without the UI there (docs/DEPLOYMENT.md)
-export PREFECT_UI_ENABLED=false
-export PATH="/tmp/site/bin:$PATH"
-trace() { setsid nohup nvidia-smi ${CUDA_VISIBLE_DEVICES:+-i "$CUDA_VISIBLE_DEVICES"} \
-  --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 \
-  >"$OUT/$1.mem.csv" 2>/dev/null </dev/null & echo $!; }
-build_8b() {  # the Qwen3-8B-shaped random model with the tiny tokenizer, built once
+source scripts/gpu/lib.sh
+device_setup
+export PREFECT_HOME="${PREFECT_HOME:-/tmp/prefect-home}"
+trace() { TRACE_GPUS="${CUDA_VISIBLE_DEVICES:-}" gpu_trace "$OUT/$1.mem.csv" timestamp,memory.used; }
+build_8b() {  # the Qwen3-8B shape with the tiny tokenizer, no end-of-turn taste, built once
   [ -f /root/model-8b/config.json ] && return 0
-  python3 -c 'from engines.tiny import build_tiny_model as b; import sys
+  python3 -c 'from engines.tiny import build_tiny_model as b
 b("/root/model-8b", seed=0, hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
   intermediate_size=12288, max_position_embeddings=32768, eos_logit=0.0, device="cuda",
   dtype="bfloat16")'
@@ -70,33 +59,14 @@ case "$step" in
     python3 -m pip list --format=freeze >"$OUT/pip-list.txt" 2>/dev/null
     python3 -c 'import prefect, trl, torch; print("prefect", prefect.__version__, "trl", trl.__version__, "torch", torch.__version__)'
     python3 -c 'import vllm; print("vllm", vllm.__version__)' 2>&1 | tail -1
-    cat /proc/self/cgroup; ls /sys/fs/cgroup | head -20; cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null
+    cat /sys/fs/cgroup/cgroup.controllers 2>/dev/null
     printf '%s\n' '{"id": "a", "code": "print(int(input()) * 2)", "tests": {"inputs": ["3"], "outputs": ["6"]}}' >/tmp/p.jsonl
     python3 -m sandbox judge -i /tmp/p.jsonl -o /tmp/v.jsonl --backend namespace -q; cat /tmp/v.jsonl ;;
   pipeline)
     tag="${PIPELINE_TAG:-pipeline}"
-    pid=$(trace "$tag") profile=()
-    if [ -n "${PIPELINE_PROFILE:-}" ]; then  # where a GPU host's stage time goes
-      python3 -m pip install -q --no-index --no-deps --target /tmp/pyspy .whl/py_spy-*.whl &&
-        profile=(/tmp/pyspy/bin/py-spy record -r 20 --subprocesses -f raw -o "$OUT/$tag.pyspy.txt" --)
-    fi
-    /usr/bin/time -v "${profile[@]}" python3 -m flows.pipeline --backend namespace \
-      --storage "/tmp/runs-$tag" "$@" >"$OUT/$tag.log" 2>&1
-    echo "pipeline exit $?"; kill "$pid"
-    grep -E "Elapsed|Maximum resident" "$OUT/$tag.log"
-    grep -E "engine auto|generation auto" "$OUT/$tag.log" | head -2  # what auto chose, and why
-    # the reference fit's time and torch CPU threads (engines.cpu_threads)
-    cp "/tmp/runs-$tag/models/fitted-seed0/fitted_recipe.json" "$OUT/$tag.fit.json" 2>/dev/null \
-      && python3 -c 'import json, sys; print("fit:", json.load(open(sys.argv[1]))["stats"])' "$OUT/$tag.fit.json"
-    python3 scripts/gpu/flow_times.py --mem "$OUT/$tag.mem.csv" \
-      --json "$OUT/$tag.stages.json" || true
+    pipeline_run "$tag" "/tmp/runs-$tag" "$@"
     tail -40 "$OUT/$tag.log" ;;
   model-8b) build_8b ;;
-  models)
-    build_8b
-    python3 -c 'from pathlib import Path; from benchmarks.paper_preset import build_model
-build_model(Path("/root/model-8b-v152k"), smoke=False)'
-    du -sh /root/model-8b-v152k; df -h /root | tail -1 ;;
   deploy)
     # a fresh server and database (a run left scheduled by an earlier call would run beside this
     # one: --run-once starts every scheduled run), the worker detached, its logs in /root/deploy-NAME
@@ -120,7 +90,7 @@ build_model(Path("/root/model-8b-v152k"), smoke=False)'
     setsid nohup bash -c 'python3 -m prefect worker start --pool gpu-pool --run-once; echo $? >"$0/worker.rc"' \
       "$logs" >"$logs/$name.worker.log" 2>&1 </dev/null &
     wait_deploy "$name" ;;
-  wait) export PREFECT_API_URL=http://127.0.0.1:4200/api; wait_deploy "$1" ;;  # a deployment still running when the call that started it ended
+  wait) export PREFECT_API_URL=http://127.0.0.1:4200/api; wait_deploy "$1" ;;
   paper)
     # vLLM's share of the card: half of an H200's 141 GB; 0.3 of an 80 GB H100 (the memory plan
     # needs ~50 GB beside it for the bf16 base, one 16k-token sequence and the fp32 log-softmax)
