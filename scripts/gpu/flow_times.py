@@ -1,8 +1,8 @@
 """Per-stage wall time and peak GPU memory of the pipeline's flow runs, read from the Prefect API
 (the server of PREFECT_API_URL, or the ephemeral one of PREFECT_HOME) and an nvidia-smi trace
-(`timestamp, memory.used MiB` every 0.5 s, scripts/gpu/worker.sh; or every GPU's, `index,
-timestamp, memory.used, utilization.gpu`, scripts/gpu/node.sh: then each stage also lists the
-GPUs it computed on). Used by the GPU runs of the pipeline and of the GPU plan.
+(`timestamp, memory.used MiB` every 0.5 s, or every GPU's `index, timestamp, memory.used,
+utilization.gpu`: then each stage also lists the GPUs it computed on; gpu_trace in
+scripts/gpu/lib.sh). Used by the GPU runs of the pipeline and of the GPU plan.
 
     python scripts/gpu/flow_times.py --mem trace.csv --json stages.json
     python scripts/gpu/flow_times.py --wait-api 120      # wait for PREFECT_API_URL to answer

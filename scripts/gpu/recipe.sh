@@ -120,7 +120,8 @@ tokens, max_prompt_length 512), 5 samples a prompt, 64 prompts a GPU a step (gen
 scripts/gpu/eos_calibrate.py); then benchmarks/grpo_step_report.py against verl's 1,544.
   other ARGS     to flows.training (--share-prompts, --packing, --fsdp-gather bfloat16, ...)
   --split        G-1 training processes beside the stage's own vLLM server on the last GPU,
-                 --async, 4 steps of 90 prompts x 5 a process (goal 1's 3 + 1 on 4 GPUs)
+                 --async, 4 steps of 90 prompts x 5 a process (goal 1's run on 4 GPUs:
+                 --split --share-prompts)
   --two-nodes    2 "nodes" on this host: two launchers of G/2 GPUs, one rendezvous, one storage
                  (--shared-storage --nodes 2); the report is node 0's, its collectives' bytes
                  feed python -m benchmarks.nodes_projection REPORT --measured
