@@ -266,25 +266,35 @@ Qwen3-8B shape (random bf16 weights, 152k vocabulary); then benchmarks/grpo_step
                   group of 16 completions of 6,144 tokens a step (ignore_eos), 2 steps
   --shape verl    verl's shape (see verl --help): 64 prompts x 5 a step, responses of mean ~200
                   tokens capped at 1,024, 3 steps, against verl's 1,544 tok/s/GPU
-  other ARGS      to flows.training (--share-prompts, --packing, --async, --max-steps N)
+  other ARGS      to flows.training (--share-prompts, --packing, --async, --max-steps N);
+                  --vllm-server-gpus K: the stage's own vLLM server on GPUs 1..K beside the
+                  training on GPU 0 (the split of 2 GPUs: --shape verl --share-prompts --async
+                  --vllm-server-gpus 1 --max-steps 4; with --fp8-generation, sampled in fp8)
 
-Needs: one GPU; the paper's lengths ~110 GiB at their peak (an H200: the memory plan refuses an
-80 GB card before any work), verl's shape ~67-82 GiB; the bundle's site-train, site-core and
-every vLLM part.
+Needs: one GPU (1 + K with a server); the paper's lengths ~110 GiB at their peak (an H200: the
+memory plan refuses an 80 GB card before any work), verl's shape ~67-82 GiB; the bundle's
+site-train, site-core and every vLLM part.
 Takes: ~2 min for the model and the data, then ~6 min (paper: 2 steps of ~100-125 s after the
 start-up) or ~5 min (verl): one or two calls.
 Result: STEM.json, the step report.
 EOF
 }
 
-plan_lora1() { echo "1 vllm"; }
+plan_lora1() { echo "$((1 + $(server_gpus "$@"))) vllm"; }
+
+server_gpus() {  # ARGS: the K of --vllm-server-gpus K, else 0
+  local k=0 prev="" a
+  for a in "$@"; do [ "$prev" = --vllm-server-gpus ] && k="$a"; prev="$a"; done
+  echo "$k"
+}
 
 body_lora1() {
   local shape=paper rest=()
   while [ $# -gt 0 ]; do
     case "$1" in --shape) shape="$2"; shift 2 ;; *) rest+=("$1"); shift ;; esac
   done
-  export CUDA_VISIBLE_DEVICES=0
+  local n=$((1 + $(server_gpus "${rest[@]}")))  # GPU 0 trains, the stage's server takes the rest
+  export CUDA_VISIBLE_DEVICES; CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((n - 1)))
   MODEL=$MODEL_8B
   case $shape in
     paper)
@@ -295,7 +305,7 @@ body_lora1() {
       GPUS=1 SHARDING=ddp train lora1 --config "$RUN/lora.json" --max-prompt-tokens 10240 \
         --max-steps 2 --set generation_batch_size=16 \
         --set 'generation_kwargs={"ignore_eos": true}' "${rest[@]}"
-      step_report lora1 1 ;;
+      step_report lora1 "$n" ;;
     verl)
       problems verl 100 340 --system-prompt '' & local data=$!
       model_8b && eos_kwargs "$MODEL_8B" || return 1; wait "$data" || return 1
@@ -304,7 +314,7 @@ body_lora1() {
       GPUS=1 SHARDING=ddp train lora1 --config "$RUN/lora.json" --set num_generations=5 \
         --set "max_completion_length=$CAP" --set generation_batch_size=320 \
         --set "generation_kwargs=$KWARGS" "${rest[@]}"
-      step_report lora1 1 "${VERL_ANCHOR[@]}" ;;
+      step_report lora1 "$n" "${VERL_ANCHOR[@]}" ;;
     *) echo "--shape paper or verl, not '$shape'"; return 2 ;;
   esac
 }
@@ -332,7 +342,7 @@ EOF
 }
 
 plan_default() {
-  local n=1 prev=""
+  local n=1 prev="" a
   for a in "$@"; do [ "$prev" = --gpus ] && n="$a"; prev="$a"; done
   echo "$n"
 }
