@@ -112,7 +112,7 @@ finish() {  # DIR: the run's result.json, its record and its files/ into $OUT
 
 build_model() {  # DIR PYTHON: DIR built by PYTHON (sys.argv[1]: where) unless it was before
   [ -f "$1/config.json" ] && return 0
-  rm -rf "$1.part" && python3 -c "$2" "$1.part" && mv "$1.part" "$1"
+  rm -rf "$1" "$1.part" && python3 -c "$2" "$1.part" && mv "$1.part" "$1"
 }
 
 tiny_random() {  # engines/tiny.py's model: the prepared data's turn-0 trajectories

@@ -108,7 +108,7 @@ body_paper4() {
 
 help_verl() {
   cat <<'EOF'
-verl     verl's GRPO shape on every GPU: 8B full fine-tuning under FSDP, against verl's 1,544 tok/s/GPU
+verl     verl's GRPO shape: the 8B shape fully fine-tuned under FSDP on every GPU, against verl
 
   bash scripts/gpu/recipe.sh verl [--split | --two-nodes | --deployment] [FLOWS.TRAINING ARGS]
 
@@ -206,7 +206,7 @@ JSON
 
 help_parity() {
   cat <<'EOF'
-parity   benchmarks/parity.py on GPUs: N processes against one on the same rows (0.7B, mixed precision)
+parity   benchmarks/parity.py on GPUs: N processes against one on the same rows (0.7B shape)
 
   bash scripts/gpu/recipe.sh parity [PARITY ARGS]
 
@@ -255,7 +255,7 @@ body_parity() {
 
 help_lora1() {
   cat <<'EOF'
-lora1    LoRA on one GPU: the 8B shape at the paper's lengths (or verl's shape) through flows.training
+lora1    LoRA on one GPU: the 8B shape at the paper's lengths (or verl's shape)
 
   bash scripts/gpu/recipe.sh lora1 [--shape paper|verl] [FLOWS.TRAINING ARGS]
 
