@@ -34,6 +34,11 @@ os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
 os.environ["AWS_DEFAULT_REGION"] = "us-east-1"
 for _var in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL", "COBALT_STORAGE"):
     os.environ.pop(_var, None)
+# pytest-xdist: each worker's torch work (and the processes it starts) takes one thread, not
+# engines.cpu_threads' default of up to one a core: two workers on two cores would otherwise run
+# four threads of tiny-model arithmetic that cannot use them (a test that sets its own keeps it)
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("COBALT_THREADS", "1")
 # datasets' cache of converted files: private to the session, not the user's ~/.cache
 _HF_CACHE = tempfile.mkdtemp(prefix="hf-datasets-")
 atexit.register(shutil.rmtree, _HF_CACHE, True)

@@ -281,12 +281,13 @@ def test_every_deployment_registers_and_the_pipeline_runs_on_a_worker(
 
     worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
     try:
-        # the deployment's embedded default, smaller: the session's fitted model stands in for
-        # the 60 s fit (the same recipe), fewer problems, one GRPO step
+        # the deployment's embedded default, smaller: the shared fitted model stands in for the
+        # fit (the same recipe), fewer problems, 4 samples a problem when evaluating, one step
         params = {
             "reference": str(fitted_model["path"]),
             "train_limit": 8,
-            "eval_limit": 6,
+            "eval_limit": 4,
+            "eval_samples": 4,
             "training": {
                 "preset": "tiny",
                 "max_steps": 1,

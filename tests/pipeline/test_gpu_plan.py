@@ -152,7 +152,7 @@ def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatc
 def test_a_micro_batch_that_cannot_hold_one_row_is_refused_before_any_work(
     vllm_here, tmp_path
 ) -> None:
-    """NeMo-RL's shape split 2 + 2 (node.sh g4-nemo: 8B full fine-tuning under fsdp on 2 GPUs,
+    """NeMo-RL's shape split 2 + 2 (8B full fine-tuning under fsdp on 2 GPUs,
     a vLLM server on the other 2, completions of up to 4,096 tokens): on 80 GiB cards two shards
     of the model's float32 state and the reference model leave no room for one row, and the
     plan says so before any work (not the processes after the launch and vLLM's start), with

@@ -29,9 +29,12 @@ NAMESPACE = {"backend": "namespace", "concurrency": 2}
 
 
 def params(storage: Path, **overrides: Any) -> PipelineParams:
+    """The embedded default, smaller: 8 training problems, 6 test problems (the first 6 hold
+    both difficulty groups) evaluated with 4 samples each, 2 GRPO steps."""
     values: dict[str, Any] = {
-        "train_limit": 16,
-        "eval_limit": 12,
+        "train_limit": 8,
+        "eval_limit": 6,
+        "eval_samples": 4,
         "sandbox": NAMESPACE,
         "storage": {"url": str(storage)},
         **overrides,
@@ -249,7 +252,8 @@ def test_offline_mode_end_to_end(tmp_path, fitted_model, capsys):
     nothing, and the run ends with the before/after table, curves, checkpoints and its cost."""
     storage = tmp_path / "runs"
     argv = ["--mode", "offline", "--reference", str(fitted_model["path"]), "--storage"]
-    argv += [str(storage), "--train-limit", "16", "--eval-limit", "12", "--max-steps", "3"]
+    argv += [str(storage), "--train-limit", "8", "--eval-limit", "6", "--max-steps", "3"]
+    argv += ["--eval-samples", "4"]
     assert main([*argv, "--backend", "namespace", "--sandbox-concurrency", "2"]) == 0
     out = capsys.readouterr().out
     # the objective nobody named: the project's default, one constant
@@ -257,11 +261,11 @@ def test_offline_mode_end_to_end(tmp_path, fitted_model, capsys):
     assert "| offline dataset |" in out and f"| 3 offline steps ({DEFAULT_OBJECTIVE}) |" in out
     assert "| all | 2 |" in out  # the before/after table, to the last evaluation turn
 
-    # the offline dataset: every logged turn of the 16 training problems (n samples, 3 turns)
+    # the offline dataset: every logged turn of the 8 training problems (n samples, 3 turns)
     manifest = json.loads(next(storage.glob("offline/*/MANIFEST.json")).read_text())
     stats = manifest["stats"]
     n = tiny_collect().sampling.n
-    assert stats["problems"] == 16 and 0 < stats["rows"] <= 16 * n * 3
+    assert stats["problems"] == 8 and 0 < stats["rows"] <= 8 * n * 3
     assert set(stats["rows_by_turn"]) == {"0", "1", "2"}
     assert stats["nonzero_advantage_rows"] > 0
     assert not list(storage.glob("bandit/*"))  # no bandit dataset in this mode

@@ -1,7 +1,7 @@
 """The training stage's own vLLM server (`training.vllm_server_gpus`, --vllm-server-gpus): the
 split of GPUs, the settings validated before any work, and the server's lifetime around the
 training (a real subprocess answering HTTP on CPU; vLLM itself runs only on a GPU:
-scripts/gpu/node.sh split-train)."""
+`scripts/gpu/recipe.sh lora1 --shape verl --share-prompts --async --vllm-server-gpus 1`)."""
 
 from __future__ import annotations
 
