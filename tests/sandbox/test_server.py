@@ -69,12 +69,22 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def server(backend, tmp_path_factory):
-    s = Server(str(tmp_path_factory.mktemp("server") / "s.sock"), backend)
+def server(backend):
+    """A sandbox server on a socket with a short path: a unix socket's path has a 108-byte limit,
+    and the progress bar that names it is cut at the terminal's width (xdist's temporary paths
+    are longer)."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="sbx-")
+    s = Server(f"{folder}/s.sock", backend)
     yield s
     s.stop()
-    assert s.proc.returncode == 0, s.log.read_text()
-    assert not os.path.exists(s.address)  # the socket is removed on the way out
+    try:
+        assert s.proc.returncode == 0, s.log.read_text()
+        assert not os.path.exists(s.address)  # the socket is removed on the way out
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def via(server_address: str | None, backend: str, **limits) -> SyncJudge:
