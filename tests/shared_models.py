@@ -225,3 +225,8 @@ if __name__ == "__main__":
     except TokenizerFetchError as exc:
         print(f"qwen3 toy model not built: {exc}", file=sys.stderr, flush=True)
     print(fitted_model(), flush=True)
+    # DeepSpeed compiles its CPU shared-memory collective the first time a process group starts
+    # (about a minute, cached in TORCH_EXTENSIONS_DIR): here, not inside the ZeRO-3 parity test
+    from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
+
+    ShareMemCommBuilder().load()

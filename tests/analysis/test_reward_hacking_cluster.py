@@ -72,6 +72,8 @@ def what_workers_did(address: str) -> dict[str, tuple[int, list[str]]]:
 def test_the_judge_fans_out_on_a_cluster_with_the_records_of_a_local_run(
     tmp_path, fitted_model, dask_cluster
 ):
+    """The reward-hacking analysis run here and on a Dask cluster: the same records. Over 60 s: the
+    analysis twice, the second on the cluster's worker processes."""
     import torch
 
     fitted = fitted_model["path"]

@@ -271,6 +271,9 @@ def test_the_gpu_runs_parameters_validate(path: Path, tmp_path: Path):
 def test_every_deployment_registers_and_the_pipeline_runs_on_a_worker(
     server, tmp_path, fitted_model
 ):
+    """Every deployment of prefect.yaml registers, and `pipeline` runs on a process worker to the end
+    (artifacts, summary, policy). Over 60 s: `prefect deploy --all` and a small pipeline in the
+    worker's flow-run process."""
     env, logs = server
     storage = tmp_path / "storage"
     for pool in ("cpu-pool", "gpu-pool"):

@@ -45,6 +45,8 @@ def check(tmp_path: Path, *argv: str) -> str:
 
 @pytest.mark.timeout(900)
 def test_learning_check_smoke_two_calls_and_aggregate(tmp_path: Path) -> None:
+    """Over 60 s: three learning-check runs (two seeds, then one with one mode), each an SFT fit,
+    trajectories and trained modes in processes of their own."""
     first, second, merged = tmp_path / "call1", tmp_path / "call2", tmp_path / "merged"
     out = check(
         tmp_path, "--smoke", "--out", str(first), "--seeds", "0,1", "--parallel", "2", *MODES

@@ -197,7 +197,8 @@ def test_help():
 @pytest.mark.timeout(900)
 def test_two_seeds_of_a_small_embedded_run(tmp_path, small_run_config, capsys):
     """Two seeds through the real pipeline flow in one storage: each seed its own trajectories
-    and evaluations, the data stage shared; a second call runs nothing already recorded."""
+    and evaluations, the data stage shared; a second call runs nothing already recorded. Over 60
+    s: two small pipeline runs."""
     script = load_script()
     config = small_run_config(eval_limit=8, concurrency=2)
     storage, out = tmp_path / "runs", tmp_path / "seeds.json"

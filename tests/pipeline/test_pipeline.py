@@ -78,6 +78,8 @@ def artifact_keys(flow_run_id: Any) -> set[str]:
 @pytest.mark.usefixtures("prefect_harness")
 @pytest.mark.timeout(900)
 def test_pipeline_runs_every_stage_and_reruns_only_what_changed(tmp_path, fitted_model):
+    """Every stage of the pipeline with the fitted model, the reward-hacking analysis of both
+    policies, then a rerun that trains one more step: over 60 s (about 10 generating stages)."""
     storage = tmp_path / "runs"
     reference = str(fitted_model["path"])  # what the default's reference-model task fits
     bandit = {"max_prompt_tokens": 1024, "perturbed_ratio": 0.2}  # + METHOD §1.7's mitigation

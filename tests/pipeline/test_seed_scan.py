@@ -45,6 +45,7 @@ def leftovers(tmp_path: Path) -> list[str]:
 def test_seeds_run_side_by_side_into_one_results_file_and_the_deadline_stops_them(
     tmp_path, small_run_config
 ):
+    """Over 60 s: two small pipeline runs side by side, each a process of its own."""
     config = small_run_config(eval_limit=4, concurrency=1)
     small = f"--config {config} --max-steps 1 --batch 8"
     out = scan(tmp_path, [f"{small} --label a"], "0-1", 600)

@@ -225,7 +225,7 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path, tiny
     with SIGKILL, the launcher with them, once a checkpoint is on disk: the same job again goes
     on from the newest complete checkpoint, runs only the steps left, and saves one model
     directory that transformers loads. A checkpoint the kill cut short (no trainer_state.json)
-    is skipped."""
+    is skipped. Over 60 s: two launches of two training processes."""
     import json
     import signal
     import time
@@ -437,7 +437,8 @@ def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_se
     """storage.shared declared, but each node writes a directory of its own (two machines'
     local disks): every node stops before its first step, saying what each node saw (the
     rendezvous waits 45 s: node 1, started in a fresh interpreter, missed a
-    10 s one on CI's two loaded cores)."""
+    10 s one on CI's two loaded cores). Over 60 s: two launchers, and the check waits its whole
+    window for files that never come."""
 
     model = tiny_model
     the_job = job(
@@ -479,7 +480,8 @@ def test_each_step_reports_the_bytes_its_collectives_moved(
     """With torch's flight recorder on, the step timing holds the GB each step put through
     collectives: under fsdp (float32 on CPU processes), the whole model gathered at least twice a
     step (forward, backward) and its gradients reduced at least once (gloo has no
-    reduce-scatter: FSDP2 all-reduces there); without the recorder, nothing."""
+    reduce-scatter: FSDP2 all-reduces there); without the recorder, nothing. Over 60 s: a
+    two-process fsdp launch with the flight recorder on."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model = tiny_model
@@ -511,7 +513,8 @@ def test_gradients_reduced_every_micro_batch_when_asked(
     """Under fsdp a step of two micro-batches reduces its gradients once (accelerate's no_sync
     holds them whole until the last micro-batch); with training.gradient_sync micro_batch (what
     the memory plan picks when whole gradients do not fit) it reduces them after each, twice
-    the bytes, and the run's numerics say which the Trainer did."""
+    the bytes, and the run's numerics say which the Trainer did. Over 60 s: two two-process fsdp
+    launches."""
 
     model = tiny_model
     fsdp_on_cpu("1")
