@@ -125,6 +125,20 @@ def tiny_model() -> Iterator[Path]:
 
 
 @pytest.fixture(scope="session")
+def qwen3_toy() -> Iterator[Path]:
+    """A random Qwen3-shaped model with Qwen3's real tokenizer (tests/shared_models.py), built
+    once per machine; a failed download of the tokenizer fails the tests here, in one line naming
+    the URL. Tests only read it."""
+    from shared_models import TokenizerFetchError, qwen3_toy_model
+
+    try:
+        path = qwen3_toy_model()
+    except TokenizerFetchError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield from _unchanged(path)
+
+
+@pytest.fixture(scope="session")
 def serve_process(tiny_model, tmp_path_factory) -> Iterator[Served]:
     """`transformers serve <tiny model>` started on a free port (not yet waited for), shared by
     the trajectory and reward-hacking tests (tests/tiny_serving.py)."""

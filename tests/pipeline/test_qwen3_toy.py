@@ -42,18 +42,6 @@ ONE_SMALL_STEP = [
 ]
 
 
-@pytest.fixture(scope="module")
-def qwen3_toy() -> Path:
-    """The toy model's directory; a failed download of the tokenizer fails the tests here, in
-    one line naming the URL."""
-    from shared_models import TokenizerFetchError, qwen3_toy_model
-
-    try:
-        return qwen3_toy_model()
-    except TokenizerFetchError as exc:
-        pytest.fail(str(exc), pytrace=False)
-
-
 def prompt_tokens(tokenizer, messages, **template) -> int:
     ids = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False, **template
