@@ -65,6 +65,12 @@ def watchdogs():  # this process's children running the watchdog's file
             found.append(pid)
     return sorted(found)
 
+def started_watchdog():  # a forked child shows the parent's argv until it has exec'd: wait
+    deadline = time.monotonic() + 30
+    while not (found := watchdogs()) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return found
+
 started, release = threading.Event(), threading.Event()
 
 def side():
@@ -74,7 +80,7 @@ def side():
 
 assert watchdogs() == []
 with reaper():
-    first = watchdogs()
+    first = started_watchdog()
     assert len(first) == 1
     with reaper():
         assert watchdogs() == first
@@ -90,7 +96,7 @@ while watchdogs() and time.monotonic() < deadline:
     time.sleep(0.05)
 assert watchdogs() == [], "still running after the last block"
 with reaper():
-    again = watchdogs()
+    again = started_watchdog()
     assert len(again) == 1 and again != first
 print("shared")
 """
