@@ -3,6 +3,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
+# Python keeps its bytecode: an interpreter that imports torch, transformers and TRL spends ~11 s
+# of CPU compiling their sources where it can read none (PYTHONDONTWRITEBYTECODE set, an install
+# that compiled nothing), ~5 s with them (the suite starts hundreds; docs/TESTING.md). So uv
+# compiles what it installs, and what make runs writes the caches of the rest.
+unexport PYTHONDONTWRITEBYTECODE
+export UV_COMPILE_BYTECODE := 1
+
 .PHONY: setup setup-gpu docker install fit run judge-samples serve test test-models lint bench lock lock-gpu
 
 $(VENV)/.installed: pyproject.toml constraints.txt

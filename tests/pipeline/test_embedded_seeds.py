@@ -1,7 +1,7 @@
 """The embedded default's signal-or-noise tools: a run with another seed, the summary
 line that judges each change against the default's measured spread, the paired before/after
-plot, and `scripts/embedded_seeds.py` (its setting, its aggregate over seeds, and one real run of
-two seeds through the pipeline flow)."""
+plot, and `scripts/embedded_seeds.py` (its setting, its aggregate over seeds; real runs of two
+seeds through the pipeline flow: tests/pipeline/test_seed_scan.py)."""
 
 from __future__ import annotations
 
@@ -190,34 +190,6 @@ def test_help():
     with pytest.raises(SystemExit) as exit_:
         script.parse_args(["--help"])
     assert exit_.value.code == 0
-
-
-@pytest.mark.slow
-@pytest.mark.usefixtures("prefect_harness")
-@pytest.mark.timeout(900)
-def test_two_seeds_of_a_small_embedded_run(tmp_path, small_run_config, capsys):
-    """Two seeds through the real pipeline flow in one storage: each seed its own trajectories
-    and evaluations, the data stage shared; a second call runs nothing already recorded. Over 60
-    s: two small pipeline runs."""
-    script = load_script()
-    config = small_run_config(eval_limit=8, concurrency=2)
-    storage, out = tmp_path / "runs", tmp_path / "seeds.json"
-    argv = ["--config", str(config), "--storage", str(storage), "--out", str(out)]
-    argv += ["--seeds", "0,1", "--max-steps", "1", "--label", "small"]
-    assert script.main(argv) == 0
-    results = json.loads(out.read_text())["settings"]["small"]
-    assert sorted(results["seeds"]) == ["0", "1"]
-    assert results["fields"]["training"]["max_steps"] == 1
-    for result in results["seeds"].values():
-        assert "after 1 cobalt GRPO steps" in result["line"]
-        problems = result["problems"]  # per-problem Pass@1, for the bootstrap
-        assert len(problems["ids"]) == len(problems["0"]["before"]) == 8
-    assert len(list(storage.glob("datasets/problemsets/*/MANIFEST.json"))) == 1  # shared
-    # each seed its own: training trajectories, evaluation before, evaluation after
-    assert len(list(storage.glob("trajectories/evaluation/*/MANIFEST.json"))) == 6
-    assert "| all | 0 | 2 |" in capsys.readouterr().out
-    assert script.main(argv) == 0  # both seeds recorded: nothing runs again
-    assert "seed 0:" not in capsys.readouterr().out
 
 
 def test_the_summary_lines_spread_is_the_recorded_measurement_of_the_default():

@@ -474,59 +474,43 @@ def test_nodes_that_do_not_share_the_declared_directory_stop_naming_what_each_se
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_each_step_reports_the_bytes_its_collectives_moved(
+def test_each_step_reports_the_bytes_its_collectives_moved_and_a_micro_batch_sync_twice_them(
     tmp_path, monkeypatch, fsdp_on_cpu, tiny_model
 ):
     """With torch's flight recorder on, the step timing holds the GB each step put through
     collectives: under fsdp (float32 on CPU processes), the whole model gathered at least twice a
     step (forward, backward) and its gradients reduced at least once (gloo has no
-    reduce-scatter: FSDP2 all-reduces there); without the recorder, nothing. Over 60 s: a
-    two-process fsdp launch with the flight recorder on."""
+    reduce-scatter: FSDP2 all-reduces there). A step of two micro-batches reduces its gradients
+    once (accelerate's no_sync holds them whole until the last micro-batch); with
+    training.gradient_sync micro_batch (what the memory plan picks when whole gradients do not
+    fit) it reduces them after each, twice the bytes, and the run's numerics say which the
+    Trainer did. (Without the recorder, no bytes: the fsdp run of
+    test_async_generation_under_fsdp_gathers_the_weights_it_samples_from.) Over 60 s: two
+    two-process fsdp launches with the flight recorder on."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     model = tiny_model
-    config = AutoConfig.from_pretrained(model)
-    model_gb = AutoModelForCausalLM.from_config(config).num_parameters() * 4 / 1e9
-    fsdp_on_cpu("1")
-    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "20000")
-    config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 2}
-    _, timing, _ = run_job(job(tmp_path, str(model), **config))
-    assert timing["collectives_complete"] is True
-    by_op = timing["collective_gb_step_by_op"]
-    for step in (0, 1):
-        assert by_op["all_gather"][step] >= 2 * model_gb
-        reduced = by_op.get("reduce_scatter", [0, 0])[step] + by_op.get("all_reduce", [0, 0])[step]
-        assert reduced >= model_gb
-        assert timing["collective_gb_step"][step] == pytest.approx(
-            sum(gb[step] for gb in by_op.values()), abs=1e-5
-        )
-    monkeypatch.delenv("TORCH_FR_BUFFER_SIZE")
-    _, timing, _ = run_job(job(tmp_path / "off", str(model), **config))
-    assert "collective_gb_step" not in timing
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_gradients_reduced_every_micro_batch_when_asked(
-    tmp_path, monkeypatch, fsdp_on_cpu, tiny_model
-):
-    """Under fsdp a step of two micro-batches reduces its gradients once (accelerate's no_sync
-    holds them whole until the last micro-batch); with training.gradient_sync micro_batch (what
-    the memory plan picks when whole gradients do not fit) it reduces them after each, twice
-    the bytes, and the run's numerics say which the Trainer did. Over 60 s: two two-process fsdp
-    launches."""
-
-    model = tiny_model
+    model_gb = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model)).num_parameters()
+    model_gb *= 4 / 1e9
     fsdp_on_cpu("1")
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "20000")
     two = {"per_device_train_batch_size": 1, "gradient_accumulation_steps": 4}  # 2 a process
     reduced, synced = {}, {}
-    for sync in ("step", "micro_batch"):
-        config = {"num_processes": 2, "sharding": "fsdp", "max_steps": 1, "overrides": two,
+    for sync, steps in (("step", 2), ("micro_batch", 1)):
+        config = {"num_processes": 2, "sharding": "fsdp", "max_steps": steps, "overrides": two,
                   "gradient_sync": sync}  # fmt: skip
         _, timing, extra = run_job(job(tmp_path / sync, str(model), **config))
+        assert timing["collectives_complete"] is True
         by_op = timing["collective_gb_step_by_op"]
-        reduced[sync] = by_op.get("reduce_scatter", [0])[0] + by_op.get("all_reduce", [0])[0]
+        for step in range(steps):
+            assert by_op["all_gather"][step] >= 2 * model_gb
+            reduced_gb = by_op.get("reduce_scatter", [0] * steps)[step]
+            reduced_gb += by_op.get("all_reduce", [0] * steps)[step]
+            assert reduced_gb >= model_gb
+            assert timing["collective_gb_step"][step] == pytest.approx(
+                sum(gb[step] for gb in by_op.values()), abs=1e-5
+            )
+            reduced.setdefault(sync, reduced_gb)
         synced[sync] = extra["numerics"]["gradient_sync"]
     assert synced == {"step": "step", "micro_batch": "micro_batch"}
     assert reduced["micro_batch"] == pytest.approx(2 * reduced["step"], rel=0.1)
@@ -538,10 +522,11 @@ def test_async_generation_under_fsdp_gathers_the_weights_it_samples_from(
     tmp_path, fsdp_on_cpu, tiny_model
 ) -> None:
     """One step off on two fsdp processes: each process's background copy is refreshed from the
-    sharded policy (a gather every process joins) before each batch is sent ahead; across the
-    epoch's end (4 batches of 1 prompt an epoch) each process reads its share of the next
-    epoch's first batch right; the run ends with every batch after the first served from the
-    background, nothing hanging."""
+        sharded policy (a gather every process joins) before each batch is sent ahead; across the
+        epoch's end (4 batches of 1 prompt an epoch) each process reads its share of the next
+        epoch's first batch right; the run ends with every batch after the first served from the
+        background, nothing hanging; without torch's flight recorder the timing holds no collective
+    bytes."""
 
     model = tiny_model
     fsdp_on_cpu("1")
@@ -551,3 +536,4 @@ def test_async_generation_under_fsdp_gathers_the_weights_it_samples_from(
     assert [h["epoch"] for h in history if "loss" in h][3:5] == [1.0, 1.25]  # a second epoch
     assert extra["overlap"]["overlapped_batches"] == 5 and extra["overlap"]["fresh_batches"] == 1
     assert timing["processes"] == 2
+    assert "collective_gb_step" not in timing  # no flight recorder, no bytes
