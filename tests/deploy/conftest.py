@@ -1,6 +1,7 @@
 """The deployment tests' Prefect server (a real `prefect server start`, its own PREFECT_HOME),
-one for the session: the tests that use it run on one xdist worker (group "deploy"), one after
-another, each with the workers it starts and stops itself."""
+one for the session, every deployment of prefect.yaml deployed to it once, and one worker of
+`cpu-pool`: the tests that use them run on one xdist worker (group "deploy"), one after
+another; a test that needs more workers starts and stops them itself."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_deployment import free_port, prefect_env, start, stop, tail
+from test_deployment import free_port, prefect, prefect_env, start, stop, tail, work_pool
 
 
 @pytest.fixture(scope="session")
@@ -42,3 +43,24 @@ def server(tmp_path_factory) -> Iterator[tuple[dict[str, str], Path]]:
         yield env, logs
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="session")
+def deployed(server) -> str:
+    """`cpu-pool` and `gpu-pool` created and `prefect deploy --all` run, as an operator deploys
+    the project; returns what `prefect deploy` printed."""
+    env, _ = server
+    for pool in ("cpu-pool", "gpu-pool"):
+        work_pool(env, pool)
+    return prefect(env, "--no-prompt", "deploy", "--all", timeout=240)
+
+
+@pytest.fixture(scope="session")
+def cpu_worker(server, deployed) -> Iterator[None]:
+    """A process worker of `cpu-pool` (log: worker.log) for every deployment test's runs."""
+    env, logs = server
+    worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
+    try:
+        yield
+    finally:
+        stop(worker)

@@ -185,26 +185,18 @@ def tail(log: Path, n: int = 60) -> str:
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("deploy")
+@pytest.mark.usefixtures("cpu_worker")
 def test_data_deployment_runs_on_a_worker(server, tmp_path):
     env, logs = server
     storage = tmp_path / "storage"
-
-    work_pool(env, "cpu-pool")
-    out = prefect(env, "--no-prompt", "deploy", "-n", "data")
-    assert "data/data" in out, out
-
-    worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
-    try:
-        params = {
-            "sources": SAMPLE_SOURCES,
-            "rules": {"min_tests": 1},
-            "sandbox": {"backend": "namespace", "concurrency": 2},
-            "storage": {"url": str(storage)},
-        }
-        flow_run_id = run_deployment(env, "data/data", params)
-        result = wait_for(env, flow_run_id, logs)
-    finally:
-        stop(worker)
+    params = {
+        "sources": SAMPLE_SOURCES,
+        "rules": {"min_tests": 1},
+        "sandbox": {"backend": "namespace", "concurrency": 2},
+        "storage": {"url": str(storage)},
+    }
+    flow_run_id = run_deployment(env, "data/data", params)
+    result = wait_for(env, flow_run_id, logs)
 
     # the problem sets were committed in the storage the run was given
     latest = json.loads((storage / "datasets" / "problemsets" / "LATEST.json").read_text())
@@ -268,45 +260,38 @@ def test_the_gpu_runs_parameters_validate(path: Path, tmp_path: Path):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("deploy")
+@pytest.mark.usefixtures("cpu_worker")
 def test_every_deployment_registers_and_the_pipeline_runs_on_a_worker(
-    server, tmp_path, fitted_model
+    server, deployed, tmp_path, fitted_model
 ):
-    """Every deployment of prefect.yaml registers, and `pipeline` runs on a process worker to the end
-    (artifacts, summary, policy). Over 60 s: `prefect deploy --all` and a small pipeline in the
-    worker's flow-run process."""
+    """Every deployment of prefect.yaml registers (`prefect deploy --all`, the session's), and
+    `pipeline` runs on a process worker to the end (artifacts, summary, policy). Over 60 s: a
+    small pipeline in the worker's flow-run process."""
     env, logs = server
     storage = tmp_path / "storage"
-    for pool in ("cpu-pool", "gpu-pool"):
-        work_pool(env, pool)
-    out = prefect(env, "--no-prompt", "deploy", "--all", timeout=240)
     for name in DEPLOYMENTS:
-        assert name in out, (name, out)
-
-    worker = start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")
-    try:
-        # the deployment's embedded default, smaller: the shared fitted model stands in for the
-        # fit (the same recipe), fewer problems, 4 samples a problem when evaluating, one step
-        params = {
-            "reference": str(fitted_model["path"]),
-            "train_limit": 8,
-            "eval_limit": 4,
-            "eval_samples": 4,
-            "training": {
-                "preset": "tiny",
-                "max_steps": 1,
-                "overrides": {
-                    "num_generations": 4,
-                    "per_device_train_batch_size": 4,
-                    "max_completion_length": 96,
-                },
+        assert name in deployed, (name, deployed)
+    # the deployment's embedded default, smaller: the shared fitted model stands in for the
+    # fit (the same recipe), fewer problems, 4 samples a problem when evaluating, one step
+    params = {
+        "reference": str(fitted_model["path"]),
+        "train_limit": 8,
+        "eval_limit": 4,
+        "eval_samples": 4,
+        "training": {
+            "preset": "tiny",
+            "max_steps": 1,
+            "overrides": {
+                "num_generations": 4,
+                "per_device_train_batch_size": 4,
+                "max_completion_length": 96,
             },
-            "sandbox": {"backend": "namespace", "concurrency": 2},
-            "storage": {"url": str(storage)},
-        }
-        flow_run_id = run_deployment(env, "pipeline/pipeline", params)
-        result = wait_for(env, flow_run_id, logs, timeout=600)
-    finally:
-        stop(worker)
+        },
+        "sandbox": {"backend": "namespace", "concurrency": 2},
+        "storage": {"url": str(storage)},
+    }
+    flow_run_id = run_deployment(env, "pipeline/pipeline", params)
+    result = wait_for(env, flow_run_id, logs, timeout=600)
 
     assert {"pipeline-stages", "pipeline-before-after", "pipeline-summary"} <= set(
         result["artifacts"]

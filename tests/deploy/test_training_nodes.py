@@ -1,12 +1,12 @@
 """Training on two machines from Prefect, as an operator runs it, on one host: a real
-Prefect server, `prefect deploy` of `training-node` and `training-nodes`, a worker of the GPU pool
-on each node's work queue (node-0, node-1: here two workers on one host, CPU processes over
-gloo), a worker of the CPU pool for the coordinating flow, `prefect deployment run`, S3 storage
-(moto) shared by the nodes; the pipeline with `--nodes 2` through the same workers. Then a node
-whose queue no worker serves: the node that started fails at the rendezvous and the coordinating
-flow cancels the other and fails naming it. Last, the coordinating run cancelled as from the UI:
-it cancels the nodes' runs it placed. The tests share the server, the deployments and the
-workers (one xdist worker runs them in order)."""
+Prefect server, `prefect deploy --all` (`training-node` and `training-nodes` among them), a
+worker of the GPU pool on each node's work queue (node-0, node-1: here two workers on one host,
+CPU processes over gloo), a worker of the CPU pool for the coordinating flow, `prefect
+deployment run`, S3 storage (moto) shared by the nodes; the pipeline with `--nodes 2` through
+the same workers. Then a node whose queue no worker serves: the node that started fails at the
+rendezvous and the coordinating flow cancels the other and fails naming it. Last, the
+coordinating run cancelled as from the UI: it cancels the nodes' runs it placed. The tests
+share the server, the deployments and the workers (one xdist worker runs them in order)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,6 @@ from test_deployment import (
     start,
     stop,
     tail,
-    work_pool,
 )
 
 # the state of each flow run placed on one of the queues named in argv[1] (a JSON list)
@@ -66,10 +65,10 @@ TRAINING = {
 
 
 @pytest.fixture(scope="module")
-def nodes(server, tmp_path_factory, s3_endpoint) -> Iterator[dict[str, Any]]:
-    """Trajectories collected into S3 storage (moto), `training-node` and `training-nodes`
-    deployed, a worker of the CPU pool (the coordinating flows) and one of the GPU pool on each
-    node's queue (node-0, node-1); yields what the tests need and stops the workers."""
+def nodes(server, cpu_worker, tmp_path_factory, s3_endpoint) -> Iterator[dict[str, Any]]:
+    """Trajectories collected into S3 storage (moto), with the session's deployments and its
+    worker of the CPU pool (the coordinating flows), a worker of the GPU pool on each node's
+    queue (node-0, node-1); yields what the tests need and stops the node workers."""
     import s3fs
 
     env, logs = server
@@ -90,12 +89,7 @@ def nodes(server, tmp_path_factory, s3_endpoint) -> Iterator[dict[str, Any]]:
     )  # fmt: skip
     assert collect.returncode == 0, collect.stderr[-3000:]
 
-    for pool in ("cpu-pool", "gpu-pool"):
-        work_pool(env, pool)
-    out = prefect(env, "--no-prompt", "deploy", "-n", "training-node", "-n", "training-nodes")
-    assert "training/training-node" in out and "training-nodes/training-nodes" in out, out
-    workers = [start(env, ["worker", "start", "--pool", "cpu-pool"], logs / "worker.log")]
-    workers += [
+    workers = [
         start(env, ["worker", "start", "--pool", "gpu-pool", "--work-queue", f"node-{rank}"],
               logs / f"node-{rank}.log")
         for rank in (0, 1)

@@ -235,7 +235,7 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path, tiny
     from cobalt.training.checkpoints import last_checkpoint
 
     model = tiny_model
-    steps = 60
+    steps = 20  # the kill lands at the first checkpoint (step 2): many steps after it
     the_job = job(tmp_path, str(model), num_processes=2, max_steps=steps, save_steps=2)
     job_file = tmp_path / "job.json"
     job_file.write_text(the_job.model_dump_json())

@@ -277,8 +277,9 @@ def test_a_resumed_run_samples_its_first_batch_fresh_and_trains_the_same_rows(
     assert [r["step"] for r in records] == [2, 2]  # in place at 2, then sent ahead at 2
 
 
-def _vote(rank: int, port: int, flags: list[bool], results) -> None:
-    """One of two CPU processes (gloo, accelerate's own set-up): its vote on `flags[rank]`."""
+def _vote(rank: int, port: int, votes: list[list[bool]], results) -> None:
+    """One of two CPU processes (gloo, accelerate's own set-up): its vote on `flags[rank]` for
+    each `flags` of `votes`, in turn."""
     import os
     from types import SimpleNamespace
 
@@ -289,13 +290,13 @@ def _vote(rank: int, port: int, flags: list[bool], results) -> None:
     from accelerate import Accelerator
 
     trainer = SimpleNamespace(accelerator=Accelerator(cpu=True))
-    results[rank] = overlap._on_every_process(flags[rank], trainer)
-    trainer.accelerator.wait_for_everyone()
+    for i, flags in enumerate(votes):
+        results[(i, rank)] = overlap._on_every_process(flags[rank], trainer)
+        trainer.accelerator.wait_for_everyone()
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("flags", [[True, False], [True, True]])
-def test_one_process_whose_batch_was_not_sent_ahead_sends_every_process_in_place(flags) -> None:
+def test_one_process_whose_batch_was_not_sent_ahead_sends_every_process_in_place() -> None:
     """The processes agree on using the batch sent ahead only if it is right on every one of
     them: one process alone mismatching makes all of them sample in place (whose weight refresh
     under FSDP is a collective they must all join), on two real gloo processes."""
@@ -303,9 +304,11 @@ def test_one_process_whose_batch_was_not_sent_ahead_sends_every_process_in_place
 
     from cobalt.training.launch import _free_port
 
+    votes = [[True, False], [False, True], [True, True], [False, False]]
     results = mp.Manager().dict()
-    mp.spawn(_vote, args=(_free_port(), flags, results), nprocs=2)
-    assert [results[0], results[1]] == [all(flags)] * 2
+    mp.spawn(_vote, args=(_free_port(), votes, results), nprocs=2)
+    for i, flags in enumerate(votes):
+        assert [results[(i, 0)], results[(i, 1)]] == [all(flags)] * 2, flags
 
 
 @pytest.mark.timeout(300)

@@ -265,16 +265,31 @@ def test_the_gather_and_reduce_dtypes_in_use_are_read_from_the_wrapped_model() -
     }
 
 
-def _two_micro_batches(rank: int, port: int, gather: str, results, arch: str = "qwen2") -> None:
-    """One FSDP2 process of two: a tiny model of `arch` (qwen2: biases on q, k, v; qwen3: norms
-    of q and k inside the attention, the 8B default's shape) wrapped as the trainers wrap it (the
-    policy of `gather`, then accelerate's FSDP2 preparation), two micro-batches under CPU bf16
-    autocast with gradients synchronised on the second; rank 0 reports the losses, the full
-    gradients, the gather read back and the dtypes the head's and a linear layer's weights
-    reach their forward in."""
+def _two_micro_batches(rank: int, port: int, cases: list[tuple[str, str]], results) -> None:
+    """One FSDP2 process of two, for each (arch, gather) case in turn: a tiny model of `arch`
+    (qwen2: biases on q, k, v; qwen3: norms of q and k inside the attention, the 8B default's
+    shape) wrapped as the trainers wrap it (the policy of `gather`, then accelerate's FSDP2
+    preparation), two micro-batches under CPU bf16 autocast with gradients synchronised on the
+    second; rank 0 reports, under (arch, gather), the losses, the full gradients, the gather read
+    back and the dtypes the head's and a linear layer's weights reach their forward in. Each case
+    starts from the same seeds, so a case computes what it computes in a process of its own."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        for arch, gather in cases:
+            results_of_case = _one_case(rank, arch, gather)
+            if rank == 0:
+                results[(arch, gather)] = results_of_case
+            dist.barrier()  # both leave together, as the trainers' processes do
+    finally:
+        dist.destroy_process_group()
+
+
+def _one_case(rank: int, arch: str, gather: str) -> tuple:
+    """One case of `_two_micro_batches` on this process: what rank 0 reports."""
     from types import SimpleNamespace
 
-    import torch.distributed as dist
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
     from transformers import AutoModelForCausalLM
@@ -282,89 +297,88 @@ def _two_micro_batches(rank: int, port: int, gather: str, results, arch: str = "
     from cobalt.training.precision import gather_dtype_in_use, set_distributed_numerics
     from engines.tiny import tiny_config
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
-        torch.manual_seed(0)
-        config = tiny_config(1024, 64, 2, 4, 2, 128)
-        if arch == "qwen3":
-            from transformers import Qwen3Config
+    torch.manual_seed(0)
+    config = tiny_config(1024, 64, 2, 4, 2, 128)
+    if arch == "qwen3":
+        from transformers import Qwen3Config
 
-            config = Qwen3Config(**{**config.to_dict(), "model_type": "qwen3", "head_dim": 16})
-        model = AutoModelForCausalLM.from_config(config)
-        model.gradient_checkpointing_enable({"use_reentrant": False})
-        plugin = FullyShardedDataParallelPlugin(
-            fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True
-        )
-        plugin.set_mixed_precision("bf16")
-        accelerator = SimpleNamespace(
-            distributed_type=DistributedType.FSDP, state=SimpleNamespace(fsdp_plugin=plugin),
-            torch_device_mesh=None, mixed_precision="bf16", is_main_process=rank == 0,
-            device=torch.device("cpu"),
-        )  # fmt: skip
-        numerics = decide("mixed", "float32", gpu=True, mixed=True)
-        set_distributed_numerics(accelerator, numerics, gather, model)
-        seen = {}
+        config = Qwen3Config(**{**config.to_dict(), "model_type": "qwen3", "head_dim": 16})
+    model = AutoModelForCausalLM.from_config(config)
+    model.gradient_checkpointing_enable({"use_reentrant": False})
+    plugin = FullyShardedDataParallelPlugin(
+        fsdp_version=2, auto_wrap_policy="transformer_based_wrap", reshard_after_forward=True
+    )
+    plugin.set_mixed_precision("bf16")
+    accelerator = SimpleNamespace(
+        distributed_type=DistributedType.FSDP, state=SimpleNamespace(fsdp_plugin=plugin),
+        torch_device_mesh=None, mixed_precision="bf16", is_main_process=rank == 0,
+        device=torch.device("cpu"),
+    )  # fmt: skip
+    numerics = decide("mixed", "float32", gpu=True, mixed=True)
+    set_distributed_numerics(accelerator, numerics, gather, model)
+    seen = {}
 
-        def note_weight_dtype(module, args) -> None:
-            seen[names[module]] = str(module.weight.dtype)
+    def note_weight_dtype(module, args) -> None:
+        seen[names[module]] = str(module.weight.dtype)
 
-        names = {model.get_submodule(n): n for n in ("lm_head", "model.layers.0.self_attn.q_proj")}
-        for module in names:
-            module.register_forward_pre_hook(note_weight_dtype)
-        model = fsdp2_prepare_model(accelerator, model.train())
-        generator = torch.Generator().manual_seed(1 + rank)
-        losses = []
-        for i in range(2):
-            ids = torch.randint(0, 1024, (2, 16), generator=generator)
-            model.set_requires_gradient_sync(i == 1)
-            with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
-                loss = model(input_ids=ids, labels=ids).loss
-            loss.backward()
-            losses.append(loss.item())
-        grads = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
-        if rank == 0:
-            results[gather] = (losses, grads, gather_dtype_in_use(model), seen)
-        dist.barrier()  # both leave together, as the trainers' processes do
-    finally:
-        dist.destroy_process_group()
+    names = {model.get_submodule(n): n for n in ("lm_head", "model.layers.0.self_attn.q_proj")}
+    for module in names:
+        module.register_forward_pre_hook(note_weight_dtype)
+    model = fsdp2_prepare_model(accelerator, model.train())
+    generator = torch.Generator().manual_seed(1 + rank)
+    losses = []
+    for i in range(2):
+        ids = torch.randint(0, 1024, (2, 16), generator=generator)
+        model.set_requires_gradient_sync(i == 1)
+        with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        losses.append(loss.item())
+    grads = {n: p.grad.full_tensor().clone() for n, p in model.named_parameters()}
+    return losses, grads, gather_dtype_in_use(model), seen
 
 
-def _each_gather(gathers: tuple[str, ...], arch: str = "qwen2") -> dict:
-    """`_two_micro_batches` on two fresh processes for each gather: rank 0's report by gather.
-    A gather whose process is killed by a signal runs once more, with a warning: torch's gloo
+CASES = [("qwen2", "float32"), ("qwen2", "bf16-linear"), ("qwen2", "bfloat16")]
+CASES += [("qwen3", "float32"), ("qwen3", "bf16-linear")]
+
+
+@pytest.fixture(scope="module")
+def gathers() -> dict:
+    """`_two_micro_batches` for every case on one pair of fresh processes: rank 0's report by
+    (arch, gather). A pair killed by a signal runs once more, with a warning: torch's gloo
     backend crashed here once in CI (SIGSEGV in its network thread's malloc, cause not found in
-    about 150 runs since; docs/SCALING.md). A Python error or a second crash fails the test."""
+    about 150 runs since). A Python error or a second crash fails the tests."""
     import socket
     import warnings
 
     import torch.multiprocessing as mp
 
     results = mp.Manager().dict()
-    for gather in gathers:
-        for attempt in (1, 2):
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            try:
-                mp.spawn(_two_micro_batches, args=(port, gather, results, arch), nprocs=2)
-                break
-            except mp.ProcessExitedException as exc:
-                if exc.signal_name is None or attempt == 2:
-                    raise  # an exit code, not a signal, or a second crash: the test fails
-                message = f"{gather}: {exc}; run once more (docs/SCALING.md, gloo on CPU)"
-                warnings.warn(message, stacklevel=2)
+    for attempt in (1, 2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            mp.spawn(_two_micro_batches, args=(port, CASES, results), nprocs=2)
+            break
+        except mp.ProcessExitedException as exc:
+            if exc.signal_name is None or attempt == 2:
+                raise  # an exit code, not a signal, or a second crash: the tests fail
+            warnings.warn(f"{exc}; run once more (gloo on CPU)", stacklevel=2)
     return dict(results)
 
 
-@pytest.mark.timeout(300)
-def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
+@pytest.mark.xdist_group("precision-gathers")
+def test_bf16_linear_gather_computes_what_the_float32_gather_computes(gathers) -> None:
     """`--fsdp-gather bf16-linear` casts the linear layers' float32 weights to bf16 before FSDP
     gathers them (autocast makes that cast after the gather otherwise: the same bits) and keeps
     the embeddings, norms and head in float32: the same losses and the same gradients to the
     last bit, where accelerate's bf16 gather is ~1e-2 of the largest gradient away. (Units cut at the
     norms instead regroup the residual stream's gradient sum: on an AMD EPYC CPU that moved one
     q_proj gradient element by 1.2e-3 of the largest.)"""
-    results = _each_gather(("float32", "bf16-linear", "bfloat16"))
+    results = {
+        gather: gathers[("qwen2", gather)] for gather in ("float32", "bf16-linear", "bfloat16")
+    }
     (
         (exact, grads, read, _),
         (split, split_grads, split_read, seen),
@@ -385,14 +399,14 @@ def test_bf16_linear_gather_computes_what_the_float32_gather_computes() -> None:
     assert apart(split_grads) == 0.0 and apart(bf16_grads) > 1e-5
 
 
-@pytest.mark.timeout(300)
-def test_bf16_linear_computes_the_float32_gathers_gradients_with_norms_inside_the_attention() -> (
-    None
-):
+@pytest.mark.xdist_group("precision-gathers")
+def test_bf16_linear_computes_the_float32_gathers_gradients_with_norms_inside_the_attention(
+    gathers,
+) -> None:
     """Qwen3's q and k norms sit between a linear layer and the attention, inside the decoder
     layer's float32 unit: bf16-linear still computes the float32 gather's losses and gradients
     to the bit."""
-    results = _each_gather(("float32", "bf16-linear"), "qwen3")
+    results = {gather: gathers[("qwen3", gather)] for gather in ("float32", "bf16-linear")}
     (exact, grads, _, _), (split, split_grads, read, _) = (
         results[g] for g in ("float32", "bf16-linear")
     )
