@@ -18,8 +18,16 @@ class SandboxRuntime(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["auto", "docker", "namespace"] = "auto"
-    concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1, le=1024)
+    # the sandbox's own settings, described there once
+    backend: Literal["auto", "docker", "namespace"] = Field(
+        "auto", description=SandboxConfig.model_fields["backend"].description
+    )
+    concurrency: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        le=1024,
+        description=SandboxConfig.model_fields["concurrency"].description,
+    )
 
     def config(self, limits: Limits | None = None) -> SandboxConfig:
         return SandboxConfig(

@@ -56,6 +56,7 @@ COBALT_ORDER = (
     "cobalt.analysis",
     "cobalt.seed_spread",
     "cobalt.pipeline",
+    "cobalt.settings_reference",  # the settings page: every flow's parameters
     # the package itself: wires the reference fit into model naming (cobalt/__init__.py)
     "cobalt",
 )
