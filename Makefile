@@ -10,7 +10,7 @@ BIN    := $(VENV)/bin
 unexport PYTHONDONTWRITEBYTECODE
 export UV_COMPILE_BYTECODE := 1
 
-.PHONY: setup setup-gpu docker install fit run judge-samples serve test test-models lint bench lock lock-gpu
+.PHONY: setup setup-gpu docker install fit run judge-samples serve test test-models test-collective lint bench lock lock-gpu
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,14 +57,18 @@ serve: install                     ## keep sandbox workers warm for every judge 
 	$(BIN)/python -m sandbox serve
 
 # The models the tests share (tests/shared_models.py; the fitted reference is ~4 minutes of CPU,
-# cached per machine) build while the Docker engine and the sandbox image install; the suite then
-# runs on TEST_WORKERS processes (pytest-xdist; docs/TESTING.md) and prints its slowest tests.
+# cached per machine) and DeepSpeed's CPU collective (a minute of one core) build side by side while
+# the Docker engine and the sandbox image install; the suite then runs on TEST_WORKERS processes
+# (pytest-xdist; docs/TESTING.md) and prints its slowest tests.
 TEST_WORKERS ?= 2
 test-models: setup                 ## build (or reuse) the models the tests share
-	$(BIN)/python tests/shared_models.py
+	$(BIN)/python tests/shared_models.py models
+
+test-collective: setup             ## compile (or reuse) DeepSpeed's CPU collective for the tests
+	$(BIN)/python tests/shared_models.py deepspeed
 
 test:                              ## the test-suite (real Docker, real sandbox), on 2 cores
-	@$(MAKE) --no-print-directory --jobs=2 --output-sync=target test-models docker
+	@$(MAKE) --no-print-directory --jobs=3 --output-sync=target test-models test-collective docker
 	COBALT_REQUIRE_DOCKER=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 lint: setup

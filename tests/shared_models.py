@@ -216,17 +216,26 @@ def qwen3_toy_model(seed: int = 0, hidden: int = 16, layers: int = 2) -> Path:
     )
 
 
-if __name__ == "__main__":
-    # `make test` builds them while the Docker engine and the sandbox image install
-    sys.path.insert(0, str(REPO))
-    print(tiny_model(), flush=True)
-    try:  # the one that downloads: without the registry, its tests fail with the URL instead
-        print(qwen3_toy_model(), flush=True)
-    except TokenizerFetchError as exc:
-        print(f"qwen3 toy model not built: {exc}", file=sys.stderr, flush=True)
-    print(fitted_model(), flush=True)
-    # DeepSpeed compiles its CPU shared-memory collective the first time a process group starts
-    # (about a minute, cached in TORCH_EXTENSIONS_DIR): here, not inside the ZeRO-3 parity test
+def compile_deepspeed_collective() -> None:
+    """DeepSpeed compiles its CPU shared-memory collective the first time a process group starts
+    (about a minute of one core, cached in TORCH_EXTENSIONS_DIR): built here, beside the models,
+    not inside the ZeRO-3 parity test."""
     from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder
 
     ShareMemCommBuilder().load()
+
+
+if __name__ == "__main__":
+    # `make test` builds the models (argument `models`) and DeepSpeed's collective (`deepspeed`)
+    # side by side, while the Docker engine and the sandbox image install; no argument: both
+    sys.path.insert(0, str(REPO))
+    what = sys.argv[1:] or ["models", "deepspeed"]
+    if "models" in what:
+        print(tiny_model(), flush=True)
+        try:  # the one that downloads: without the registry, its tests fail with the URL instead
+            print(qwen3_toy_model(), flush=True)
+        except TokenizerFetchError as exc:
+            print(f"qwen3 toy model not built: {exc}", file=sys.stderr, flush=True)
+        print(fitted_model(), flush=True)
+    if "deepspeed" in what:
+        compile_deepspeed_collective()
