@@ -141,13 +141,12 @@ def test_a_lost_node_fails_the_run_and_cancels_the_other(nodes):
     env, logs = nodes["env"], nodes["logs"]
     alone = start(env, ["worker", "start", "--pool", "gpu-pool", "--work-queue", "lost-0"],
                   logs / "lost-0.log")  # fmt: skip
-    storage = nodes["params"]["storage"] | {"url": f"s3://{nodes['bucket']}/lost"}
     lone = {"max_steps": 3, "rendezvous_timeout_s": 10}
     endpoint = {"rdzv_endpoint": f"127.0.0.1:{free_port()}"}
     try:
         run = run_deployment(
             env, "training-nodes/training-nodes",
-            nodes["params"] | {"storage": storage, "training": TRAINING | endpoint | lone},
+            nodes["params"] | {"training": TRAINING | endpoint | lone},
             queue_prefix="lost-",
         )  # fmt: skip
         lost = poll(env, run, timeout=600)
@@ -155,12 +154,13 @@ def test_a_lost_node_fails_the_run_and_cancels_the_other(nodes):
         stop(alone)
     assert lost["state"] == "FAILED", (lost, tail(logs / "lost-0.log"))
     assert "node 0's training run node-0-of-2 ended FAILED" in lost["message"], lost
+    assert "only 1 of 2 nodes joined at the rendezvous" in lost["message"], lost
     assert ["node-1-of-2", "lost-1", "CANCELLED"] in lost["subflows"], lost
 
     import s3fs
 
     fs = s3fs.S3FileSystem(endpoint_url=nodes["endpoint"], skip_instance_cache=True)
-    assert fs.glob(f"{nodes['bucket']}/lost/training/*/MANIFEST.json") == []
+    assert fs.glob(f"{nodes['bucket']}/runs/training/*/MANIFEST.json") == []
 
 
 def test_a_cancelled_coordinating_run_cancels_the_runs_it_placed(nodes):
