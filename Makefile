@@ -59,8 +59,9 @@ serve: install                     ## keep sandbox workers warm for every judge 
 # The models the tests share (tests/shared_models.py; the fitted reference is ~4 minutes of CPU,
 # cached per machine) and DeepSpeed's CPU collective (a minute of one core) build side by side while
 # the Docker engine and the sandbox image install; the suite then runs on TEST_WORKERS processes
-# (pytest-xdist; docs/TESTING.md) and prints its slowest tests.
-TEST_WORKERS ?= 2
+# (pytest-xdist; docs/TESTING.md: three on two cores, a third working while the others wait on
+# servers, rendezvous and sandboxes) and prints its slowest tests.
+TEST_WORKERS ?= 3
 test-models: setup                 ## build (or reuse) the models the tests share
 	$(BIN)/python tests/shared_models.py models
 
