@@ -70,6 +70,7 @@ from cobalt.plots import figure, png
 from cobalt.training.checkpoints import last_checkpoint
 from cobalt.training.config import OfflineSettings, TrainingConfig
 from cobalt.training.console import install as install_console
+from cobalt.training.guards import NonFiniteGuard
 
 log = logging.getLogger(__name__)
 
@@ -481,13 +482,14 @@ def train_offline(
         train_dataset=Dataset.from_list(prepared.rows),
         data_collator=OfflineCollator(tokenizer.pad_token_id),
         processing_class=tokenizer,
-        callbacks=[*callbacks, probe],
+        callbacks=[*callbacks, guard := NonFiniteGuard(), probe],
         settings=settings,
     )
     set_distributed_numerics(trainer.accelerator, numerics, config.fsdp_gather, trainer.model)
     probe.trainer = trainer
     install_console(trainer)  # a progress bar and a line every few steps, not each dict
     trainer.train(resume_from_checkpoint=last_checkpoint(output_dir))
+    guard.check(numerics.describe() + ".")  # a void step: no policy saved
     save_policy(trainer, output_dir, numerics, tokenizer, lora=config.lora is not None)
     return OfflineRun(
         history=list(trainer.state.log_history),

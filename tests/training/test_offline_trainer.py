@@ -127,6 +127,29 @@ def test_no_rows_left_says_why(tiny: Path, tmp_path: Path) -> None:
         train_offline(config("reinforce_loo", max_steps=1), zero, tiny, tmp_path / "out")
 
 
+@pytest.mark.timeout(300)
+def test_a_non_finite_step_is_not_taken_and_no_policy_is_saved(
+    tiny: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The offline trainer has GRPO's non-finite guard: a NaN loss at the second step leaves its
+    gradients NaN, the step is void, training stops, and the run fails naming the step instead
+    of saving a broken policy."""
+    from cobalt.training import offline
+    from cobalt.training.guards import NonFiniteError
+
+    real = offline.OfflineTrainer.compute_loss
+
+    def compute_loss(self, *args, **kwargs):
+        loss = real(self, *args, **kwargs)
+        return loss * float("nan") if self.state.global_step >= 1 else loss
+
+    monkeypatch.setattr(offline.OfflineTrainer, "compute_loss", compute_loss)
+    out = tmp_path / "out"
+    with pytest.raises(NonFiniteError, match=r"non-finite gradients at optimizer step 2 \("):
+        train_offline(config("reinforce_loo", max_steps=3), rows(), tiny, out)
+    assert not (out / "model.safetensors").exists()
+
+
 def test_reference_logprobs_match_row_by_row(tiny: Path) -> None:
     """Computed in length-sorted batches on a copy of the starting policy, each row's reference
     log-probabilities are its own: the same as the row scored alone (padding and batch order
