@@ -87,11 +87,14 @@ def _default(field: Any) -> str:
         for name in [n for n in os.environ if n.startswith("COBALT_")]:
             del os.environ[name]
         value = field.get_default(call_default_factory=True, validated_data={})
-    if isinstance(value, BaseModel):
-        return f"[{type(value).__name__}](#{type(value).__name__.lower()})"
+    if isinstance(value, BaseModel):  # what differs from the model's own defaults
+        changed = value.model_dump(mode="json", exclude_defaults=True)
+        value = changed if changed else "its defaults"
+        if not changed:
+            return value
     if isinstance(value, list) and value and isinstance(value[0], BaseModel):
         return f"{len(value)} × {type(value[0]).__name__}"
-    text = json.dumps(value, default=str)
+    text = json.dumps(value, default=str, separators=(",", ":"))
     return f"`{text}`" if len(text) <= 40 else f"`{text[:37]}...`"
 
 
@@ -129,10 +132,9 @@ def render() -> str:
     description named, not repeated), then each nested model once, in the order first met."""
     intro = (
         f"Every setting of the flows, generated from their parameter models (`{COMMAND}`; a "
-        "test fails when this page is stale). A flow's parameters are what the Prefect UI shows, "
-        "what `--config FILE` holds (a partial JSON object, merged key by key into the defaults) "
-        "and what its flags set (`--help` names each flag's field). Where the pipeline leaves a "
-        "setting unset, its preset fills it (`tiny` or `paper`, [METHOD](METHOD.md))."
+        "test fails when this page is stale): what the Prefect UI shows, what `--config FILE` "
+        "holds (partial JSON, merged into the defaults) and what the flags set. The pipeline's "
+        "preset fills what is left unset ([METHOD](METHOD.md))."
     )
     lines = ["# Configuration", "", textwrap.fill(intro, 100, break_on_hyphens=False), ""]
     queue: list[type[BaseModel]] = []
