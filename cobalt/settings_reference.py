@@ -70,9 +70,9 @@ def _type(annotation: Any) -> str:
 
 
 def _default(field: Any) -> str:
-    """The field's default as JSON, a nested model's as a link to its section; one that depends
-    on the machine (its CPUs, a home directory) named, not computed here; one a COBALT_*
-    variable can set computed without it."""
+    """The field's default as JSON (a nested model's: what differs from that model's own
+    defaults); one that depends on the machine (its CPUs, a home directory) named, not computed
+    here; one a COBALT_* variable can set computed without it."""
     factory = field.default_factory
     if field.default is PydanticUndefined and factory is None:
         return "required"
@@ -87,11 +87,10 @@ def _default(field: Any) -> str:
         for name in [n for n in os.environ if n.startswith("COBALT_")]:
             del os.environ[name]
         value = field.get_default(call_default_factory=True, validated_data={})
-    if isinstance(value, BaseModel):  # what differs from the model's own defaults
-        changed = value.model_dump(mode="json", exclude_defaults=True)
-        value = changed if changed else "its defaults"
-        if not changed:
-            return value
+    if isinstance(value, BaseModel):
+        value = value.model_dump(mode="json", exclude_defaults=True)
+        if not value:
+            return "its defaults"
     if isinstance(value, list) and value and isinstance(value[0], BaseModel):
         return f"{len(value)} × {type(value[0]).__name__}"
     text = json.dumps(value, default=str, separators=(",", ":"))
