@@ -41,8 +41,8 @@ from cobalt.bandit.rows import prepare_rows  # noqa: E402
 from cobalt.data import synthetic  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig, open_storage  # noqa: E402
-from cobalt.training.config import LoraSettings, TrainingConfig  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
+from cobalt.training.settings import LoraSettings, TrainingConfig  # noqa: E402
 
 GOAL = 1.7
 

@@ -16,9 +16,9 @@ attention (4 x layers x hidden x mean length / 2 per pass, 3 passes for the poli
 reference); gradient checkpointing's recomputation is not model work and is not counted.
 Step 1 pays one-time costs (vLLM's first wake-up, lazy allocations): the medians are over the
 steps after it when there are more than one; for a one-step-off run (`--async`) not over its
-last step either, which trains with no batch sampled beside it. A stage trained under torch's flight recorder
-(`TORCH_FR_BUFFER_SIZE=20000`, `cobalt.training.collectives`) also gives the GB each process put
-through collectives a step, in total and by collective.
+last step either, which trains with no batch sampled beside it. A stage trained under torch's flight
+recorder (`TORCH_FR_BUFFER_SIZE=20000`, `cobalt.training.machinery.collectives`) also gives the GB
+each process put through collectives a step, in total and by collective.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from cobalt.training.phases import split_balance
+from cobalt.training.reporting.phases import split_balance
 
 H100_BF16_TFLOPS = 989.0  # dense bf16 peak of an H100 / H200 SXM
 

@@ -2,10 +2,10 @@
 GRPO with the `paper` training preset on a Qwen3-8B-shaped model (random weights, the real
 151,936-token vocabulary, LoRA), prompts of --prompt-tokens and completions of
 --completion-tokens, through the training stage's own path (`cobalt.training.launch.run_job`: a
-process of its own on a GPU, the memory plan of `cobalt.training.memory`, fp32 adapters over the
-bf16 base with bf16 compute). Prints and writes: whether it ran out of memory, the micro-batch the
-plan chose, peak memory (the trainer's allocator, and the whole GPU with vLLM's share), step time
-and its split, and the training phase's model FLOPs utilisation.
+process of its own on a GPU, the memory plan of `cobalt.training.machinery.memory`, fp32 adapters
+over the bf16 base with bf16 compute). Prints and writes: whether it ran out of memory, the
+micro-batch the plan chose, peak memory (the trainer's allocator, and the whole GPU with vLLM's
+share), step time and its split, and the training phase's model FLOPs utilisation.
 
     python -m benchmarks.paper_preset --model-dir /root/model-8b-v152k --json out.json
     python -m benchmarks.paper_preset --smoke          # CPU: the code path only
@@ -43,8 +43,8 @@ from cobalt.bandit.dataset import commit_rows  # noqa: E402
 from cobalt.bandit.rows import prepare_rows  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig, open_storage  # noqa: E402
-from cobalt.training.config import LoraSettings, TrainingConfig  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
+from cobalt.training.settings import LoraSettings, TrainingConfig  # noqa: E402
 
 QWEN3_8B = {"hidden_size": 4096, "num_layers": 36, "num_heads": 32, "num_kv_heads": 8,
             "intermediate_size": 12288}  # fmt: skip

@@ -9,13 +9,13 @@
 Every layout (`PROCESSES[:SHARDING]`, or `NODESxPROCESSES[:SHARDING]`: that many launchers on
 this host, each a node with its own node rank, meeting at one rendezvous, as separate machines
 do; `@MICRO` after either: micro-batches of MICRO rows a process, the same step; `+pack`: packed
-forward passes, no padding; `+share`: packed, each prompt once) trains the same rows from the same seed through the
-training stage's own launcher (`cobalt.training.launch.run_job`: the run's GPU plan, `accelerate
-launch`, the shipped accelerate configs, the real trainers and the real sandbox rewards). GRPO
-trains on fixed completions (benchmarks/parity_rollout.py: sampling is the one part taken out, so
-that every layout sees the same completions; everything after it is in), by default two optimizer
-steps per generation batch as the paper preset has; offline mode on logged rows. Each layout is
-compared with the first: the per-step loss and gradient norm, and the final weights as
+forward passes, no padding; `+share`: packed, each prompt once) trains the same rows from the same
+seed through the training stage's own launcher (`cobalt.training.launch.run_job`: the run's GPU
+plan, `accelerate launch`, the shipped accelerate configs, the real trainers and the real sandbox
+rewards). GRPO trains on fixed completions (benchmarks/parity_rollout.py: sampling is the one part
+taken out, so that every layout sees the same completions; everything after it is in), by default
+two optimizer steps per generation batch as the paper preset has; offline mode on logged rows. Each
+layout is compared with the first: the per-step loss and gradient norm, and the final weights as
 ||w - w_first|| / ||w_first - w_start|| (the difference relative to the update training made:
 0 for identical training, 1 for as different as the update itself) and the largest single weight
 difference. `--repeat` trains the first layout twice: the configuration's own noise floor (0 on a
@@ -53,9 +53,9 @@ from cobalt.judging import SandboxRuntime
 from cobalt.models import weights_digest
 from cobalt.storage import StorageConfig, open_storage
 from cobalt.tables import markdown_table
-from cobalt.training.checkpoints import last_checkpoint
-from cobalt.training.config import OfflineSettings, TrainingConfig
 from cobalt.training.launch import Job, run_job
+from cobalt.training.machinery.checkpoints import last_checkpoint
+from cobalt.training.settings import OfflineSettings, TrainingConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = (

@@ -3,8 +3,8 @@ same text, whatever the number of processes, so that runs on 1 and N processes t
 completions and any difference between them is the training's own (benchmarks/parity.py).
 
 The completions come from a JSON file named by COBALT_REPLAY: {example_id: [text, ...]}; sample
-j of a group is text (j + crc32(example_id)) mod len. The group's samples are the consecutive rows of TRL's global
-generation batch (this process holds rows process_index x n .. + n of it).
+j of a group is text (j + crc32(example_id)) mod len. The group's samples are the consecutive rows
+of TRL's global generation batch (this process holds rows process_index x n .. + n of it).
 """
 
 from __future__ import annotations
@@ -39,5 +39,5 @@ def replay(prompts: list[Any], trainer: Any) -> dict[str, Any]:
         text = texts[(sample + zlib.crc32(example.encode())) % len(texts)]
         tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
         completions.append([*tokens, tokenizer.eos_token_id])
-    prompt_ids = trainer._tokenize_prompts(prompts)[0]
+    prompt_ids = trainer.tokenized_prompts(prompts)[0]
     return {"prompt_ids": prompt_ids, "completion_ids": completions, "logprobs": None}

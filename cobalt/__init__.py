@@ -26,7 +26,7 @@ resolve names.
 From a notebook:
 
     from cobalt.bandit.selection import bandit_rows
-    from cobalt.training.reward import correctness_reward
+    from cobalt.training.method.cobalt_reward import correctness_reward
     from cobalt.trajectories.collect import collect_initial, collect_multiturn
 """
 

@@ -15,7 +15,7 @@ from cobalt.bandit.dataset import BanditConfig
 from cobalt.data.cleaning import CleanRules
 from cobalt.data.stages import SAMPLES
 from cobalt.models import FITTED
-from cobalt.training.config import Mode, OfflineSettings, TrainingConfig
+from cobalt.training.settings import Mode, OfflineSettings, TrainingConfig
 from cobalt.trajectories.collect import CollectConfig
 from engines import EngineConfig, SamplingConfig
 

@@ -11,7 +11,7 @@ reasoning and the reference program; a quarter of them after a repair: a wrong p
 sandbox's feedback words; independently a quarter after the right program and the all-passed
 feedback, once or, for the embedded default, twice: the evaluation's second feedback turn follows
 two passes), stopping after `max_steps` optimizer steps or a wall-time budget, and saves model
-and tokenizer (loaded and saved as every trainer does: `cobalt.training.weights`). A
+and tokenizer (loaded and saved as every trainer does: `cobalt.training.machinery.weights`). A
 `fitted_recipe.json` records the recipe and its `stats`; a second call with the same recipe
 returns the saved model at once.
 
@@ -177,7 +177,7 @@ def fit_tiny_model(
     `kinds`: the family it is fitted on, minus `held_out` (default: the 30 `synthetic.KINDS`;
     the learning check passes `synthetic.ALL_KINDS`); the tokenizer's corpus covers all of them.
     `save_dtype`: the dtype of the saved weights ("bfloat16": a checkpoint as the paper's models
-    ship, which training must not train in pure bf16; cobalt.training.precision)."""
+    ship, which training must not train in pure bf16; cobalt.training.machinery.precision)."""
     from cobalt.data import synthetic
 
     arguments = dict(locals())
@@ -194,8 +194,13 @@ def fit_tiny_model(
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from cobalt.training.precision import Numerics
-    from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
+    from cobalt.training.decisions import Numerics
+    from cobalt.training.machinery.weights import (
+        load_policy,
+        load_tokenizer,
+        numerics_for,
+        save_policy,
+    )
     from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from engines.cpu_threads import cap_cpu_threads
     from engines.tiny import build_tiny_model, builtin_corpus
@@ -355,8 +360,8 @@ def conversation(
 
 def main(argv: list[str] | None = None) -> int:
     """Fit (or reuse) the embedded reference model where the pipeline's defaults keep it (every
-    flow's default storage and work directory, the default fit_steps), then print its directory. `make
-    run` runs this beside the Docker engine's and sandbox image's install (the fit needs no
+    flow's default storage and work directory, the default fit_steps), then print its directory.
+    `make run` runs this beside the Docker engine's and sandbox image's install (the fit needs no
     sandbox); the flow's reference-model task then reuses it."""
     import argparse
 

@@ -13,6 +13,7 @@ from .auto import Choice, choose
 from .base import Completion, Conversation, Engine, Message, Usage, sum_usage
 from .config import EngineConfig, EngineKind, GPUCountError, MissingAPIKeyError, SamplingConfig
 from .cpu_threads import ThreadSettingError
+from .machine import visible_gpus
 from .memory import InsufficientMemoryError
 from .thinking import opens_thinking, split_thinking, thinking_text, with_open_thinking
 
@@ -56,15 +57,6 @@ def resolve_kind(
     if kind != "auto":
         return kind
     return choose(model, vllm_installed=vllm_installed, gpu=gpu).kind
-
-
-def visible_gpus() -> int:
-    """GPUs this process can use (CUDA_VISIBLE_DEVICES applies); 0 without torch or CUDA."""
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def resolve_data_parallel(config: EngineConfig, *, gpus: int | None = None) -> int:

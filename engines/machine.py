@@ -33,14 +33,24 @@ class Machine:
         return asdict(self)
 
 
+def visible_gpus() -> int:
+    """The GPU count, decided here for every layer: the GPUs this process can use
+    (CUDA_VISIBLE_DEVICES applies); 0 without torch or CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def detect() -> Machine:
     """This machine as the current process sees it."""
     gpus, smallest, name, capability = 0, 0, "", (0, 0)
     try:
         import torch
 
-        if torch.cuda.is_available():
-            gpus = torch.cuda.device_count()
+        gpus = visible_gpus()
+        if gpus:
             props = [torch.cuda.get_device_properties(i) for i in range(gpus)]
             smallest = min(p.total_memory for p in props)
             name = props[0].name

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 from cobalt.pipeline.params import preset_for
 from cobalt.pipeline.settings_text import training_settings_text
 from cobalt.storage import StorageConfig, open_storage
-from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+from cobalt.training.settings import DEFAULT_OBJECTIVE, OBJECTIVES
 from cobalt.training.stages import Ready, TrainingParams, TrainingSummary, preflight
 from cobalt.trajectories.runs import find_trajectories
 from flows.cli import (
@@ -85,8 +85,8 @@ before it starts. Any other GRPOConfig field via --set KEY=JSON, e.g. --set
 max_completion_length=256 --set use_vllm=true.
 
 offline mode: every logged turn of the trajectories with its Cobalt reward and leave-one-out
-advantage; objectives {", ".join(OBJECTIVES)} (--objective; default {DEFAULT_OBJECTIVE}). Any field of
-training.offline via --offline KEY=JSON (awr_beta, awr_max_weight, ratio_clip, ratio_clip_high,
+advantage; objectives {", ".join(OBJECTIVES)} (--objective; default {DEFAULT_OBJECTIVE}). Any field
+of training.offline via --offline KEY=JSON (awr_beta, awr_max_weight, ratio_clip, ratio_clip_high,
 learning_rate, epochs, batch_size, gradient_accumulation_steps, max_length,
 drop_zero_advantage); --set KEY=JSON then sets TrainingArguments fields.
 """

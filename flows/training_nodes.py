@@ -41,7 +41,7 @@ from pydantic import BaseModel
 
 from cobalt.errors import UserError
 from cobalt.storage import open_storage
-from cobalt.training.sharding import ShardingError
+from cobalt.training.decisions import ShardingError
 from cobalt.training.stages import TrainingParams, TrainingSummary, check_shared_storage
 from flows.cli import run_flow_cli
 from flows.training import build_parser as training_parser

@@ -18,9 +18,8 @@ from pydantic import BaseModel
 
 from cobalt.params import add_option, deep_merge, help_text
 from cobalt.pipeline.params import PipelineParams
-from cobalt.training.config import MODES, OBJECTIVES
-from cobalt.training.precision import PRECISIONS
-from cobalt.training.sharding import SHARDINGS
+from cobalt.training.decisions import PRECISIONS, SHARDINGS
+from cobalt.training.settings import MODES, OBJECTIVES
 from cobalt.training.stages import TrainingParams
 
 Flow = Literal["pipeline", "training"]

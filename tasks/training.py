@@ -1,7 +1,8 @@
 """Prefect layer of the training stage: the training dataset (the bandit dataset, or in offline
 mode the offline dataset) and the training (GRPO, or offline) as cached tasks bound to the run's
 storage, and the report (dataset stats, curves, step time, cost) as artifacts. The stage itself is
-`cobalt/bandit/dataset.py`, `cobalt/training/offline_data.py` and `cobalt/training/stages.py`."""
+`cobalt/bandit/dataset.py`, `cobalt/training/method/offline_rows.py` and
+`cobalt/training/stages.py`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from prefect.artifacts import (
 from cobalt.bandit.dataset import BANDIT_CODE, BanditRef, BanditSpec, bandit_stage
 from cobalt.storage import open_storage
 from cobalt.tables import markdown_table
-from cobalt.training.offline_data import (
+from cobalt.training.method.offline_rows import (
     OFFLINE_DATA_CODE,
     OfflineDataSpec,
     offline_data_stage,

@@ -229,7 +229,7 @@ def fsdp_on_cpu(monkeypatch):
     (accelerate's gate and the plan's refusal lifted) or "plan" (the refusal only)."""
 
     def lift(mode: str) -> None:
-        from cobalt.training import plan
+        from cobalt.training.machinery import plan
 
         path = os.environ.get("PYTHONPATH", "")
         monkeypatch.setenv("PYTHONPATH", f"{FSDP_ON_CPU}:{REPO}:{path}")

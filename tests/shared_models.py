@@ -35,8 +35,8 @@ SOURCES = (
     "cobalt/reference.py",
     "cobalt/data/synthetic.py",
     "cobalt/trajectories/prompts.py",
-    "cobalt/training/weights.py",
-    "cobalt/training/precision.py",
+    "cobalt/training/machinery/weights.py",
+    "cobalt/training/machinery/precision.py",
 )
 LIBRARIES = ("torch", "transformers", "trl", "tokenizers", "datasets", "accelerate")
 

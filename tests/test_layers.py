@@ -7,7 +7,8 @@ be used from a notebook or a script without Prefect. Checked two ways: every imp
 the source (function-level ones included), and a fresh interpreter that imports every library
 module and must not have loaded Prefect (a dependency could pull it in). Inside `cobalt/`, the
 pipeline's order (`COBALT_ORDER`): a module imports only from its own unit or an earlier one, and
-no import cycle anywhere. Also: no module over LONG lines without a reason written at its top.
+no import cycle anywhere. Also: no module over LONG lines without a reason written at its top, and
+experiments/, benchmarks/ and scripts/ use no private member (the library's public functions only).
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ COBALT_ORDER = (
     "cobalt.data",
     "cobalt.trajectories",
     "cobalt.bandit",
+    # training, its rooms in order: the method (rewards, objectives, rollouts, rows, presets), the
+    # decisions (GPU count, numerics, sharding, batch), the settings, the machinery that runs it,
+    # the reporting, then the trainers, the launch and the stage (cobalt/training/__init__.py)
+    "cobalt.training.method",
+    "cobalt.training.decisions",
+    "cobalt.training.settings",
+    "cobalt.training.machinery",
+    "cobalt.training.reporting",
     "cobalt.training",
     "cobalt.reference",
     "cobalt.presets",
@@ -300,3 +309,40 @@ def test_long_modules_say_why_at_their_top(layer: str) -> None:
         if len(lines) > LONG and not any(REASON in line for line in lines[:20]):
             long.append(f"{path.relative_to(ROOT)} ({len(lines)} lines)")
     assert long == [], f"split them, or say why at the top ('{REASON} ...')"
+
+
+LIBRARIES = ("cobalt", "engines", "sandbox")
+
+
+def private_uses(root: Path) -> list[str]:
+    """Every private name (one leading underscore) that a module of experiments/, benchmarks/ or
+    scripts/ imports from the library or reads off an object other than its own `self`/`cls`, as
+    'file:line name': they are to use the library's public functions only."""
+    found = []
+    for folder in ("experiments", "benchmarks", "scripts"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names: list[str] = []
+                if (
+                    isinstance(node, ast.ImportFrom)
+                    and (node.module or "").split(".")[0] in LIBRARIES
+                ):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.Attribute):
+                    base = node.value
+                    while isinstance(base, ast.Attribute):
+                        base = base.value
+                    if not (isinstance(base, ast.Name) and base.id in ("self", "cls")):
+                        names = [node.attr]
+                names = [n for n in names if n.startswith("_") and not n.startswith("__")]
+                found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names]
+    return found
+
+
+def test_experiments_benchmarks_and_scripts_use_public_functions_only(tmp_path: Path) -> None:
+    assert private_uses(ROOT) == []
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "bad.py").write_text(
+        "from cobalt.training.offline import _private\nengine._vllm.x\nself._own = 1\n"
+    )
+    assert private_uses(tmp_path) == ["benchmarks/bad.py:1 _private", "benchmarks/bad.py:2 _vllm"]

@@ -6,8 +6,8 @@ this machine, printed with the settings.
   engine for a tiny model, on one GPU; vLLM on `--gpus N` GPUs for a real one, served and reached
   through LiteLLM when N > 1) and the clients it needs, which must be installed before anything
   starts.
-- Training: `cobalt.training.plan` (processes, sharding, numerics, the GPU memory every process
-  plans against, vLLM's share, host memory).
+- Training: `cobalt.training.machinery.plan` (processes, sharding, numerics, the GPU memory every
+  process plans against, vLLM's share, host memory).
 
 `--gpus N` thus works for any model and engine the run can pick: each stage uses what its engine
 can use of the N GPUs, and says so.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cobalt.pipeline.params import PipelineParams
-from cobalt.training.plan import TrainingPlan, plan_training
+from cobalt.training.machinery.plan import TrainingPlan, plan_training
 from engines.machine import Machine, detect
 from engines.plan import EnginePlan, check_clients, plan_engine
 

@@ -29,7 +29,7 @@ from cobalt.presets import (
 )
 from cobalt.reference import FIT_STEPS
 from cobalt.run_settings import ShardedRunSettings
-from cobalt.training.config import MODES, TrainingConfig
+from cobalt.training.settings import MODES, TrainingConfig
 from cobalt.training.stages import TrainingParams, check_offline_params
 from cobalt.trajectories.batching import BatchConfig
 from cobalt.trajectories.collect import CollectConfig

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from cobalt.pipeline.params import PipelineParams
 
 if TYPE_CHECKING:
-    from cobalt.training.config import TrainingConfig
+    from cobalt.training.settings import TrainingConfig
     from cobalt.training.stages import TrainingParams
 
 

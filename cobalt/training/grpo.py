@@ -1,9 +1,9 @@
 """GRPO post-training on the Cobalt bandit dataset (METHOD §1.5, §1.6) with TRL's `GRPOTrainer`.
 
 `train(...)` filters the bandit rows by mode and prompt length (`cobalt.bandit.rows`), rewards
-completions in the sandbox (`cobalt/training/sandbox_reward.py`), runs the trainer (resuming from
-the last checkpoint in its output directory), saves the final model and returns the log history.
-Settings: `cobalt/training/config.py`.
+completions in the sandbox (`cobalt/training/method/sandbox_reward.py`), runs the trainer (resuming
+from the last checkpoint in its output directory), saves the final model and returns the log
+history. Settings: `cobalt/training/settings.py`.
 """
 
 from __future__ import annotations
@@ -16,19 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.bandit.rows import prepare_rows
-from cobalt.training.checkpoints import last_checkpoint
-from cobalt.training.config import TrainingConfig
-from cobalt.training.console import install as install_console
-from cobalt.training.guards import NonFiniteGuard
-from cobalt.training.overlap import OneStepOff
-from cobalt.training.plan import (
+from cobalt.training.machinery.checkpoints import last_checkpoint
+from cobalt.training.machinery.overlap import OneStepOff
+from cobalt.training.machinery.plan import (
     TrainingPlan,
     plan_training,
     planned_micro_batch,
+    planned_numerics,
     same_on_every_process,
 )
-from cobalt.training.sandbox_reward import CobaltRewards
-from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
+from cobalt.training.machinery.weights import load_policy, load_tokenizer, save_policy
+from cobalt.training.method.sandbox_reward import CobaltRewards
+from cobalt.training.reporting.console import install as install_console
+from cobalt.training.reporting.guards import NonFiniteGuard
+from cobalt.training.settings import TrainingConfig
+from engines import visible_gpus
 from engines.thinking import template_opens_thinking
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 class GRPORun:
     """What `train` did: the trainer's log history, the numerics it trained in, the memory plan
     (paper preset on a GPU), whether the format reward was on, and with async generation how
-    its batches were sampled (`cobalt.training.overlap.OneStepOff.summary`)."""
+    its batches were sampled (`cobalt.training.machinery.overlap.OneStepOff.summary`)."""
 
     history: list[dict[str, Any]]
     numerics: dict[str, str]
@@ -88,13 +90,13 @@ def micro_batch(
     prompt_tokens: Any,
     plan: TrainingPlan,
 ) -> Any:
-    """The paper preset's micro-batch (`cobalt.training.plan.planned_micro_batch`) from the
-    model's config, the longest prompt of the rows (every process reads all of them) and the
+    """The paper preset's micro-batch (`cobalt.training.machinery.plan.planned_micro_batch`) from
+    the model's config, the longest prompt of the rows (every process reads all of them) and the
     plan's GPU memory: the same inputs, so the same plan, in every process. A multi-turn
     conversation's completion holds every turn and its feedback."""
     from transformers import AutoConfig
 
-    from cobalt.training.memory import parameter_count
+    from cobalt.training.machinery.memory import parameter_count
 
     model_config = AutoConfig.from_pretrained(str(model_path))
     longest = max(prompt_tokens(r["prompt"]) for r in rows)
@@ -114,22 +116,23 @@ def train(
 ) -> GRPORun:
     """Run TRL's GRPOTrainer on the bandit rows, resuming from the last checkpoint in
     `output_dir` if there is one; save the final model (in the checkpoint's dtype) and tokenizer
-    to `output_dir`. `plan`: the run's GPU plan (`cobalt.training.plan`; None: planned here,
-    for this process alone), whose GPU memory every process plans its micro-batch against and
+    to `output_dir`. `plan`: the run's GPU plan (`cobalt.training.machinery.plan`; None: planned
+    here, for this process alone), whose GPU memory every process plans its micro-batch against and
     whose vLLM share it gives a colocated vLLM. Loading, numerics and saving from
-    `cobalt.training.weights`, the paper preset's micro-batch from `cobalt.training.memory`, the
-    KL estimator from `cobalt.training.kl`."""
+    `cobalt.training.machinery.weights`, the paper preset's micro-batch from
+    `cobalt.training.machinery.memory`, the
+    KL estimator from `cobalt.training.machinery.trl_trainer`."""
     import torch
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from cobalt.training.kl import CobaltGRPOTrainer
-    from cobalt.training.precision import (
+    from cobalt.training.machinery.precision import (
         cast_trainable,
         reduce_probe,
         set_distributed_numerics,
         trainable_dtypes,
     )
+    from cobalt.training.machinery.trl_trainer import CobaltGRPOTrainer
 
     tokenizer = load_tokenizer(model_path)
 
@@ -145,11 +148,8 @@ def train(
             f"no training rows left after the mode ({config.mode}) and prompt-length "
             f"(max_prompt_length {config.prompt_limit()}) filters"
         )
-    gpu = torch.cuda.is_available()
     plan = plan or plan_training(config, model_path)
-    numerics = numerics_for(
-        config.precision, model_path, gpu=gpu, mixed=config.defaults().mixed_precision
-    )
+    gpu, numerics = plan.gpus > 0, planned_numerics(plan, model_path)  # decided once
     kwargs = config.grpo_kwargs(output_dir, model_path)
     if not config.lora and kwargs.get("beta"):
         # TRL builds its frozen reference model from these (not in fp32: it is never trained);
@@ -188,7 +188,7 @@ def train(
     # the trainer's arguments before the policy's load: they start the process group, and under
     # ZeRO-3 they make from_pretrained partition the weights as it loads them
     args = GRPOConfig(**kwargs)
-    same_on_every_process("the GPUs of a node", torch.cuda.device_count())
+    same_on_every_process("the GPUs of a node", visible_gpus())
     same_on_every_process(
         "the micro-batch", (args.per_device_train_batch_size, args.gradient_accumulation_steps)
     )
@@ -216,12 +216,12 @@ def train(
     with CobaltRewards(config.sandbox, count_tokens, opened_thinking=opened) as rewards:
         funcs = rewards.reward_funcs(use_format)
         if config.reward == "dense":
-            from cobalt.training.dense_reward import dense_reward_func
+            from cobalt.training.method.dense_reward import dense_reward_func
 
             funcs.append(dense_reward_func(rewards, args.num_generations))
         rollout = import_rollout(config.rollout) if config.rollout else None
         if config.mode == "multi_turn":
-            from cobalt.training.multiturn import repair_rollout
+            from cobalt.training.method.multiturn_rollout import repair_rollout
 
             rollout = repair_rollout(
                 problems or (),
@@ -247,7 +247,7 @@ def train(
         if args.use_vllm and args.vllm_mode == "server" and args.vllm_server_base_url:
             # the stage's own server starts while the processes load (cobalt.training.
             # vllm_server): each waits for it here, before any step the processes take together
-            from cobalt.training.vllm_server import wait_for_server
+            from cobalt.training.machinery.vllm_server import wait_for_server
 
             waited = wait_for_server(args.vllm_server_base_url, args.vllm_server_timeout)
             logger.info("vLLM server up (waited %.0f s after loading)", waited)

@@ -2,7 +2,7 @@
 
 `run_job(job)` trains (GRPO, or the offline objective in offline mode) in this process when
 the job has one process in all, on a CPU. Otherwise it writes the job, with the run's GPU plan
-(`cobalt.training.plan`), to a JSON file and starts what the plan says:
+(`cobalt.training.machinery.plan`), to a JSON file and starts what the plan says:
 
     accelerate launch --config_file infra/accelerate/SHARDING.yaml --num_processes N \
         --mixed_precision bf16|no -m cobalt.training.launch JOB
@@ -11,8 +11,8 @@ TRL's own multi-process path: every process (one per GPU; on a machine without o
 processes over gloo) runs `cobalt.training.grpo.train` on its share of each batch with its own
 sandbox pool for the rewards (the machine's sandbox concurrency divided among them), gradients
 are averaged (ddp) or the model is sharded over the processes (fsdp, zero3:
-`cobalt/training/sharding.py`), and the main process saves the model, uploads checkpoints and
-writes the log history and step timing this process reads back. `config.accelerate_config` names
+`cobalt/training/machinery/sharding.py`), and the main process saves the model, uploads checkpoints
+and writes the log history and step timing this process reads back. `config.accelerate_config` names
 an accelerate config file of the user's instead (docs/TRAINING.md).
 """
 
@@ -34,18 +34,19 @@ from pydantic import BaseModel, ConfigDict
 from cobalt.bandit.dataset import BanditRef, read_bandit_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import Logger, StorageConfig, open_storage
-from cobalt.training.config import TrainingConfig
-from cobalt.training.launch_log import why_it_failed
-from cobalt.training.plan import TrainingPlan, plan_training
-from cobalt.training.sharding import hybrid_env
-from cobalt.training.vllm_server import (
+from cobalt.training.machinery.launch_log import why_it_failed
+from cobalt.training.machinery.plan import TrainingPlan, plan_training
+from cobalt.training.machinery.sharding import hybrid_env
+from cobalt.training.machinery.vllm_server import (
     START_TIMEOUT_S,
     generation_server,
     split_gpus,
     visible_gpu_ids,
     vllm_cache_root,
 )
+from cobalt.training.settings import TrainingConfig
 from cobalt.trajectories.problemsets import ProblemSource, load_problems
+from engines import visible_gpus
 from engines.cpu_threads import cap_cpu_threads
 from engines.serving import stop
 
@@ -94,18 +95,20 @@ def run_job(job: Job, logger: Logger = log) -> Result:
 
 
 def _on_gpu() -> bool:
-    import torch
-
-    return "LOCAL_RANK" not in os.environ and torch.cuda.device_count() > 0
+    return "LOCAL_RANK" not in os.environ and visible_gpus() > 0
 
 
 def train_here(job: Job, processes: int = 1) -> Result:
     """This process's part of the job (all of it when it runs alone)."""
     cap_cpu_threads()  # torch's CPU threads: a few, not one per core (engines.cpu_threads)
-    from cobalt.training.checkpoints import SHARED_WAIT_S, shared_directory_check, uploader
     from cobalt.training.grpo import train
+    from cobalt.training.machinery.checkpoints import (
+        SHARED_WAIT_S,
+        shared_directory_check,
+        uploader,
+    )
     from cobalt.training.offline import train_offline
-    from cobalt.training.step_timing import StepTimer
+    from cobalt.training.reporting.step_timing import StepTimer
 
     share = max(1, job.sandbox.concurrency // processes)
     config = job.config.model_copy(
@@ -133,7 +136,7 @@ def train_here(job: Job, processes: int = 1) -> Result:
     extra: dict[str, Any] = {}
     with callbacks[0] as timer:
         if config.mode == "offline":
-            run = train_offline(config, rows, job.model, output, callbacks=callbacks)
+            run = train_offline(config, rows, job.model, output, callbacks=callbacks, plan=job.plan)
             history = run.history
             extra = {
                 "rows_trained": run.rows,
@@ -197,7 +200,7 @@ def launch(job: Job, logger: Logger = log) -> Result:
     """Run the job on `num_processes` processes and wait; LaunchError if any of them fails.
     A job whose plan has a vLLM server of its own (`server_gpus`) starts it on the GPUs after
     the processes', and the processes while it starts (they wait for it once loaded); a server
-    that exits stops them; it is stopped after (cobalt.training.vllm_server)."""
+    that exits stops them; it is stopped after (cobalt.training.machinery.vllm_server)."""
     work = Path(job.launch_dir or Path(job.output_dir, LAUNCH_DIR))
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -336,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     job = Job.model_validate_json(job_file.read_text())
     processes, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
     print(f"cobalt.training.launch: process {rank} of {processes} starts", flush=True)
-    if rank == 0:  # the launch log shows each step as it ends (cobalt.training.step_timing)
+    if (
+        rank == 0
+    ):  # the launch log shows each step as it ends (cobalt.training.reporting.step_timing)
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
         logging.getLogger("cobalt").setLevel(logging.INFO)
     _die_with_launcher()

@@ -1,12 +1,12 @@
-"""Long module: the offline objectives, their rows and batches, the trainer and its report, in
-the order a run uses them.
+"""The offline trainer: its rows and batches, the `transformers.Trainer` around the objectives
+and its report, in the order a run uses them.
 
 Offline policy updates (METHOD §2, arXiv 2605.28409): the policy learns from the logged turns of
-the trajectories and their rewards (`cobalt/training/offline_data.py`), with no generation and no
-sandbox while training. A `transformers.Trainer` subclass (`OfflineTrainer`) runs the loop
+the trajectories and their rewards (`cobalt/training/method/offline_rows.py`), with no generation
+and no sandbox while training. A `transformers.Trainer` subclass (`OfflineTrainer`) runs the loop
 (batching, optimizer, gradient accumulation, checkpoints and resume, bf16, logging); LoRA through
 peft as in the GRPO path (merged on save). Settings: `OfflineSettings` in
-`cobalt/training/config.py`.
+`cobalt/training/settings.py`.
 
 Rows: the prompt (messages) is rendered with the policy's chat template and the generation prompt,
 as the engines render it; the completion is the logged text tokenized without special tokens,
@@ -14,28 +14,8 @@ followed by the end-of-turn token when the turn stopped by itself (not when it w
 token limit). Only completion tokens enter the loss (the prompt is masked). Rows whose prompt +
 completion exceed `max_length` tokens are dropped, never cut.
 
-Objectives, with l_t = log pi(y_t | x, y_<t) of completion token t under the policy (temperature 1)
-and A the row's leave-one-out advantage; every loss is a token-level mean over the completion
-tokens of the whole optimizer step (as TRL's "dapo" loss: the step's token count taken over every
-micro-batch of its accumulation window and every process), so a step's gradient is the same on one
-process as on N, whatever its micro-batches:
-
-- `reinforce_loo`: -A * l_t (REINFORCE with the leave-one-out baseline, "Buy 4 REINFORCE
-  samples"); row weight w = 1.
-- `awr`: -w * l_t with w = min(exp(A / beta), max_weight) (advantage-weighted regression, AWAC):
-  a weighted SFT on the logged turns that favours the better ones; every row has w > 0.
-- `clipped_ratio`: -min(r_t A, clip(r_t, 1 - eps, 1 + eps_high) A) with r_t = exp(l_t - l_ref_t)
-  (PPO's clipped surrogate). l_ref are the starting policy's log-probabilities (the reference
-  model that collected the trajectories, unless another --model is given), computed once before
-  the first step, under the same precision as training, and carried in the dataset's
-  `ref_logprobs` column; a resumed run computes them again from the same starting weights. At the
-  first step r = 1 and the gradient is REINFORCE's; the clip bounds how far later steps and epochs
-  move each token's probability from the reference. The reference log-probabilities are the same
-  numbers in every process: each computes them for every row on a plain copy of the starting
-  policy on its own device, before the trainer shards the model (FSDP and ZeRO-3 place it only when
-  training starts), so a pass takes as long on N processes as on one. The logged turns were sampled at temperature
-  0.6 / top-p 0.95, so l_ref is not the behaviour policy's probability: the ratio is a trust
-  region around the starting policy, not an importance correction for the sampling.
+The objectives (AWR, REINFORCE-LOO, the clipped ratio) and how their loss is normalised:
+`cobalt.training.method.offline_objectives`.
 
 Logged per step (beside the Trainer's `loss`, `grad_norm`, `learning_rate`): `advantage` (mean
 A), `weight` (mean row weight), `weighted_advantage` (mean w * A: 1 for reinforce_loo, the AWR
@@ -67,95 +47,15 @@ from typing import Any
 from transformers import Trainer
 
 from cobalt.plots import figure, png
-from cobalt.training.checkpoints import last_checkpoint
-from cobalt.training.config import OfflineSettings, TrainingConfig
-from cobalt.training.console import install as install_console
-from cobalt.training.guards import NonFiniteGuard
+from cobalt.training.machinery.checkpoints import last_checkpoint
+from cobalt.training.machinery.plan import TrainingPlan
+from cobalt.training.method.offline_objectives import offline_loss
+from cobalt.training.reporting.console import install as install_console
+from cobalt.training.reporting.guards import NonFiniteGuard
+from cobalt.training.settings import OfflineSettings, TrainingConfig
+from engines import visible_gpus
 
 log = logging.getLogger(__name__)
-
-# --- objectives ----------------------------------------------------------------------------------
-
-
-def awr_weights(advantages: Any, beta: float, max_weight: float) -> Any:
-    """min(exp(A / beta), max_weight), elementwise (a tensor in, a tensor out)."""
-    import torch
-
-    return torch.clamp(torch.exp(advantages / beta), max=max_weight)
-
-
-def offline_loss(
-    logprobs: Any,
-    mask: Any,
-    advantages: Any,
-    settings: OfflineSettings,
-    ref_logprobs: Any | None = None,
-    normalizer: Any | None = None,
-) -> tuple[Any, dict[str, float]]:
-    """The objective's loss and its metrics. `logprobs` [B, T]: the policy's log-probability of
-    each target token; `mask` [B, T]: 1 on completion tokens; `advantages` [B]; `ref_logprobs`
-    [B, T] (clipped_ratio only); `normalizer`: what the token sum is divided by (the trainer's
-    share of the optimizer step's tokens; None: this micro-batch's own tokens, a token mean).
-    Metrics are this micro-batch's."""
-    import torch
-
-    mask = mask.to(logprobs.dtype)
-    tokens = mask.sum().clamp(min=1.0)
-    row_tokens = mask.sum(dim=1).clamp(min=1.0)
-    adv = advantages.to(logprobs.dtype)
-    metrics: dict[str, float] = {}
-    objective = settings.objective
-    if objective == "reinforce_loo":
-        weights = torch.ones_like(adv)
-        per_token = -adv[:, None] * logprobs
-    elif objective == "awr":
-        weights = awr_weights(adv, settings.awr_beta, settings.awr_max_weight).detach()
-        per_token = -weights[:, None] * logprobs
-        metrics["weight_capped"] = float((weights >= settings.awr_max_weight).to(adv.dtype).mean())
-    elif objective == "clipped_ratio":
-        if ref_logprobs is None:
-            raise ValueError("clipped_ratio needs the reference log-probabilities (ref_logprobs)")
-        ratio = torch.exp(logprobs - ref_logprobs.to(logprobs.dtype))
-        low, high = 1.0 - settings.ratio_clip, 1.0 + settings.clip_high()
-        a = adv[:, None]
-        unclipped, clipped = ratio * a, torch.clamp(ratio, low, high) * a
-        per_token = -torch.min(unclipped, clipped)
-        weights = ((ratio * mask).sum(dim=1) / row_tokens).detach()
-        active = ((ratio < low) & (a < 0)) | ((ratio > high) & (a > 0))
-        metrics["ratio"] = float(weights.mean())
-        metrics["clip_fraction"] = float((active.to(mask.dtype) * mask).sum() / tokens)
-    else:
-        raise ValueError(
-            f"offline objective {objective!r}: use reinforce_loo, awr or clipped_ratio"
-        )
-    if ref_logprobs is not None and objective != "clipped_ratio":  # diagnostics: drift only
-        log_ratio = (logprobs.detach() - ref_logprobs.to(logprobs.dtype)) * mask
-        metrics["ratio"] = float(((torch.exp(log_ratio) * mask).sum(dim=1) / row_tokens).mean())
-    if ref_logprobs is not None:
-        back = (ref_logprobs.to(logprobs.dtype) - logprobs.detach()) * mask
-        k3 = (torch.exp(back) - back - 1.0) * mask
-        metrics["kl_ref"] = float(k3.sum() / tokens)
-        metrics["logprob_drift"] = float(-back.sum() / tokens)
-    loss = (per_token * mask).sum() / (tokens if normalizer is None else normalizer)
-    row_logprob = (logprobs.detach() * mask).sum(dim=1) / row_tokens
-    for name, rows in (("logprob_positive", adv > 0), ("logprob_negative", adv < 0)):
-        if bool(rows.any()):
-            metrics[name] = float(row_logprob[rows].mean())
-    signal = (weights * adv).abs()
-    negative = adv < 0
-    metrics |= {
-        "advantage": float(adv.mean()),
-        "advantage_std": float(adv.std(unbiased=False)),
-        "negative_share": float(negative.to(adv.dtype).mean()),
-        "negative_weight_share": float(signal[negative].sum() / signal.sum().clamp(min=1e-12)),
-        "weight": float(weights.mean()),
-        "weight_std": float(weights.std(unbiased=False)),
-        "weight_max": float(weights.max()),
-        "weighted_advantage": float((weights * adv).mean()),
-        "logprob": float((logprobs.detach() * mask).sum() / tokens),
-    }
-    return loss, metrics
-
 
 # --- rows and batches ----------------------------------------------------------------------------
 
@@ -363,7 +263,7 @@ def reference_logprobs(
 
     import torch
 
-    from cobalt.training.weights import load_policy
+    from cobalt.training.machinery.weights import load_policy
 
     device = (
         torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
@@ -413,23 +313,31 @@ def train_offline(
     model_path: str | Path,
     output_dir: str | Path,
     callbacks: Sequence[Any] = (),
+    plan: TrainingPlan | None = None,
 ) -> OfflineRun:
     """Train the policy at `model_path` on offline rows with `config.offline`'s objective,
     resuming from the last checkpoint in `output_dir` if there is one; save the final model and
-    tokenizer to `output_dir` (`cobalt.training.weights`: the main process, from the state of
-    every process)."""
-    import torch
+    tokenizer to `output_dir` (`cobalt.training.machinery.weights`: the main process, from the state
+    of every process). `plan`: the run's plan (None: planned here, for this machine); its numerics
+    and sharding are the run's."""
     from datasets import Dataset
 
-    from cobalt.training.plan import same_on_every_process
-    from cobalt.training.precision import (
+    from cobalt.training.machinery.plan import (
+        plan_training,
+        planned_numerics,
+        same_on_every_process,
+    )
+    from cobalt.training.machinery.precision import (
         cast_trainable,
         reduce_probe,
         set_distributed_numerics,
         trainable_dtypes,
     )
-    from cobalt.training.sharding import resolve_sharding
-    from cobalt.training.weights import load_policy, load_tokenizer, numerics_for, save_policy
+    from cobalt.training.machinery.weights import (
+        load_policy,
+        load_tokenizer,
+        save_policy,
+    )
 
     settings = config.offline
     tokenizer = load_tokenizer(model_path)
@@ -441,12 +349,8 @@ def train_offline(
         config.max_length(),
     )
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(Path(output_dir, "tensorboard"))
-    numerics = numerics_for(
-        config.precision,
-        model_path,
-        gpu=torch.cuda.is_available(),
-        mixed=config.defaults().mixed_precision,
-    )
+    plan = plan or plan_training(config, model_path)
+    numerics = planned_numerics(plan, model_path)  # decided once, by the run's plan
     ref_seconds = None
     if settings.objective == "clipped_ratio" or settings.diagnostics:
         started = time.perf_counter()
@@ -464,7 +368,7 @@ def train_offline(
     # the trainer's arguments before the policy's load: under ZeRO-3 they make from_pretrained
     # partition the weights as it loads them (every process holds only its share)
     args = config.training_arguments(output_dir)
-    same_on_every_process("the GPUs of a node", torch.cuda.device_count())
+    same_on_every_process("the GPUs of a node", visible_gpus())
     model = load_policy(model_path, numerics, lora=config.lora is not None)
     if config.lora:
         from peft import get_peft_model
@@ -475,7 +379,7 @@ def train_offline(
     cast_trainable(model, numerics)
     log.info("%s; trainable parameters in %s", numerics.describe(), sorted(trainable_dtypes(model)))
     several = config.world() > 1
-    probe = reduce_probe(resolve_sharding(config, torch.cuda.device_count()) if several else None)
+    probe = reduce_probe(plan.sharding if several else None)
     trainer = OfflineTrainer(
         model=model,
         args=args,

@@ -3,8 +3,9 @@ and the policy it starts from, and training into `<storage>/training/<key>/` (th
 log_history.json, the curves' PNG; checkpoints while it runs, resumed after a crash;
 MANIFEST.json last). By mode: `cobalt` / `single_turn` train with GRPO
 (`cobalt/training/grpo.py`) on the bandit dataset (`cobalt/bandit/dataset.py`); `offline` trains
-with `cobalt/training/offline.py` on the offline dataset (`cobalt/training/offline_data.py`).
-Every mode records its cost (wall and GPU seconds, `cobalt/training/cost.py`) in the stats.
+with `cobalt/training/offline.py` on the offline dataset (`cobalt/training/method/offline_rows.py`).
+Every mode records its cost (wall and GPU seconds, `cobalt/training/reporting/cost.py`) in the
+stats.
 `tasks/training.py` wraps both steps in cached Prefect tasks.
 """
 
@@ -40,47 +41,50 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
-from cobalt.training.checkpoints import download_last_checkpoint, last_checkpoint
-from cobalt.training.config import Mode, TrainingConfig
-from cobalt.training.curves import plot_rewards, reward_stats
 from cobalt.training.launch import Job, run_job
-from cobalt.training.offline_data import (
+from cobalt.training.machinery.checkpoints import download_last_checkpoint, last_checkpoint
+from cobalt.training.machinery.plan import TrainingPlan, check_resume, plan_training
+from cobalt.training.method.offline_rows import (
     OfflineDataSpec,
     nothing_to_learn_reason,
     offline_data_spec,
 )
-from cobalt.training.phases import overlap_phrase, split_phrase
-from cobalt.training.plan import TrainingPlan, check_resume, plan_training
+from cobalt.training.reporting.curves import plot_rewards, reward_stats
+from cobalt.training.reporting.phases import overlap_phrase, split_phrase
+from cobalt.training.settings import Mode, TrainingConfig
 from cobalt.trajectories.problemsets import ProblemSetError, ProblemSource
 from cobalt.trajectories.runs import Trajectories, find_trajectories
 from sandbox import SandboxConfig
 
 log = logging.getLogger(__name__)
 TRAINING_CODE = (
-    "cobalt.training.activations",
-    "cobalt.training.config",
-    "cobalt.training.preset_defaults",
-    "cobalt.training.dense_reward",
+    "cobalt.training.machinery.activations",
+    "cobalt.training.decisions",
+    "cobalt.training.settings",
+    "cobalt.training.method.preset_defaults",
+    "cobalt.training.method.dense_reward",
     "cobalt.training.grpo",
-    "cobalt.training.kl",
-    "cobalt.training.memory",
-    "cobalt.training.multiturn",
-    "cobalt.training.padding",
-    "cobalt.training.precision",
-    "cobalt.training.reward",
-    "cobalt.training.sandbox_reward",
-    "cobalt.training.weights",
+    "cobalt.training.machinery.trl_trainer",
+    "cobalt.training.method.k2_kl",
+    "cobalt.training.machinery.memory",
+    "cobalt.training.method.multiturn_rollout",
+    "cobalt.training.machinery.padding",
+    "cobalt.training.machinery.precision",
+    "cobalt.training.method.cobalt_reward",
+    "cobalt.training.method.sandbox_reward",
+    "cobalt.training.machinery.weights",
     "cobalt.bandit.rows",
     "cobalt.trajectories.collect.judge_turns",
     "cobalt.trajectories.prompts",
 )
 OFFLINE_TRAINING_CODE = (
-    "cobalt.training.config",
-    "cobalt.training.preset_defaults",
-    "cobalt.training.preset_defaults",
+    "cobalt.training.decisions",
+    "cobalt.training.settings",
+    "cobalt.training.method.preset_defaults",
+    "cobalt.training.method.offline_objectives",
     "cobalt.training.offline",
-    "cobalt.training.precision",
-    "cobalt.training.weights",
+    "cobalt.training.machinery.precision",
+    "cobalt.training.machinery.weights",
 )
 
 
@@ -217,7 +221,8 @@ def preflight(params: TrainingParams) -> Ready:
 
 def check_training(config: TrainingConfig) -> None:
     """The training settings, before any work: the trainer's own config and the run's GPU plan
-    on this machine without the model (`cobalt.training.plan`; with it, once it is resolved:
+    on this machine without the model (`cobalt.training.machinery.plan`; with it, once it is
+    resolved:
     whether a GPU holds its share, vLLM's share, host memory)."""
     try:
         config.check()
@@ -303,7 +308,7 @@ def training_stage(spec: TrainingSpec, runtime: Runtime, *, logger: Logger = log
     each checkpoint uploaded as it is saved and downloaded again by a resumed run elsewhere),
     then commit the model, its log history and the curves' plot to storage. On several nodes
     every node runs this stage; node 0 commits, the others return node 0's commit."""
-    from cobalt.training.cost import CostMeter
+    from cobalt.training.reporting.cost import CostMeter
 
     st = open_storage(runtime.storage)
     directory = st.path("training", spec.key)

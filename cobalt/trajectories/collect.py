@@ -11,7 +11,7 @@ the public tests, the first failing test goes back to the model, and the model r
   is recorded: a run against a dead endpoint stops with the engine's error instead of finishing
   with Pass@1 0%.
 - `judge_turns`: runs turns' programs on the feedback tests and writes each turn's feedback (the
-  one rule, shared with the multi-turn GRPO rollout, cobalt/training/multiturn.py).
+  one rule, shared with the multi-turn GRPO rollout, cobalt/training/method/multiturn_rollout.py).
 
 Every record is appended to a `RecordLog` (cobalt/trajectories/records.py) as soon as it is done;
 a rerun skips the problem ids already in the file. No Prefect and no storage layer here
@@ -329,7 +329,8 @@ def judge_turns(
     """Judge each turn's program on its problem's feedback tests (fail-fast) and write the turn's
     `public` verdict and `feedback` (the next user turn, METHOD §1.2). Identical programs of one
     problem are judged once; a sandbox failure is retried once on a fresh worker. Used by
-    trajectory collection and by the multi-turn GRPO rollout (cobalt/training/multiturn.py).
+    trajectory collection and by the multi-turn GRPO rollout
+    (cobalt/training/method/multiturn_rollout.py).
     Returns the number of programs judged and the seconds it took."""
     busy = 0.0
     requests: dict[tuple[str, str], JudgeRequest] = {}

@@ -1,9 +1,10 @@
 """Does it learn? The controlled learning check: several seeds of each training mode on one GPU.
 
     python -m experiments.learning_check --out DIR                          # seeds 0,1,2 at once
-    python -m experiments.learning_check --out DIR --seeds 3,4 --repeat 0   # more seeds, seed 0 again
-    python -m experiments.learning_check --aggregate DIR1 DIR2 --out DIR    # one verdict from both
-    python -m experiments.learning_check --smoke --out DIR --seeds 0,1 --parallel 2   # CPU, same path
+    python -m experiments.learning_check --out DIR --seeds 3,4 --repeat 0   # more seeds, seed 0
+    again python -m experiments.learning_check --aggregate DIR1 DIR2 --out DIR    # one verdict from
+    both python -m experiments.learning_check --smoke --out DIR --seeds 0,1 --parallel 2   # CPU,
+    same path
 
 Per seed, one process (`seed_run`), built from the repo's own pieces:
 
@@ -12,11 +13,12 @@ Per seed, one process (`seed_run`), built from the repo's own pieces:
    12 *RL kinds* and 12 *never-seen kinds* are held out of SFT (`kinds`).
 2. Reference trajectories of the SFT model on RL-kind problems (`collect_initial` +
    `collect_multiturn`, the namespace sandbox), evaluated per turn; the Cobalt bandit rows
-   (`cobalt.bandit.selection`) and the offline rows (`cobalt.training.offline_data`) from them.
+   (`cobalt.bandit.selection`) and the offline rows (`cobalt.training.method.offline_rows`) from
+   them.
 3. Modes, each from the same SFT model at the same data budget: GRPO `single_turn` and `cobalt`
    (TRL, reward from the tests only, float32), `offline` (the logged turns, no generation),
    `cobalt_bf16` (cobalt under bf16 autocast; a non-finite step is recorded, not fatal); cost
-   per mode (`cobalt.training.cost.CostMeter`).
+   per mode (`cobalt.training.reporting.cost.CostMeter`).
 4. Evaluation of the SFT model and of every trained model on the same fresh problems of the
    three groups, turns 0..2, under METHOD §1.2 and stop-on-public-pass, with repair transitions.
 

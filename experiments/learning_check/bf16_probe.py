@@ -6,9 +6,9 @@ assert ends a process), all on one GPU at once.
     python -m experiments.learning_check.bf16_probe --out DIR            # GPU: 4 seeds x 4 variants
     python -m experiments.learning_check.bf16_probe --out DIR --smoke    # CPU: the code path
 
-Each run trains with `cobalt.training.guards.NonFiniteGuard` (always on in `train`), so a step
-with non-finite gradients is reported (step, parameters, last metrics) instead of corrupting the
-weights; a run that still dies reports its exit status and the end of its output. Results:
+Each run trains with `cobalt.training.reporting.guards.NonFiniteGuard` (always on in `train`), so a
+step with non-finite gradients is reported (step, parameters, last metrics) instead of corrupting
+the weights; a run that still dies reports its exit status and the end of its output. Results:
 DIR/bf16_probe.json and a markdown table on stdout.
 """
 
@@ -82,7 +82,7 @@ def prepare(seed: int, work: Path, smoke: bool, max_prompt: int) -> dict[str, An
 
 def train_variant(seed: int, variant: str, work: Path, smoke: bool, max_prompt: int) -> dict:
     """One GRPO run (this process: the runner below starts it in its own)."""
-    from cobalt.training.guards import NonFiniteError
+    from cobalt.training.reporting.guards import NonFiniteError
     from experiments.learning_check import training
 
     args = check_args(seed, work, smoke, max_prompt)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cobalt.params import add_option
-from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+from cobalt.training.settings import DEFAULT_OBJECTIVE, OBJECTIVES
 
 # mode -> (trainer, TRL mode, settings). Run in this order, each from the same SFT model, each
 # followed by its evaluation: the main comparison first, the bf16 variant last (a CUDA error there
@@ -30,7 +30,7 @@ MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "offline_grpo": ("offline_grpo", "cobalt", {}),
     # the paper's multi-turn online baselines (whole repair conversations, --turns
     # feedback turns; prompts per step divided by turns + 1: equal sampled completions), and the
-    # VeRPO-style dense reward (cobalt.training.dense_reward)
+    # VeRPO-style dense reward (cobalt.training.method.dense_reward)
     "multi_turn": ("grpo", "multi_turn", {}),
     "multi_turn_dense": ("grpo", "multi_turn", {"reward": "dense"}),
     "cobalt_dense": ("grpo", "cobalt", {"reward": "dense"}),
@@ -130,7 +130,7 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         "--precision",
         default="fp32",
         choices=["auto", "mixed", "fp32", "bf16"],
-        help="training numerics of every mode (cobalt.training.precision; default fp32)",
+        help="training numerics of every mode (cobalt.training.machinery.precision; default fp32)",
     )
     arg(
         "--generation",
@@ -255,7 +255,7 @@ def build_parser(description: str = "") -> argparse.ArgumentParser:
         default=DEFAULT_OBJECTIVE,
         choices=OBJECTIVES,
         help="the objective of the modes offline and offline_grpo (default: the project's, "
-        "cobalt.training.config.DEFAULT_OBJECTIVE)",
+        "cobalt.training.settings.DEFAULT_OBJECTIVE)",
     )
     off.add_argument("--offline-lr", type=float, help="offline learning rate (default: --rl-lr)")
     off.add_argument(

@@ -1,9 +1,9 @@
 """One seed of the learning check in this process: SFT, reference trajectories, bandit and
 offline rows, evaluation of the SFT model, then every mode (training + evaluation) in turn. The
 result, `<out>/runs/<label>.json` (`results.SeedResult`), is rewritten after every phase, so a
-stopped run keeps what it finished. A mode whose training fails (a non-finite bf16 step: `NonFiniteError`; anything else)
-is recorded as data and the seed goes on; a mode that would not finish before `--deadline-at` is
-skipped.
+stopped run keeps what it finished. A mode whose training fails (a non-finite bf16 step:
+`NonFiniteError`; anything else) is recorded as data and the seed goes on; a mode that would not
+finish before `--deadline-at` is skipped.
 
 Determinism: every sampler is seeded from the seed (SFT data order and initialisation, the
 trajectories' sampling, bandit shuffling, GRPO and offline data order and sampling, evaluation
@@ -71,12 +71,12 @@ CODE = (
     "cobalt.trajectories.evaluation",
     "cobalt.trajectories.collect",
     "cobalt.bandit.rows",
-    "cobalt.training.config",
+    "cobalt.training.settings",
     "cobalt.training.grpo",
-    "cobalt.training.sandbox_reward",
-    "cobalt.training.weights",
+    "cobalt.training.method.sandbox_reward",
+    "cobalt.training.machinery.weights",
     "cobalt.training.offline",
-    "cobalt.training.offline_data",
+    "cobalt.training.method.offline_rows",
     "experiments.learning_check.kinds",
     "experiments.learning_check.config",
     "experiments.learning_check.stages",
@@ -392,7 +392,7 @@ def train(
     """One mode's training; a failure is returned as data (outcome non_finite or failed).
     `reuse`: offline_grpo's offline phase, already trained (`reusable`); `problems`: the RL
     problems (multi_turn's feedback)."""
-    from cobalt.training.guards import NonFiniteError
+    from cobalt.training.reporting.guards import NonFiniteError
 
     trainer, trl_mode, extra = MODES[mode]
     started = time.perf_counter()

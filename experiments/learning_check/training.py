@@ -1,6 +1,7 @@
 """The learning check's training: the bandit rows (`cobalt.bandit.selection`) and the offline
-rows (`cobalt.training.offline_data`) of the reference trajectories, and one mode's run from the
-SFT model: GRPO (`cobalt.training.grpo.train`), offline (`cobalt.training.offline.train_offline`)
+rows (`cobalt.training.method.offline_rows`) of the reference trajectories, and one mode's run from
+the SFT model: GRPO (`cobalt.training.grpo.train`), offline
+(`cobalt.training.offline.train_offline`)
 or the offline mode followed by a short GRPO phase, each with its cost, step times and curve."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from cobalt.bandit.selection import bandit_rows, problem_data_from_eval
 from cobalt.problems import Problem
-from cobalt.training.config import OfflineSettings, TrainingConfig
+from cobalt.training.settings import OfflineSettings, TrainingConfig
 from cobalt.trajectories.evaluation import EvalRecord
 from cobalt.trajectories.records import Record
 from experiments.learning_check.config import GOAL_REWARD_SHARE
@@ -68,7 +69,7 @@ def offline_dataset(
     problems: Sequence[Problem], records: dict[str, Record], evals: dict[str, EvalRecord]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Every logged turn of the reference trajectories with its reward and LOO advantage."""
-    from cobalt.training.offline_data import offline_rows, offline_stats
+    from cobalt.training.method.offline_rows import offline_rows, offline_stats
 
     data = [problem_data_from_eval(records[p.id], evals[p.id], p.tests) for p in problems]
     rows = offline_rows(data)
@@ -150,9 +151,9 @@ def train_mode(
     (offline_grpo's GRPO phase), `problems`: the RL problems (multi_turn: their public tests
     give the feedback)."""
     from cobalt.bandit.rows import prepare_rows
-    from cobalt.training.cost import CostMeter
     from cobalt.training.grpo import train
-    from cobalt.training.step_timing import StepTimer
+    from cobalt.training.reporting.cost import CostMeter
+    from cobalt.training.reporting.step_timing import StepTimer
 
     prompts = prompts_per_step(args, mode)
     batch = prompts * args.rl_generations
@@ -223,9 +224,9 @@ def train_offline_mode(
     logged rows (as many completions per step as GRPO samples), with `objective` (default
     --objective) at `lr_scale` x the learning rate; the diagnostics on (docs/LEARNING.md,
     offline objectives: what each logged figure tests)."""
-    from cobalt.training.cost import CostMeter
     from cobalt.training.offline import train_offline
-    from cobalt.training.step_timing import StepTimer
+    from cobalt.training.reporting.cost import CostMeter
+    from cobalt.training.reporting.step_timing import StepTimer
 
     objective = objective or args.offline_objective
     batch = args.rl_prompts * args.rl_generations

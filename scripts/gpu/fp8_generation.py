@@ -5,8 +5,8 @@ the model the trainer computes (what TRL's importance-sampling correction weighs
 default `sequence_mask` drops).
 
 For each precision the stage's server is started as the stage starts it
-(`cobalt.training.vllm_server.generation_server`: `quantization="fp8"` for fp8, the KV cache in
-fp8 for fp8-kv, neither for bf16) on GPU 0, asked for the batch through TRL's
+(`cobalt.training.machinery.vllm_server.generation_server`: `quantization="fp8"` for fp8, the KV
+cache in fp8 for fp8-kv, neither for bf16) on GPU 0, asked for the batch through TRL's
 `VLLMClient.generate` (what each training process calls), once to warm up and once timed. Then,
 the server stopped, the model is loaded in bf16 and the sampled tokens' log-probabilities are
 recomputed (the sampling's logit bias added, temperature 1): per token |trainer - sampler|, and
@@ -63,7 +63,7 @@ def sample(model: Path, precision: str, shapes: list[Shape], log_dir: Path | Non
     PRECISIONS); the server's log kept under `log_dir`/PRECISION if given."""
     from trl.generation.vllm_client import VLLMClient
 
-    from cobalt.training.vllm_server import generation_server
+    from cobalt.training.machinery.vllm_server import generation_server
 
     context = max(s.prompt_tokens + s.max_tokens for s in shapes)
     found: dict[str, Any] = {}

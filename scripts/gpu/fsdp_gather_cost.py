@@ -1,6 +1,6 @@
 """What gathering the float32 master weights costs FSDP2 under bf16 autocast, against gathering
 them in bf16 (accelerate's own policy for `--mixed_precision bf16`), on the GPUs of this machine
-(`cobalt.training.precision.set_distributed_numerics` gathers float32 so that N GPUs
+(`cobalt.training.machinery.precision.set_distributed_numerics` gathers float32 so that N GPUs
 compute what one computes).
 
 Each policy trains the same micro-batches of a Qwen3-shaped model built from a config (random
@@ -14,7 +14,7 @@ over the first forward), and the loss and gradient norm of the first micro-batch
 - `fp32-gather-nocache`: the same with torch.autocast(cache_enabled=False): if the autocast cache
   kept every gathered layer's bf16 copy alive until the forward ends, its peak would be lower by
   about the model's size in bf16;
-- `as-one-process`: `cobalt.training.precision.shard_as_one_process` (what `--fsdp-gather
+- `as-one-process`: `cobalt.training.machinery.precision.shard_as_one_process` (what `--fsdp-gather
   bf16-linear` runs): each linear layer but the head its own unit, cast to bf16 before the
   gather, the embeddings, norms and head gathered in float32 with the layers and the root, the
   cache off; the same loss and gradient as `fp32-gather-nocache`, bit for bit.

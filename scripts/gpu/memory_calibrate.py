@@ -1,6 +1,6 @@
 """What one micro-batch of the policy's training pass allocates on a GPU, against the memory
-plan's estimate of it (`cobalt.training.activations.sequence_bytes` and the fixed terms it counts per
-row), at verl's and at the paper's lengths.
+plan's estimate of it (`cobalt.training.machinery.activations.sequence_bytes` and the fixed terms it
+counts per row), at verl's and at the paper's lengths.
 
 A Qwen3-shaped model of the 8B width built from a config with few decoder layers (random
 weights, float32 master copy under bf16 autocast, gradient checkpointing, TRL's fused head: the
@@ -10,8 +10,10 @@ allocate the gradients, then, with them kept (as between the micro-batches of a 
 allocated above the resting weights and gradients during one more forward and backward. Two
 micro-batch sizes of one length give the cost of a row (the slope) and of the pass (the rest);
 two depths separate what a layer adds. `--shared`: every row of a micro-batch samples one prompt
-and the pass is `--share-prompts`' (`cobalt.training.packing`, PyTorch's varlen attention), against
-`cobalt.training.activations.micro_batch_bytes` with the rows of one prompt counted together.
+and the pass is `--share-prompts`' (`cobalt.training.machinery.packing`, PyTorch's varlen
+attention), against
+`cobalt.training.machinery.activations.micro_batch_bytes` with the rows of one prompt counted
+together.
 
     python scripts/gpu/memory_calibrate.py --json out.json            # GPU 0, ~2 minutes
     python scripts/gpu/memory_calibrate.py --shared --cases 9897:6144:1,2,4,8 --json shared.json
@@ -32,9 +34,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cobalt.training import packing  # noqa: E402
-from cobalt.training.activations import micro_batch_bytes, sequence_bytes  # noqa: E402
-from cobalt.training.memory import GIB  # noqa: E402
+from cobalt.training.machinery import packing  # noqa: E402
+from cobalt.training.machinery.activations import micro_batch_bytes, sequence_bytes  # noqa: E402
+from cobalt.training.machinery.memory import GIB  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -8,9 +8,9 @@ code the trainer runs:
 
 - `padded`: TRL 1.16's layout, the whole generation batch padded to its longest prompt and
   completion, cut into micro-batches in order;
-- `trimmed`: `cobalt.training.padding` (rows of one optimizer step sorted by length, each
+- `trimmed`: `cobalt.training.machinery.padding` (rows of one optimizer step sorted by length, each
   micro-batch cut to its own longest: `training.trim_padding`, on in the paper preset);
-- `packed`: `cobalt.training.packing` (each micro-batch's sequences end to end in one row:
+- `packed`: `cobalt.training.machinery.packing` (each micro-batch's sequences end to end in one row:
   `training.packing`), PyTorch's varlen attention; `packed-sdpa`: the same, attention by SDPA one
   sequence at a time; `shared`: packed with each prompt computed once for its samples
   (`training.share_prompts`; `--samples` rows share a prompt, 5 as in verl's run).
@@ -41,13 +41,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from cobalt.training import packing  # noqa: E402
-from cobalt.training.packing import (  # noqa: E402
+from cobalt.training.machinery import packing  # noqa: E402
+from cobalt.training.machinery.packing import (  # noqa: E402
     pack_shared,
     packed_logps,
     use_packed_attention,
 )
-from cobalt.training.padding import optimizer_windows, trimmed_logps  # noqa: E402
+from cobalt.training.machinery.padding import optimizer_windows, trimmed_logps  # noqa: E402
 
 PATHS = ("padded", "trimmed", "packed", "packed-sdpa", "shared")
 

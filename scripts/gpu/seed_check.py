@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     again = engine.generate([same, same, other], sampling)
     pair = [c.text for c in first[0] + first[1]]
     # the control: one seed for the whole call, as before the per-conversation seeds
-    shared = engine._vllm.SamplingParams(n=args.n, temperature=1.0, max_tokens=48, seed=args.seed)
+    from vllm import SamplingParams
+
+    shared = SamplingParams(n=args.n, temperature=1.0, max_tokens=48, seed=args.seed)
     control = engine.llm.chat([same, same], sampling_params=[shared, shared], use_tqdm=False)
     engine.close()
     control_texts = [[s.text for s in out.outputs] for out in control]

@@ -28,8 +28,8 @@ from benchmarks.grpo_scaling import dataset  # noqa: E402
 from benchmarks.parity import kill_after_first_checkpoint  # noqa: E402
 from cobalt.judging import SandboxRuntime  # noqa: E402
 from cobalt.storage import StorageConfig  # noqa: E402
-from cobalt.training.config import TrainingConfig  # noqa: E402
 from cobalt.training.launch import Job, run_job  # noqa: E402
+from cobalt.training.settings import TrainingConfig  # noqa: E402
 
 
 def job(args: argparse.Namespace, model: Path, work: Path) -> Job:

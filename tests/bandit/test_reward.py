@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from cobalt.training.reward import (
+from cobalt.training.method.cobalt_reward import (
     correctness_reward,
     format_reward,
     has_repetition,
@@ -152,6 +152,7 @@ def test_total_and_clipping() -> None:
     assert total_reward(None, 0.0, "prose only", words) == -1.0
     # no code in validation: 0 + format(correct since 0 >= 0) = 0 + 0 (well-formed block)
     assert total_reward(None, 0.0, GOOD, words, training=False) == 0.0
-    # regression -0.2 (incorrect) + bonus tanh(4/1024)*0.075 (thinking "I think it works " = 4 tokens)
+    # regression -0.2 (incorrect) + bonus tanh(4/1024)*0.075 (thinking "I think it works " = 4
+    # tokens)
     assert total_reward(0.0, 0.25, GOOD, words) == pytest.approx(-0.2 + math.tanh(4 / 1024) * 0.075)
     assert total_reward(0.75, 0.5, "anything", thinking=False) == pytest.approx(0.25)

@@ -113,7 +113,7 @@ def test_zero3_trains_what_one_process_trains(passing_rows):
     """DeepSpeed ZeRO-3 on two CPU processes (gloo), the paper preset (k2 KL, trimmed padding,
     gradient checkpointing) in fp32: the same per-step losses and the same saved weights as one
     process. The saved policy is ZeRO-3's float32 master copy gathered from its shards
-    (`cobalt.training.weights.master_weights`)."""
+    (`cobalt.training.machinery.weights.master_weights`)."""
     found = passing_rows("--layouts", "1", "2:zero3", "1@2", *PAPER_FP32)
     rows = {r["layout"]: r for r in found}
     zero3, regrouped = rows["2:zero3"], rows["1@2"]

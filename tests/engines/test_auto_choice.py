@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import engines.auto as auto
-from cobalt.training.config import TrainingConfig
+from cobalt.training.settings import TrainingConfig
 from engines import EngineConfig, choose, resolve_kind
 
 
@@ -58,7 +58,7 @@ def test_without_a_gpu_or_vllm_it_is_transformers_whatever_the_size(model_8b, tm
 
 
 def test_grpo_sampling_follows_the_same_choice(tiny_model, model_8b, monkeypatch):
-    import cobalt.training.config as training
+    import cobalt.training.settings as training
 
     monkeypatch.setattr(training, "vllm_available", lambda: True)
     config = TrainingConfig()
@@ -75,7 +75,7 @@ def test_grpo_sampling_follows_the_same_choice(tiny_model, model_8b, monkeypatch
 def test_the_printed_settings_say_what_auto_chose_and_why(model_8b, monkeypatch):
     import torch
 
-    import cobalt.training.config as training
+    import cobalt.training.settings as training
     from cobalt.pipeline import settings_text
     from flows.pipeline import parse_params
 

@@ -1,5 +1,5 @@
-"""The training console (cobalt/training/console.py): a compact line every few steps from the
-trainer's logs, in place of transformers' printing of every step's metrics dict. Fake logs and
+"""The training console (cobalt/training/reporting/console.py): a compact line every few steps from
+the trainer's logs, in place of transformers' printing of every step's metrics dict. Fake logs and
 a fake trainer state: no training runs here."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from transformers import PrinterCallback, ProgressCallback
 
-from cobalt.training.console import TrainingConsole, end_line, every, install, step_line
+from cobalt.training.reporting.console import TrainingConsole, end_line, every, install, step_line
 
 # one GRPO step's logs as TRL 1.16 writes them (some 25 fields)
 GRPO_LOGS = {

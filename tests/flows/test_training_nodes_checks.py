@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from cobalt.storage import StorageError
-from cobalt.training.config import TrainingConfig
-from cobalt.training.sharding import ShardingError
+from cobalt.training.decisions import ShardingError
+from cobalt.training.settings import TrainingConfig
 from cobalt.training.stages import TrainingParams
 from flows.training_nodes import (
     MissingDeploymentError,

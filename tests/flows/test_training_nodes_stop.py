@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # the coordinating flow, as the pipeline's --nodes or the training-nodes deployment runs it
 COORDINATOR = """
 import sys
-from cobalt.training.config import TrainingConfig
+from cobalt.training.settings import TrainingConfig
 from cobalt.training.stages import TrainingParams
 from flows.training_nodes import training_nodes_flow
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cobalt.training.config import LoraSettings, OfflineSettings, TrainingConfig
+from cobalt.training.settings import LoraSettings, OfflineSettings, TrainingConfig
 from flows import pipeline, training
 from flows.training_options import FLOWS, OPTIONS, description, field_of, option_help
 

@@ -24,7 +24,7 @@ FOUR_H100 = Machine(4, 80 * GIB, "NVIDIA H100 80GB HBM3", 500 * GIB, 64)
 @pytest.fixture
 def vllm_here(monkeypatch):
     """vLLM importable, as on a GPU worker with the gpu extra."""
-    import cobalt.training.config as training
+    import cobalt.training.settings as training
     import engines.auto as auto
     import engines.plan as engine_plan
 
@@ -86,8 +86,8 @@ def test_a_vllm_context_beyond_the_models_positions_is_refused_before_any_work(
     stage has loaded everything (seen on an H200: a prompt limit of 4,096 + 24 on the tiny model);
     the plan says it first, naming the settings and the largest that fits."""
     from cobalt.errors import UserError
-    from cobalt.training.config import TrainingConfig
-    from cobalt.training.plan import plan_training
+    from cobalt.training.machinery.plan import plan_training
+    from cobalt.training.settings import TrainingConfig
 
     one_h200 = Machine(1, 140 * GIB, "NVIDIA H200", 100 * GIB, 16)
     vllm = {"preset": "tiny", "mode": "single_turn", "generation": "vllm_colocate"}
@@ -117,10 +117,10 @@ def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatc
     way out only where its awake share (TRL's 0.3 of the GPU) fits beside the state: not on 2
     H100s, on 4 GPUs of 64 GiB (~31 GiB of state each)."""
     from cobalt.errors import UserError
-    from cobalt.training.config import TrainingConfig
-    from cobalt.training.plan import plan_training
+    from cobalt.training.machinery.plan import plan_training
+    from cobalt.training.settings import TrainingConfig
 
-    monkeypatch.setattr("cobalt.training.plan.checkpoint_dtype", lambda model: "float32")
+    monkeypatch.setattr("cobalt.training.machinery.plan.checkpoint_dtype", lambda model: "float32")
     two_h100 = Machine(2, 80 * GIB, "NVIDIA H100 80GB HBM3", 500 * GIB, 64)
     model = model_8b(tmp_path)
     settings = {"mode": "single_turn", "generation": "transformers", "num_processes": 2}
@@ -138,7 +138,7 @@ def test_the_async_copy_of_the_policy_is_in_the_memory_plan(tmp_path, monkeypatc
     with pytest.raises(UserError, match=r"vllm_colocate"):
         plan_training(TrainingConfig(**on_four), model, four_64)
     vllm = {**on_four, "generation": "vllm_colocate"}
-    monkeypatch.setattr("cobalt.training.config.vllm_available", lambda: True)
+    monkeypatch.setattr("cobalt.training.settings.vllm_available", lambda: True)
     assert plan_training(TrainingConfig(**vllm), model, four_64).one_step_off
     # kept awake with half of each GPU, vLLM no longer fits beside the state (its weights did)
     half = {**vllm, "overrides": {**vllm["overrides"], "vllm_gpu_memory_utilization": 0.5}}
@@ -157,8 +157,8 @@ def test_a_micro_batch_that_cannot_hold_one_row_is_refused_before_any_work(
     of the model's float32 state and the reference model leave no room for one row, and the
     plan says so before any work (not the processes after the launch and vLLM's start), with
     the fixes. On 140 GiB cards the same run is planned; the processes' own plan agrees."""
-    from cobalt.training.memory import TrainingMemoryError
-    from cobalt.training.plan import plan_training
+    from cobalt.training.machinery.memory import TrainingMemoryError
+    from cobalt.training.machinery.plan import plan_training
     from flows.training import parse_params
 
     model = model_8b(tmp_path)
@@ -182,8 +182,8 @@ def test_a_micro_batch_that_cannot_hold_one_row_is_refused_before_any_work(
     assert plan.processes == 2
     # what the processes plan once loaded (rows of a 512-token prompt) agrees with the preflight:
     # a micro-batch on 140 GiB cards, the same refusal on 80 GiB ones
+    from cobalt.training.decisions import decide
     from cobalt.training.grpo import micro_batch
-    from cobalt.training.precision import decide
 
     numerics = decide(config.precision, "bfloat16", gpu=True, mixed=True)
     kwargs = config.grpo_kwargs(str(tmp_path / "out"), model)

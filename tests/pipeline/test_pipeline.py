@@ -21,7 +21,7 @@ from prefect_states import task_run_states
 
 from cobalt.pipeline import PipelineParams
 from cobalt.presets import tiny_collect
-from cobalt.training.config import DEFAULT_OBJECTIVE
+from cobalt.training.settings import DEFAULT_OBJECTIVE
 from flows.pipeline import main, pipeline_flow
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ def fail_on_the_second_process(prompts: list[Any], trainer: Any) -> dict[str, An
 
 
 def _answer(prompts: list[Any], trainer: Any) -> dict[str, Any]:
-    prompt_ids = trainer._tokenize_prompts(prompts)[0]
+    prompt_ids = trainer.tokenized_prompts(prompts)[0]
     answer = trainer.processing_class("```python\nprint(1)\n```", add_special_tokens=False)
     ids = [*answer["input_ids"], trainer.processing_class.eos_token_id]
     return {"prompt_ids": prompt_ids, "completion_ids": [ids] * len(prompts), "logprobs": None}

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from cobalt.storage import StorageConfig, open_storage
-from cobalt.training.checkpoints import download_last_checkpoint, uploader
+from cobalt.training.machinery.checkpoints import download_last_checkpoint, uploader
 
 
 def test_checkpoints_go_to_s3_and_come_back(tmp_path, s3_endpoint, s3_bucket):

@@ -1,6 +1,6 @@
-"""`cobalt.training.collectives`: what a process's collectives moved since the last read, from
-torch's flight recorder in a real (one-process, gloo) process group, and the read's warning when
-the recorder's ring dropped entries between two reads. Each case runs in a fresh interpreter:
+"""`cobalt.training.machinery.collectives`: what a process's collectives moved since the last read,
+from torch's flight recorder in a real (one-process, gloo) process group, and the read's warning
+when the recorder's ring dropped entries between two reads. Each case runs in a fresh interpreter:
 torch reads the recorder's size once per process."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import json, sys, tempfile
 import torch, torch.distributed as dist
-from cobalt.training.collectives import CollectiveMeter
+from cobalt.training.machinery.collectives import CollectiveMeter
 
 meter = CollectiveMeter()
 print(json.dumps(meter.read()))  # no process group yet: off

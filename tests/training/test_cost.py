@@ -1,5 +1,5 @@
-"""What a run costs (cobalt.training.cost): the GPU fields come from NVML's samples. NVML itself
-needs a GPU; here torch.cuda's readers are replaced by scripted ones, so the sampling and the
+"""What a run costs (cobalt.training.reporting.cost): the GPU fields come from NVML's samples. NVML
+itself needs a GPU; here torch.cuda's readers are replaced by scripted ones, so the sampling and the
 summary are what is tested."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from cobalt.training.cost import CostMeter
+from cobalt.training.reporting.cost import CostMeter
 
 GIB = 2**30
 

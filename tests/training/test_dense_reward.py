@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from cobalt.training.dense_reward import dense_reward_func, dense_terms, group_weights
-from cobalt.training.sandbox_reward import CobaltRewards
+from cobalt.training.method.dense_reward import dense_reward_func, dense_terms, group_weights
+from cobalt.training.method.sandbox_reward import CobaltRewards
 from sandbox import SandboxConfig
 from sandbox import TestSuite as Suite
 

@@ -1,6 +1,6 @@
 """GRPO and the offline trainer on two processes through `accelerate launch` (the multi-GPU path,
 here on CPU over gloo): real GRPOTrainer, real sandbox pool per process, the model saved once by
-the main process (`cobalt.training.weights`), the log history and step timing read back; a
+the main process (`cobalt.training.machinery.weights`), the log history and step timing read back; a
 failing launch says why."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from cobalt.bandit.dataset import BanditRef, commit_rows
 from cobalt.bandit.rows import prepare_rows
 from cobalt.judging import SandboxRuntime
 from cobalt.storage import StorageConfig, open_storage
-from cobalt.training.config import TrainingConfig
 from cobalt.training.launch import Job, LaunchError, launch_command, run_job
-from cobalt.training.sharding import config_file
+from cobalt.training.machinery.sharding import config_file
+from cobalt.training.settings import TrainingConfig
 
 SANDBOX = SandboxRuntime(backend="namespace", concurrency=2)
 # a job file's run in a process of its own (another node, or a launcher to kill)
@@ -82,7 +82,7 @@ def test_the_shipped_accelerate_configs_load(sharding: str, kind: str) -> None:
 def test_a_one_process_launch_stays_on_the_card_its_caller_was_given(tmp_path, monkeypatch) -> None:
     """accelerate sets CUDA_VISIBLE_DEVICES to --gpu_ids: a job pinned to card 1 (two jobs on a
     two-GPU worker) must not be moved to card 0."""
-    from cobalt.training.plan import plan_training
+    from cobalt.training.machinery.plan import plan_training
     from engines.machine import Machine
 
     one_gpu = plan_training(TrainingConfig(), None, Machine(1, 80 << 30, "H100", 1 << 40, 16))
@@ -104,7 +104,7 @@ def test_a_one_node_launch_meets_at_its_own_port_not_an_inherited_one(
     their colocated vLLMs started a process group (accelerate sets the rendezvous for several
     processes only): every one-node launch gives its processes the free port it chose."""
     import cobalt.training.launch as launching
-    from cobalt.training.plan import plan_training
+    from cobalt.training.machinery.plan import plan_training
     from engines.machine import Machine
 
     monkeypatch.setenv("MASTER_PORT", "29500")
@@ -140,7 +140,7 @@ def test_grpo_on_two_processes(tmp_path, tiny_model) -> None:
     assert timing["processes"] == 2 and timing["steps"] == 2
     log = (tmp_path / "out" / ".launch" / "launch.log").read_text()
     assert "process 0 of 2 starts" in log and "process 1 of 2 starts" in log
-    assert "cobalt.training.step_timing: step 2: " in log  # each step logged as it ends
+    assert "cobalt.training.reporting.step_timing: step 2: " in log  # each step logged as it ends
     AutoModelForCausalLM.from_pretrained(str(tmp_path / "out"))  # saved once, loadable
     assert log.count("the policy saved to") == 1, log[-3000:]
 
@@ -156,7 +156,7 @@ def test_offline_training_on_two_processes_saves_once_from_the_main_process(tmp_
     from test_offline_trainer import rows as offline_rows
     from transformers import AutoModelForCausalLM
 
-    from cobalt.training.config import OfflineSettings
+    from cobalt.training.settings import OfflineSettings
     from engines.tiny import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", seed=0, dtype="bfloat16")
@@ -232,7 +232,7 @@ def test_a_killed_multi_process_run_resumes_with_the_same_command(tmp_path, tiny
 
     from transformers import AutoModelForCausalLM
 
-    from cobalt.training.checkpoints import last_checkpoint
+    from cobalt.training.machinery.checkpoints import last_checkpoint
 
     model = tiny_model
     steps = 20  # the kill lands at the first checkpoint (step 2): many steps after it
@@ -316,7 +316,7 @@ def test_the_first_failure_wins_over_the_errors_it_caused() -> None:
     vLLM, process 0's collective then failed and its traceback came last. The first line names
     process 1's error, not process 0's consequence; without a traceback of its own, the
     process and where its output is."""
-    from cobalt.training.launch_log import first_failure
+    from cobalt.training.machinery.launch_log import first_failure
 
     root = (
         "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-28_21:51:07\n"

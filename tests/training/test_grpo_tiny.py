@@ -8,10 +8,10 @@ import pytest
 from tensorboard_events import scalars
 
 from cobalt.bandit.rows import prepare_rows
-from cobalt.training.config import TrainingConfig
 from cobalt.training.grpo import train
-from cobalt.training.reward import total_reward
-from cobalt.training.sandbox_reward import CobaltRewards
+from cobalt.training.method.cobalt_reward import total_reward
+from cobalt.training.method.sandbox_reward import CobaltRewards
+from cobalt.training.settings import TrainingConfig
 from sandbox import SandboxConfig
 from sandbox import TestSuite as Suite
 
@@ -121,8 +121,8 @@ def test_grpo_tiny_two_steps(tmp_path, tiny_model) -> None:
 def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path, tiny_model) -> None:
     """A run stopped after its step-1 checkpoint (a kill between saves) goes on from there: the
     second call trains only step 2, and the step timer sees where each step's time went."""
-    from cobalt.training.checkpoints import last_checkpoint
-    from cobalt.training.step_timing import StepTimer
+    from cobalt.training.machinery.checkpoints import last_checkpoint
+    from cobalt.training.reporting.step_timing import StepTimer
 
     model_dir = tiny_model
     out = tmp_path / "out"
@@ -152,7 +152,7 @@ def test_lora_training_saves_a_plain_merged_model(tmp_path, tiny_model) -> None:
     projections changed, grad norm 0.02.)"""
     from transformers import AutoModelForCausalLM
 
-    from cobalt.training.config import LoraSettings
+    from cobalt.training.settings import LoraSettings
 
     model_dir = tiny_model
     out = tmp_path / "out"
@@ -171,7 +171,7 @@ def test_lora_training_saves_a_plain_merged_model(tmp_path, tiny_model) -> None:
 
 
 def test_generation_backends_map_to_grpo_fields(monkeypatch) -> None:
-    import cobalt.training.config as training
+    import cobalt.training.settings as training
 
     assert TrainingConfig().generation_kwargs(gpu=False) == {"use_transformers_paged": False}
     assert TrainingConfig(generation="paged").generation_kwargs(gpu=True) == {

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from cobalt.training.guards import NonFiniteError, NonFiniteGuard
+from cobalt.training.reporting.guards import NonFiniteError, NonFiniteGuard
 
 
 def model_with_grads(bad: float | None) -> torch.nn.Module:

@@ -1,5 +1,6 @@
 """The recipe's KL penalty (k2 = 0.5 (log pi - log pi_ref)^2, verl's "mse") beside TRL's k3, in
-the real GRPO trainer's loss (cobalt.training.kl): hand-computed values and gradients."""
+the real GRPO trainer's loss (cobalt.training.machinery.trl_trainer): hand-computed values and
+gradients."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def trainer(tiny, tmp_path, estimator: str, bias_correction: bool = False):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
-    from cobalt.training.kl import CobaltGRPOTrainer
+    from cobalt.training.machinery.trl_trainer import CobaltGRPOTrainer
 
     args = GRPOConfig(
         output_dir=str(tmp_path),
@@ -108,8 +109,35 @@ def test_k2_and_k3_values_and_gradients(tiny, tmp_path, shift) -> None:
 
 
 def test_k2_needs_a_known_aggregation() -> None:
-    from cobalt.training.config import TrainingConfig
+    from cobalt.training.settings import TrainingConfig
 
     assert TrainingConfig(preset="paper").kl() == "k2"
     assert TrainingConfig().kl() == "k3"
     assert TrainingConfig(kl_estimator="k2").kl() == "k2"
+
+
+def test_k2_and_its_reductions_as_pure_functions() -> None:
+    """k2 (cobalt.training.method.k2_kl) without a trainer: zero where the policy is the reference,
+    a gradient equal to the drift, and each loss type's reduction by hand."""
+    from cobalt.training.method.k2_kl import aggregate, k2_per_token
+
+    logps = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.5, -1.0], [-0.2, -3.0, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    per_token = k2_per_token(logps, ref)
+    assert k2_per_token(ref, ref).abs().sum() == 0
+    (per_token * mask).sum().backward()
+    assert torch.allclose(logps.grad, (logps - ref).detach() * mask)
+    k2 = per_token.detach()
+    masked = (k2 * mask).sum()
+    items = torch.tensor(10.0)  # the step's completion tokens over 2 processes and 2 micro-batches
+    dapo = aggregate(k2, mask, "dapo", accumulation=2, num_items_in_batch=items, processes=2,
+                     steps_per_generation=4)  # fmt: skip
+    assert dapo == pytest.approx(float(masked / (10 / 2 * 2 / 4)))
+    rows = (k2 * mask).sum(-1) / mask.sum(-1)
+    assert aggregate(k2, mask, "grpo", accumulation=2) == pytest.approx(float(rows.mean() / 2))
+    assert aggregate(k2, mask, "bnpo") == pytest.approx(float(masked / 5))
+    dr = aggregate(k2, mask, "dr_grpo", max_completion_length=4)
+    assert dr == pytest.approx(float(masked / 8))
+    with pytest.raises(ValueError, match="loss type 'gspo'"):
+        aggregate(k2, mask, "gspo")

@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from cobalt.training.activations import fused_head_bytes, micro_batch_bytes, sequence_bytes
+from cobalt.training.machinery.activations import (
+    fused_head_bytes,
+    micro_batch_bytes,
+    sequence_bytes,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "benchmarks/results"
 MEASURED = RESULTS / "memory_calibrate_1xh200_2026-11-29.json"

@@ -16,11 +16,11 @@ import pytest
 
 from cobalt.bandit.rows import prepare_rows
 from cobalt.problems import Problem, Provenance
-from cobalt.training.config import TrainingConfig
-from cobalt.training.dense_reward import dense_reward_func
-from cobalt.training.kl import CobaltGRPOTrainer
-from cobalt.training.multiturn import ProblemIndex, feedback_template, repair_rollout
-from cobalt.training.sandbox_reward import CobaltRewards
+from cobalt.training.machinery.trl_trainer import CobaltGRPOTrainer
+from cobalt.training.method.dense_reward import dense_reward_func
+from cobalt.training.method.multiturn_rollout import ProblemIndex, feedback_template, repair_rollout
+from cobalt.training.method.sandbox_reward import CobaltRewards
+from cobalt.training.settings import TrainingConfig
 from cobalt.trajectories.collect import CollectConfig, collect_initial, collect_multiturn
 from cobalt.trajectories.prompts import extract_code, first_messages
 from engines import Completion, Conversation, Engine, EngineConfig, SamplingConfig, split_thinking

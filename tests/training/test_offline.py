@@ -11,14 +11,10 @@ import pytest
 import torch
 
 from cobalt.bandit.selection import ProblemData
-from cobalt.training.config import OfflineSettings, TrainingConfig
-from cobalt.training.offline import (
-    OfflineCollator,
-    awr_weights,
-    offline_loss,
-    prepare_offline_rows,
-)
-from cobalt.training.offline_data import assign_advantages, loo_baselines, offline_rows
+from cobalt.training.method.offline_objectives import awr_weights, offline_loss
+from cobalt.training.method.offline_rows import assign_advantages, loo_baselines, offline_rows
+from cobalt.training.offline import OfflineCollator, prepare_offline_rows
+from cobalt.training.settings import OfflineSettings, TrainingConfig
 from cobalt.trajectories.records import Record, Sample, Turn
 
 # --- leave-one-out baselines and advantages ------------------------------------------------------
@@ -299,7 +295,7 @@ def test_one_default_objective_for_flows_pipeline_and_learning_check() -> None:
     """`--mode offline` without an objective: the flows, the pipeline's embedded default and the
     learning check all take `DEFAULT_OBJECTIVE` (one constant to change)."""
     from cobalt.presets import tiny_training
-    from cobalt.training.config import DEFAULT_OBJECTIVE, OBJECTIVES
+    from cobalt.training.settings import DEFAULT_OBJECTIVE, OBJECTIVES
     from experiments.learning_check.config import build_parser
 
     assert DEFAULT_OBJECTIVE in OBJECTIVES

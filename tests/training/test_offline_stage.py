@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-import cobalt.training.offline_data as offline_data
+import cobalt.training.method.offline_rows as offline_data
 from cobalt.bandit.dataset import BanditConfig, read_bandit_rows
 from cobalt.errors import EmptyStageError
 from cobalt.storage import StorageConfig
-from cobalt.training.config import TrainingConfig
-from cobalt.training.offline_data import offline_data_spec, offline_data_stage, offline_rows
+from cobalt.training.method.offline_rows import offline_data_spec, offline_data_stage, offline_rows
+from cobalt.training.settings import TrainingConfig
 from cobalt.training.stages import TrainingParams, check_dataset
 from cobalt.trajectories.problemsets import ProblemSource
 from cobalt.trajectories.runs import Trajectories
@@ -129,7 +129,7 @@ def test_the_process_count_is_part_of_every_modes_training_key() -> None:
     from types import SimpleNamespace
 
     from cobalt.bandit.dataset import BanditRef
-    from cobalt.training.config import TrainingConfig
+    from cobalt.training.settings import TrainingConfig
     from cobalt.training.stages import TrainingParams, training_spec
 
     def key(mode: str, processes: int) -> str:

@@ -10,8 +10,7 @@ import pytest
 import torch
 from tensorboard_events import scalars
 
-from cobalt.training.checkpoints import last_checkpoint
-from cobalt.training.config import LoraSettings, OfflineSettings, TrainingConfig
+from cobalt.training.machinery.checkpoints import last_checkpoint
 from cobalt.training.offline import (
     OfflineCollator,
     end_of_turn_id,
@@ -19,6 +18,7 @@ from cobalt.training.offline import (
     tokenize_row,
     train_offline,
 )
+from cobalt.training.settings import LoraSettings, OfflineSettings, TrainingConfig
 
 PROMPT = [{"role": "user", "content": "Print the sum of two integers."}]
 GOOD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
@@ -92,7 +92,7 @@ def test_a_step_follows_the_advantage(tiny: Path, tmp_path: Path, objective: str
 
 @pytest.mark.timeout(300)
 def test_a_killed_offline_run_resumes_from_its_checkpoint(tiny: Path, tmp_path: Path) -> None:
-    from cobalt.training.step_timing import StepTimer
+    from cobalt.training.reporting.step_timing import StepTimer
 
     out = tmp_path / "out"
     first = config("clipped_ratio", max_steps=1, save_steps=1)
@@ -135,7 +135,7 @@ def test_a_non_finite_step_is_not_taken_and_no_policy_is_saved(
     gradients NaN, the step is void, training stops, and the run fails naming the step instead
     of saving a broken policy."""
     from cobalt.training import offline
-    from cobalt.training.guards import NonFiniteError
+    from cobalt.training.reporting.guards import NonFiniteError
 
     real = offline.OfflineTrainer.compute_loss
 
@@ -156,8 +156,8 @@ def test_reference_logprobs_match_row_by_row(tiny: Path) -> None:
     change nothing)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from cobalt.training.machinery.weights import numerics_for
     from cobalt.training.offline import reference_logprobs
-    from cobalt.training.weights import numerics_for
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny))
     eos = end_of_turn_id(tokenizer, tiny)
@@ -204,7 +204,7 @@ def test_every_objective_trains_and_the_objective_matters(tiny: Path, tmp_path: 
 
     from safetensors.torch import load_file
 
-    from cobalt.training.config import OBJECTIVES
+    from cobalt.training.settings import OBJECTIVES
 
     start = load_file(str(tiny / "model.safetensors"))
     weights = {}
@@ -272,7 +272,7 @@ def test_a_step_is_the_token_mean_over_its_rows_whatever_its_micro_batches(
 def test_the_rows_of_a_step_are_the_same_on_any_number_of_processes() -> None:
     """Rows per optimizer step do not grow with the processes: they share them (the offline
     global batch used to double on two processes), or the config names the fix."""
-    from cobalt.training.sharding import ShardingError
+    from cobalt.training.decisions import ShardingError
 
     def step(processes: int, **offline) -> tuple[int, int, int]:
         cfg = TrainingConfig(

@@ -1,4 +1,5 @@
-"""Generation overlapped with training, one step off (`--async`, cobalt.training.overlap): real
+"""Generation overlapped with training, one step off (`--async`, cobalt.training.machinery.overlap):
+real
 GRPO runs of the tiny model on CPU, the background thread sampling from a copy of the policy."""
 
 from __future__ import annotations
@@ -7,10 +8,10 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from cobalt.training import overlap
-from cobalt.training.config import LoraSettings, TrainingConfig
-from cobalt.training.kl import CobaltGRPOTrainer
-from cobalt.training.overlap import Lookahead, OneStepOff, TransformersCopy
+from cobalt.training.machinery import overlap
+from cobalt.training.machinery.overlap import Lookahead, OneStepOff, TransformersCopy
+from cobalt.training.machinery.trl_trainer import CobaltGRPOTrainer
+from cobalt.training.settings import LoraSettings, TrainingConfig
 
 SCORE = CobaltGRPOTrainer._generate_and_score_completions
 PREPARE = TransformersCopy.prepare
@@ -146,11 +147,11 @@ def test_the_next_epochs_first_batch_is_sent_ahead_from_the_samplers_next_order(
     before that epoch starts, so only the run's first batch is sampled in place, and the rows
     train in the synchronous order (each epoch's first batch was once sampled in place:
     with one batch an epoch, seen on an H200, --async overlapped nothing)."""
-    from cobalt.training.phases import overlap_phrase
+    from cobalt.training.reporting.phases import overlap_phrase
 
     over = {"max_steps": 8, "generation_batch_size": batch}
     sync_order, _, _ = spied_run(tmp_path, monkeypatch, False, **over)
-    with caplog.at_level("WARNING", logger="cobalt.training.overlap"):
+    with caplog.at_level("WARNING", logger="cobalt.training.machinery.overlap"):
         order, records, run = spied_run(tmp_path, monkeypatch, True, **over)
     batches = 8 * 2 // batch
     assert order == sync_order and len(order) == batches
@@ -253,7 +254,7 @@ def test_a_failure_setting_up_the_background_thread_is_raised_as_itself(
 
 
 def test_the_training_plan_says_generation_is_overlapped(tiny_model) -> None:
-    from cobalt.training.plan import plan_training
+    from cobalt.training.machinery.plan import plan_training
 
     plan = plan_training(TrainingConfig(preset="tiny", async_generation=True), tiny_model)
     assert "generation transformers overlapped with training, one step off (a copy of the " \
@@ -320,8 +321,8 @@ def test_a_batch_sampled_ahead_is_judged_in_the_background_as_the_rewards_will_r
     judge's cache keys are the same, so the reward step finds every result."""
     import threading
 
-    from cobalt.training.phases import overlap_phrase
-    from cobalt.training.sandbox_reward import CobaltRewards
+    from cobalt.training.method.sandbox_reward import CobaltRewards
+    from cobalt.training.reporting.phases import overlap_phrase
 
     prejudged: list[tuple[str, list[str], list]] = []
     rewarded: list[tuple[list[str], list]] = []
@@ -353,7 +354,7 @@ def test_a_batch_sampled_ahead_is_judged_in_the_background_as_the_rewards_will_r
 def test_programs_judged_ahead_are_not_judged_again_and_reward_the_same() -> None:
     """The rewards' cache, filled ahead, answers the reward step: the judge sees each program
     once, and the rewards equal those of a batch judged in the reward step."""
-    from cobalt.training.sandbox_reward import CobaltRewards
+    from cobalt.training.method.sandbox_reward import CobaltRewards
     from sandbox import SandboxConfig, TestSuite
 
     class CountingJudge:

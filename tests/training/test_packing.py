@@ -1,4 +1,4 @@
-"""Packed forward passes (cobalt/training/packing.py): a micro-batch's sequences end to
+"""Packed forward passes (cobalt/training/machinery/packing.py): a micro-batch's sequences end to
 end in one row give the padded forward's log-probabilities, entropies and gradients on a real
 (tiny) model, through TRL's fused head; rows it cannot pack are refused; a GRPO run with packing
 trains as the padded one and really takes the packed path."""
@@ -9,8 +9,14 @@ import pytest
 import torch
 from test_padding import padded_batch
 
-from cobalt.training import packing
-from cobalt.training.packing import pack, pack_shared, packable, packed_logps, use_packed_attention
+from cobalt.training.machinery import packing
+from cobalt.training.machinery.packing import (
+    pack,
+    pack_shared,
+    packable,
+    packed_logps,
+    use_packed_attention,
+)
 
 
 def tiny(tmp_path, **config):
@@ -164,7 +170,7 @@ def test_rows_with_a_hole_or_a_right_padded_prompt_are_not_packable() -> None:
 
 
 def test_shared_prompts_without_packing_and_packing_offline_are_refused_by_name() -> None:
-    from cobalt.training.config import TrainingConfig
+    from cobalt.training.settings import TrainingConfig
 
     with pytest.raises(ValueError, match=r"set training\.packing true too"):
         TrainingConfig(share_prompts=True)
@@ -195,8 +201,8 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(
     (tests/benchmarks/test_parity.py) compare runs that learn."""
     from test_grpo_tiny import SANDBOX, rows
 
-    from cobalt.training.config import LoraSettings, TrainingConfig
     from cobalt.training.grpo import train
+    from cobalt.training.settings import LoraSettings, TrainingConfig
 
     calls: list[int] = []
     real_logps = packing.packed_logps
@@ -205,7 +211,7 @@ def test_a_grpo_run_with_packing_trains_as_the_padded_one(
         calls.append(bool(kwargs.get("compute_entropy")))  # True: the loss's own forward
         return real_logps(*args, **kwargs)
 
-    monkeypatch.setattr("cobalt.training.kl.packed_logps", counted)
+    monkeypatch.setattr("cobalt.training.machinery.trl_trainer.packed_logps", counted)
     model = tiny_model
     losses = {}
     for packed in (False, True):
@@ -343,8 +349,8 @@ def test_sharing_prompts_in_micro_batches_of_one_row_says_it_shares_nothing(
     card): the run trains, and its log says the passes are packed only and what would help."""
     from test_grpo_tiny import SANDBOX, rows
 
-    from cobalt.training.config import TrainingConfig
     from cobalt.training.grpo import train
+    from cobalt.training.settings import TrainingConfig
 
     model = tiny_model
     said = "training.share_prompts: micro-batches of 1 row share no prompt"

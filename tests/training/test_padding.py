@@ -1,6 +1,7 @@
-"""GRPO's micro-batches and less padding in their forward passes (cobalt/training/padding.py): the
-trimmed, length-sorted forward gives the log-probabilities of the padded one on a real (tiny)
-model; each optimizer step of a generation batch holds the same completions on one process as on
+"""GRPO's micro-batches and less padding in their forward passes
+(cobalt/training/machinery/padding.py): the trimmed, length-sorted forward gives the
+log-probabilities of the padded one on a real (tiny) model; each optimizer step of a generation
+batch holds the same completions on one process as on
 several, every row once, regrouped by length only inside its own step."""
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cobalt.training.padding import optimizer_windows, trimmed_logps
+from cobalt.training.machinery.padding import optimizer_windows, trimmed_logps
 
 
 def padded_batch(vocab: int, rows: int = 7, prompt: int = 9, completion: int = 12):
@@ -125,8 +126,8 @@ def test_a_grpo_step_with_trimmed_padding_trains_as_the_padded_one(tmp_path, tin
     """Two tiny GRPO runs from the same seed, padding trimmed or not: the same losses."""
     from test_grpo_tiny import SANDBOX, rows
 
-    from cobalt.training.config import TrainingConfig
     from cobalt.training.grpo import train
+    from cobalt.training.settings import TrainingConfig
 
     model = tiny_model
     losses = {}

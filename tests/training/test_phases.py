@@ -1,10 +1,11 @@
 """A GRPO run's summary names the split of its GPUs that balances the phases it measured
-(`cobalt.training.phases.split_phrase`): for a synchronous run with vLLM colocated on 2+ GPUs of
+(`cobalt.training.reporting.phases.split_phrase`): for a synchronous run with vLLM colocated on 2+
+GPUs of
 one node only, at the medians of its steps after the first."""
 
 from __future__ import annotations
 
-from cobalt.training.phases import split_phrase
+from cobalt.training.reporting.phases import split_phrase
 
 # goal 1's synchronous run on 4x H200 (docs/SCALING.md): generation 8.3 s, optimisation 19.3 s
 TIMING = {

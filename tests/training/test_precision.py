@@ -1,4 +1,4 @@
-"""Numerics of training (cobalt.training.precision): a bf16 checkpoint trains with fp32
+"""Numerics of training (cobalt.training.machinery.precision): a bf16 checkpoint trains with fp32
 master weights, so every Adam update at the paper's learning rate lands; pure bf16 (only when
 asked) loses most of them; the saved model keeps the checkpoint's dtype. Real trainers, CPU."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from cobalt.training.config import OfflineSettings, TrainingConfig
-from cobalt.training.precision import checkpoint_dtype, decide
+from cobalt.training.decisions import checkpoint_dtype, decide
+from cobalt.training.settings import OfflineSettings, TrainingConfig
 
 LR = 1e-6  # METHOD §1.6
 PROMPT = [{"role": "user", "content": "Print the sum of two integers."}]
@@ -197,7 +197,8 @@ def test_fsdp_gathers_the_master_weights_and_reduces_in_float32_under_mixed_prec
 
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
 
-    from cobalt.training.precision import decide, set_distributed_numerics
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.precision import set_distributed_numerics
 
     mixed = decide("mixed", "bfloat16", gpu=True, mixed=True)
     assert mixed.reduce == "float32" and "gradients reduced in float32" in mixed.describe()
@@ -230,7 +231,7 @@ def _fsdp_reduce_dtype(rank: int, port: int, results) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from cobalt.training.precision import gather_dtype_in_use, reduce_dtype_in_use
+    from cobalt.training.machinery.precision import gather_dtype_in_use, reduce_dtype_in_use
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
@@ -294,7 +295,7 @@ def _one_case(rank: int, arch: str, gather: str) -> tuple:
     from accelerate.utils.fsdp_utils import fsdp2_prepare_model
     from transformers import AutoModelForCausalLM
 
-    from cobalt.training.precision import gather_dtype_in_use, set_distributed_numerics
+    from cobalt.training.machinery.precision import gather_dtype_in_use, set_distributed_numerics
     from engines.tiny import tiny_config
 
     torch.manual_seed(0)
@@ -373,8 +374,8 @@ def test_bf16_linear_gather_computes_what_the_float32_gather_computes(gathers) -
     """`--fsdp-gather bf16-linear` casts the linear layers' float32 weights to bf16 before FSDP
     gathers them (autocast makes that cast after the gather otherwise: the same bits) and keeps
     the embeddings, norms and head in float32: the same losses and the same gradients to the
-    last bit, where accelerate's bf16 gather is ~1e-2 of the largest gradient away. (Units cut at the
-    norms instead regroup the residual stream's gradient sum: on an AMD EPYC CPU that moved one
+    last bit, where accelerate's bf16 gather is ~1e-2 of the largest gradient away. (Units cut at
+    the norms instead regroup the residual stream's gradient sum: on an AMD EPYC CPU that moved one
     q_proj gradient element by 1.2e-3 of the largest.)"""
     results = {
         gather: gathers[("qwen2", gather)] for gather in ("float32", "bf16-linear", "bfloat16")
@@ -424,7 +425,7 @@ def test_bf16_linear_gathers_float32_where_it_cannot_split_and_says_so(caplog) -
     from accelerate.utils import DistributedType, FullyShardedDataParallelPlugin
     from transformers import AutoModelForCausalLM
 
-    from cobalt.training.precision import set_distributed_numerics
+    from cobalt.training.machinery.precision import set_distributed_numerics
     from engines.tiny import tiny_config
 
     model = AutoModelForCausalLM.from_config(tiny_config(256, 32, 1, 2, 1, 64))
@@ -451,7 +452,8 @@ def test_autocast_runs_without_its_weight_cache_and_computes_the_same() -> None:
     from accelerate.utils import DistributedType
     from transformers import AutoModelForCausalLM, Qwen3Config
 
-    from cobalt.training.precision import decide, set_distributed_numerics
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.precision import set_distributed_numerics
 
     config = Qwen3Config(vocab_size=128, hidden_size=32, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=8,

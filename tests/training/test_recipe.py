@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from cobalt.training.activations import sequence_bytes
-from cobalt.training.config import LoraSettings, TrainingConfig
 from cobalt.training.grpo import uses_format_reward
-from cobalt.training.memory import (
+from cobalt.training.machinery.activations import sequence_bytes
+from cobalt.training.machinery.memory import (
     GIB,
     TrainingMemoryError,
     fixed_bytes,
     plan_micro_batch,
 )
-from cobalt.training.sandbox_reward import CobaltRewards
+from cobalt.training.method.sandbox_reward import CobaltRewards
+from cobalt.training.settings import LoraSettings, TrainingConfig
 from sandbox import SandboxConfig, TestSuite
 
 SUM = TestSuite(inputs=["1 2\n", "5 7\n"], outputs=["3\n", "12\n"]).model_dump_json()
@@ -72,7 +72,7 @@ def test_vllm_context_is_prompt_plus_completion(monkeypatch) -> None:
     """With vLLM the paper preset gives it the context training can feed it (10,240 + 6,144, not
     the model's own 131,072) and leaves TRL's importance-sampling correction off (the recipe has
     none; TRL's default zeroes sequences whose ratio leaves [0, 3])."""
-    import cobalt.training.config as training
+    import cobalt.training.settings as training
 
     monkeypatch.setattr(training, "vllm_available", lambda: True)
     config = TrainingConfig(
@@ -166,7 +166,7 @@ def test_a_sharded_process_counts_the_layers_it_gathers_in_float32() -> None:
     gradients are ~9.8 GiB in float32, half of it in bf16."""
     from transformers import Qwen3Config
 
-    from cobalt.training.memory import gathered_bytes
+    from cobalt.training.machinery.memory import gathered_bytes
 
     shape = Qwen3Config(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32,
                         num_key_value_heads=8, intermediate_size=12288, vocab_size=151936)  # fmt: skip
@@ -184,7 +184,7 @@ def test_each_preset_has_one_row_and_the_training_code_reads_only_the_row() -> N
     import typing
     from pathlib import Path
 
-    from cobalt.training.preset_defaults import PRESETS, Preset
+    from cobalt.training.method.preset_defaults import PRESETS, Preset
 
     assert set(PRESETS) == set(typing.get_args(Preset))
     root = Path(__file__).resolve().parents[2] / "cobalt" / "training"

@@ -11,8 +11,8 @@ import importlib.util
 import pytest
 from test_recipe import qwen3_8b
 
-from cobalt.training.config import LoraSettings, TrainingConfig
-from cobalt.training.memory import (
+from cobalt.training.decisions import ShardingError, check_batch, resolve_sharding
+from cobalt.training.machinery.memory import (
     GIB,
     TrainingMemoryError,
     check_holds,
@@ -20,8 +20,8 @@ from cobalt.training.memory import (
     state_bytes,
     vllm_share,
 )
-from cobalt.training.plan import check_resume, plan_training
-from cobalt.training.sharding import ShardingError, check_batch, resolve_sharding
+from cobalt.training.machinery.plan import check_resume, plan_training
+from cobalt.training.settings import LoraSettings, TrainingConfig
 from engines.machine import Machine
 
 H100 = 80 * GIB
@@ -154,7 +154,7 @@ def test_hybrid_shards_within_a_node_and_launches_a_2d_mesh(tmp_path) -> None:
     """Hybrid on 2 nodes of 4 GPUs: the model's state over a node's 4 GPUs (the memory plan's
     shards), FSDP's accelerate config, and accelerate's parallelism config in the launch's
     environment (2 replicas x 4 shards)."""
-    from cobalt.training.sharding import config_file, hybrid_env
+    from cobalt.training.machinery.sharding import config_file, hybrid_env
 
     config = TrainingConfig(num_processes=4, nodes=2, rdzv_endpoint="10.0.0.1:29500",
                             sharding="hybrid", overrides=STEP)  # fmt: skip
@@ -248,7 +248,7 @@ def test_the_launch_follows_the_plan(tmp_path) -> None:
     """Each strategy launches with the accelerate config the project ships, the process count
     and the mixed precision the plan decided, over the file's values."""
     from cobalt.training.launch import launch_command
-    from cobalt.training.sharding import config_file
+    from cobalt.training.machinery.sharding import config_file
 
     def flag(cmd: list[str], name: str) -> str:
         return cmd[cmd.index(name) + 1]
@@ -281,8 +281,8 @@ def test_every_process_plans_the_same_micro_batch_whatever_its_gpu_holds(monkeyp
     their collectives. The plan's GPU memory is the only input now."""
     import torch
 
-    from cobalt.training.memory import fit_micro_batch
-    from cobalt.training.precision import decide
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.memory import fit_micro_batch
 
     config = TrainingConfig(preset="paper", num_processes=4)
     kwargs = config.grpo_kwargs("out")
@@ -315,8 +315,8 @@ def test_packed_passes_plan_micro_batches_of_more_rows_within_the_same_estimate(
     reduce-scatters, fewer bytes), and the plan takes that. Every row still counted at its
     longest. On an H100 whole gradients leave room for 2 rows (160 micro-batches): the plan
     reduces every micro-batch instead, with 16 padded or 20 packed rows."""
-    from cobalt.training.memory import PADDED_ROWS, fit_micro_batch
-    from cobalt.training.precision import decide
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.memory import PADDED_ROWS, fit_micro_batch
 
     numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
     model = qwen3_8b()
@@ -352,8 +352,8 @@ def test_the_plan_counts_the_gradients_fsdp_holds_whole_between_micro_batches() 
     every micro-batch) nor when one micro-batch is the whole step. The paper's lengths on
     4x H100: holding them does not fit, so the plan reduces every micro-batch (what
     `--gradient-sync micro_batch` forces) and says so."""
-    from cobalt.training.memory import fit_micro_batch, held_gradient_bytes
-    from cobalt.training.precision import decide
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.memory import fit_micro_batch, held_gradient_bytes
 
     numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
     model = qwen3_8b()
@@ -391,12 +391,12 @@ def test_the_plan_counts_the_gradients_fsdp_holds_whole_between_micro_batches() 
 def test_a_multi_turn_conversation_is_planned_with_every_turn(tmp_path) -> None:
     """Three assistant turns and two feedback turns per sequence: the memory plan sized one turn
     (a micro-batch that then ran out of memory); it sizes the whole conversation now."""
-    from cobalt.training.memory import (
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.memory import (
         FEEDBACK_TOKENS,
         fit_micro_batch,
         multi_turn_completion_tokens,
     )
-    from cobalt.training.precision import decide
 
     assert multi_turn_completion_tokens(6144, 2, 1000) == 3 * 6144 + 2 * FEEDBACK_TOKENS
     assert multi_turn_completion_tokens(6144, 2, 1000, max_context=8192) == 7192 + 6144
@@ -450,7 +450,7 @@ def test_the_host_memory_of_the_processes_loads_is_planned(tmp_path) -> None:
 
 
 def test_a_colocated_vllms_share_is_the_plans(tmp_path, monkeypatch) -> None:
-    import cobalt.training.config as training
+    import cobalt.training.settings as training
 
     monkeypatch.setattr(training, "vllm_available", lambda: True)
     model = write_model(tmp_path, qwen3_8b())
@@ -492,7 +492,7 @@ def test_each_gpu_index_compiles_vllm_into_a_cache_of_its_own() -> None:
     """vLLM names its compiled artifacts by rank only; a process on GPU 1 that loaded what rank
     1 built on GPU 0 (1 node x 2 after 2 nodes x 1) died starting vLLM. Each launched process
     now caches under its GPU's index, below the user's VLLM_CACHE_ROOT or XDG cache."""
-    from cobalt.training.vllm_server import vllm_cache_root
+    from cobalt.training.machinery.vllm_server import vllm_cache_root
 
     home = {"VLLM_CACHE_ROOT": "/data/vllm"}
     assert vllm_cache_root(0, home) == "/data/vllm/cuda0"
@@ -521,9 +521,9 @@ def test_shared_prompts_let_a_micro_batch_hold_more_rows_at_the_papers_lengths()
     tokens are counted once for the rows that sample it, so the plan fits more rows a pass on
     the same GPU (what makes sharing pay there), its estimate counting the computed tokens and
     the keys each row gathers. A step whose rows straddle prompts counts an extra prompt."""
-    from cobalt.training.activations import micro_batch_bytes, prompts_in_micro_batch
-    from cobalt.training.memory import fit_micro_batch
-    from cobalt.training.precision import decide
+    from cobalt.training.decisions import decide
+    from cobalt.training.machinery.activations import micro_batch_bytes, prompts_in_micro_batch
+    from cobalt.training.machinery.memory import fit_micro_batch
 
     numerics = decide("mixed", "bfloat16", gpu=True, mixed=True)
     model = qwen3_8b()

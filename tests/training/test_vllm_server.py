@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-import cobalt.training.config as training_config
-from cobalt.training.config import TrainingConfig
-from cobalt.training.plan import ShardingError, plan_training
-from cobalt.training.vllm_server import (
+import cobalt.training.settings as training_config
+from cobalt.training.machinery.plan import ShardingError, plan_training
+from cobalt.training.machinery.vllm_server import (
     generation_server,
     server_command,
     server_env,
     split_gpus,
     visible_gpu_ids,
 )
+from cobalt.training.settings import TrainingConfig
 from engines.machine import Machine
 from engines.serving import ServerError
 
@@ -248,7 +248,8 @@ def _slow_server(root: Path, delay_s: float):
     (root / "health").write_text("ok")
     code = (
         "import runpy, sys, time; time.sleep(float(sys.argv[1])); "
-        "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', sys.argv[3]]; "
+        "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', "
+        "sys.argv[3]]; "
         "runpy.run_module('http.server', run_name='__main__')"
     )
     return lambda port: [sys.executable, "-c", code, str(delay_s), str(port), str(root)]
@@ -259,7 +260,7 @@ def test_training_starts_while_the_server_starts_and_waits_for_it(tmp_path):
     model meanwhile, then each waits until the server answers, before any collective."""
     import time
 
-    from cobalt.training.vllm_server import wait_for_server
+    from cobalt.training.machinery.vllm_server import wait_for_server
 
     started = time.monotonic()
     with generation_server(
@@ -276,7 +277,7 @@ def test_training_starts_while_the_server_starts_and_waits_for_it(tmp_path):
 
 
 def test_a_server_that_never_answers_is_named_with_the_setting_that_waits_longer():
-    from cobalt.training.vllm_server import wait_for_server
+    from cobalt.training.machinery.vllm_server import wait_for_server
     from engines.serving import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
@@ -410,7 +411,7 @@ def test_each_process_asks_the_server_for_its_own_rows_with_trls_sampling_settin
 
     import trl.generation.vllm_client as client
 
-    from cobalt.training.overlap import VLLMServer
+    from cobalt.training.machinery.overlap import VLLMServer
 
     # TRL's client refuses to start without vLLM installed; asking for samples is plain HTTP
     monkeypatch.setattr(client, "is_vllm_available", lambda *a, **k: True)
@@ -472,12 +473,13 @@ def test_a_stage_killed_outright_takes_its_server_with_it(tmp_path):
         "import os, runpy, subprocess, sys\n"
         "open(sys.argv[1], 'w').write(str(os.getpid()))\n"
         "subprocess.Popen([sys.executable, sys.argv[4], sys.argv[5]])\n"
-        "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', sys.argv[3]]\n"
+        "sys.argv = ['http.server', sys.argv[2], '--bind', '127.0.0.1', '--directory', "
+        "sys.argv[3]]\n"
         "runpy.run_module('http.server', run_name='__main__')\n"
     )
     stage = f"""
 import os, signal, sys, time
-from cobalt.training.vllm_server import generation_server
+from cobalt.training.machinery.vllm_server import generation_server
 def serve(port):
     return [sys.executable, {str(server)!r}, {str(pid_file)!r}, str(port), {str(www)!r},
             {str(core)!r}, {str(core_file)!r}]

@@ -6,7 +6,7 @@ distributed type to MULTI_CPU and wraps the model in DDP. With this directory on
 `COBALT_TEST_FSDP_ON_CPU=1`, every Python process started (the launcher's training processes,
 the parity harness's killed run) switches that type to FSDP after accelerate decides it, in the
 shared state that every `Accelerator` reads, and the training plan's refusal of FSDP without
-GPUs (`cobalt.training.plan.check_fsdp_devices`) is lifted. Everything after the gate is
+GPUs (`cobalt.training.machinery.plan.check_fsdp_devices`) is lifted. Everything after the gate is
 accelerate's and torch's own: FSDP2's `fully_shard` over gloo (the parameters become DTensor
 shards), its mixed-precision policy, sharded checkpoints, the full state dict of the saved
 policy. `COBALT_TEST_FSDP_ON_CPU=plan` lifts the plan's refusal only: accelerate then trains
@@ -41,7 +41,7 @@ def lift_accelerate_gate() -> None:
 
 
 def lift_plan_refusal() -> None:
-    from cobalt.training import plan
+    from cobalt.training.machinery import plan
 
     plan.check_fsdp_devices = lambda sharding, gpus: None
 

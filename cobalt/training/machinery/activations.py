@@ -1,6 +1,6 @@
 """Activation memory of one checkpointed forward/backward pass of GRPO's loss: what a
-micro-batch adds to the fixed state `cobalt.training.memory` counts (pure arithmetic over the
-model's config, `engines.memory` for the per-layer shapes).
+micro-batch adds to the fixed state `cobalt.training.machinery.memory` counts (pure arithmetic over
+the model's config, `engines.memory` for the per-layer shapes).
 
     per sequence = layers x length x hidden x residual bytes      (checkpointed layer inputs)
                  + length x activation bytes per token x 2         (one layer recomputed + grads)

@@ -4,8 +4,8 @@ of the trainable weights, of the compute, of frozen weights and of the saved mod
 The paper's recipe (verl with FSDP) keeps fp32 master weights and computes in bf16. A bf16
 checkpoint (Qwen3-8B, R1-Distill-8B) loaded as it is would train in pure bf16: at learning rate
 1e-6 most Adam updates are below bf16's resolution (8 bits of mantissa: a weight of 0.02 moves only
-by steps of ~1e-4) and vanish (one step moved 1.7% of the weights, tests/training/test_precision.py).
-So, whatever the checkpoint's dtype:
+by steps of ~1e-4) and vanish (one step moved 1.7% of the weights,
+tests/training/test_precision.py). So, whatever the checkpoint's dtype:
 
 | precision | trainable weights (optimizer's master copy) | compute | frozen base (LoRA) | gradients reduced | saved |
 | --- | --- | --- | --- | --- | --- |
@@ -26,7 +26,7 @@ communicates and sums a step's micro-batches in float32 (`communication_data_typ
 float32 master copy from them: an fp32 checkpoint starts rounded to bf16 under ZeRO-3 (a bf16
 checkpoint, as released 7-8B models are, loses nothing), and its forward runs in bf16 weights
 (the difference FSDP no longer has); the saved policy is the float32 master copy where the
-checkpoint is float32 (`cobalt.training.weights.save_policy`). `reduce_dtype_in_use` and
+checkpoint is float32 (`cobalt.training.machinery.weights.save_policy`). `reduce_dtype_in_use` and
 `gather_dtype_in_use` read back what the wrapped model does.
 
 `auto` (the default) is `mixed` on a GPU with the `paper` preset and `fp32` otherwise: the `tiny`
@@ -39,80 +39,12 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
+
+from cobalt.training.decisions import Numerics
 
 log = logging.getLogger(__name__)
-
-Precision = Literal["auto", "mixed", "fp32", "bf16"]
-PRECISIONS: tuple[str, ...] = ("auto", "mixed", "fp32", "bf16")
-_FLOATS = {"float32", "bfloat16", "float16"}
-
-
-@dataclass(frozen=True)
-class Numerics:
-    """What `decide` chose; `trainable`/`frozen`/`saved` are torch dtype names."""
-
-    precision: str  # mixed, fp32 or bf16 (never auto)
-    trainable: str
-    compute: str  # "bf16 autocast", "float32" or "bfloat16"
-    frozen: str
-    saved: str
-    checkpoint: str
-    reduce: str = "float32"  # gradients summed across processes in this dtype
-
-    @property
-    def autocast(self) -> bool:
-        return self.compute == "bf16 autocast"
-
-    def trainer_kwargs(self) -> dict[str, Any]:
-        """The `TrainingArguments` fields that follow from it: bf16 autocast or none. Pure bf16
-        runs without autocast (the weights are already bf16)."""
-        return {"bf16": self.autocast, "fp16": False}
-
-    def describe(self) -> str:
-        return (
-            f"numerics: {self.precision}: trainable weights {self.trainable}, compute "
-            f"{self.compute}, frozen weights {self.frozen}, gradients reduced in {self.reduce}, "
-            f"saved as {self.saved} (checkpoint {self.checkpoint})"
-        )
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-def checkpoint_dtype(model_path: str | Path) -> str:
-    """The floating dtype a saved model declares in its config.json (`dtype`, or transformers
-    4's `torch_dtype`); float32 when it declares none."""
-    try:
-        config = json.loads(Path(model_path, "config.json").read_text())
-    except (OSError, ValueError):
-        return "float32"
-    declared = config.get("dtype") or config.get("torch_dtype") or "float32"
-    return declared if declared in _FLOATS else "float32"
-
-
-def resolve(precision: Precision, *, gpu: bool, mixed: bool) -> str:
-    """`auto` made concrete: mixed on a GPU where the preset says so (paper), else fp32."""
-    if precision != "auto":
-        return precision
-    return "mixed" if gpu and mixed else "fp32"
-
-
-def decide(precision: Precision, checkpoint: str, *, gpu: bool, mixed: bool) -> Numerics:
-    """The numerics of a run from the setting, the checkpoint's dtype and the hardware. `mixed`
-    asked for on a CPU autocasts to bf16 on the CPU (slow, but the same numerics: what CI checks
-    of a GPU's mixed-precision paths); `auto` is fp32 there."""
-    chosen = resolve(precision, gpu=gpu, mixed=mixed)
-    if chosen == "mixed":
-        frozen = checkpoint if checkpoint != "float32" else "bfloat16"
-        return Numerics(chosen, "float32", "bf16 autocast", frozen, checkpoint, checkpoint)
-    if chosen == "fp32":
-        return Numerics(chosen, "float32", "float32", "float32", checkpoint, checkpoint)
-    return Numerics(
-        chosen, "bfloat16", "bfloat16", "bfloat16", checkpoint, checkpoint, reduce="bfloat16"
-    )
 
 
 def load_dtype(numerics: Numerics, lora: bool) -> Any:
@@ -183,7 +115,8 @@ def set_distributed_numerics(
     the gradients are reduced in `numerics.reduce`: `gather` float32 gathers the float32 master
     weights whole; bf16-linear with `model` (a full fine-tuning in float32 under FSDP2) makes
     the units of `shard_as_one_process` (about half the bytes, the same numbers); bfloat16 is
-    accelerate's own policy (every layer gathered and computed in bf16, as verl does). Under DeepSpeed,
+    accelerate's own policy (every layer gathered and computed in bf16, as verl does). Under
+    DeepSpeed,
     `communication_data_type` and `grad_accum_dtype`. DDP needs nothing: it reduces the
     gradients of the weights, in their own (float32) dtype."""
     import torch
@@ -287,7 +220,8 @@ def shard_as_one_process(model: Any, accelerator: Any, reduce: Any) -> int:
 
 
 def _fsdp_policy(model: Any) -> Any:
-    """The mixed-precision policy of an FSDP2-wrapped model (its first sharded module's), or None."""
+    """The mixed-precision policy of an FSDP2-wrapped model (its first sharded module's), or
+    None."""
     for module in model.modules():
         state = getattr(module, "_get_fsdp_state", None)
         if state is not None:
@@ -360,11 +294,12 @@ def reduce_probe(sharding: str | None = None) -> Any:
     distributed (`wrapping_in_use`; None before); set its
     `.trainer` to read DeepSpeed's engine and DDP's wrapper, which the callbacks' `model` (the
     module inside them) does not show. With `sharding` fsdp, zero3 or hybrid (the plan's, on
-    several processes), a model wrapped otherwise stops the run before its first step (ShardingError):
+    several processes), a model wrapped otherwise stops the run before its first step
+    (ShardingError):
     an unsharded run under a sharded label is a silent difference in memory and numerics."""
     from transformers import TrainerCallback
 
-    from cobalt.training.sharding import SHARDED, ShardingError
+    from cobalt.training.decisions import SHARDED, ShardingError
 
     class Probe(TrainerCallback):
         seen: str | None = None

@@ -117,7 +117,7 @@ class Generator:
 
 def _prompt_ids(trainer: Any, prompts: list[Any]) -> list[list[int]]:
     """The prompts tokenised as TRL tokenises them for its own generation."""
-    ids, images, _ = trainer._tokenize_prompts(prompts)
+    ids, images, _ = trainer.tokenized_prompts(prompts)
     if images is not None:
         raise ValueError("training.async_generation: prompts with images are not supported")
     return [list(x) for x in ids]
@@ -241,7 +241,7 @@ class TransformersCopy(Generator):
         for parameter in self.model.parameters():
             parameter.requires_grad_(False)
         self.generation_config = trainer.generation_config
-        self.pad_token_id = trainer._tokenizer.pad_token_id
+        self.pad_token_id = trainer.text_tokenizer.pad_token_id
         self.eos_token_ids = list(trainer.eos_token_ids)
         self.pad_to_multiple_of = trainer.pad_to_multiple_of
         self.trainable = {name for name, p in trainer.model.named_parameters() if p.requires_grad}
@@ -413,7 +413,7 @@ class OneStepOff(TrainerCallback):
             with profiling_context(trainer, "async.generate"):
                 output = self.pool.submit(self._in_thread, job).result()
             self.fresh += 1
-        trainer._metrics["train"]["async/overlapped"].append(float(ahead is not None))
+        trainer.log_metric("async/overlapped", float(ahead is not None))
         upcoming = self._upcoming(trainer)
         if upcoming is not None:
             next_prompts = [row["prompt"] for row in upcoming]
@@ -468,7 +468,7 @@ class OneStepOff(TrainerCallback):
                 self.in_flight.future.exception()  # waits; a failure is raised by the rollout
             waited = time.perf_counter() - started
             self.wait_s += waited
-            trainer._metrics["train"]["async/wait_s"].append(waited)
+            trainer.log_metric("async/wait_s", waited)
             if isinstance(self.generator, VLLMServer) and trainer.accelerator.num_processes > 1:
                 # the main process pushes the weights into the one server next: every
                 # process's batch must be done (a LoRA push has no collective to wait on)

@@ -9,7 +9,7 @@ config, `engines.memory` for the per-layer shapes):
 
     fixed  = weights + gradients + optimizer states (trainable: fp32 master, Adam's two moments;
              LoRA: the frozen base in its dtype, the adapters' share negligible), / N processes
-             when fsdp or zero3 shards them (cobalt/training/sharding.py)
+             when fsdp or zero3 shards them (cobalt/training/machinery/sharding.py)
            + the frozen reference model (full fine-tuning with a KL term), / N when sharded
            + vLLM's share when it is colocated and awake while the optimizer steps
              (vllm_gpu_memory_utilization x the GPU; 0 in sleep mode, `vllm_share` plans it)
@@ -18,7 +18,7 @@ config, `engines.memory` for the per-layer shapes):
            + when sharded, what is gathered whole at a time (`gathered_bytes`: the root's
              embeddings and head, the head's gradient, two decoder layers and their gradients),
              in the trainable dtype (FSDP gathers the float32 master weights under `mixed`:
-             cobalt.training.precision)
+             cobalt.training.machinery.precision)
            + under FSDP, the gradients held whole between the micro-batches of a step
              (`held_gradient_bytes`: accelerate runs all but a step's last micro-batch under
              `no_sync`, so FSDP2 accumulates unsharded float32 gradients until the last one);
@@ -27,9 +27,10 @@ config, `engines.memory` for the per-layer shapes):
            + TRL's fused head in the backward: its float32 weight-gradient accumulator and two
              logit tiles (`fused_head_bytes`; bf16 autocast runs without its weight cache, which
              would hold a bf16 copy of every trainable layer until the forward ends:
-             cobalt.training.precision)
+             cobalt.training.machinery.precision)
            + a reserve (2 GiB + 5% of the GPU: allocator fragmentation, CUDA context, NCCL)
-    per micro-batch = its rows' activations in a checkpointed pass (cobalt.training.activations:
+    per micro-batch = its rows' activations in a checkpointed pass
+    (cobalt.training.machinery.activations:
              each row at its longest; with --share-prompts each prompt's tokens counted once)
 
 On one H200 (`scripts/gpu/memory_calibrate.py`; docs/RESULTS.md, the memory plan) this bounds what a
@@ -53,7 +54,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from cobalt.errors import UserError
-from cobalt.training.activations import (
+from cobalt.training.machinery.activations import (
     fused_head_bytes,
     micro_batch_bytes,
     prompts_in_micro_batch,
@@ -307,7 +308,7 @@ def fit_micro_batch(
 ) -> MicroBatchPlan:
     """The paper preset's micro-batch for a process: `kwargs` are the GRPOConfig fields (their
     per-device batch x accumulation is the step's size per process), `numerics` a
-    `cobalt.training.precision.Numerics`, `shards` the processes fsdp / zero3 spread the model
+    `cobalt.training.decisions.Numerics`, `shards` the processes fsdp / zero3 spread the model
     over (1: ddp or one process), `gpu_bytes` the GPU memory the run's plan gives every process
     (never this process's own free memory: every process must reach the same plan),
     `completion_tokens` a sequence's longest completion (default max_completion_length; a
@@ -389,8 +390,9 @@ FEEDBACK_TOKENS = 1024
 def multi_turn_completion_tokens(
     max_completion: int, turns: int, prompt: int, max_context: int | None = None
 ) -> int:
-    """The longest completion of a multi-turn conversation (`cobalt.training.multiturn`): `turns`
-    + 1 assistant turns of up to `max_completion` tokens and `turns` feedback turns between
+    """The longest completion of a multi-turn conversation
+    (`cobalt.training.method.multiturn_rollout`): `turns` + 1 assistant turns of up to
+    `max_completion` tokens and `turns` feedback turns between
     them; a conversation stops growing past `max_context` tokens, then samples one more turn."""
     whole = (turns + 1) * max_completion + turns * FEEDBACK_TOKENS
     if max_context is not None:
@@ -447,7 +449,8 @@ def vllm_share(
 
 def sampler_copy_bytes(parameters: int, lora: bool, trainable_dtype: str, frozen_dtype: str) -> int:
     """--async with transformers generation: the whole policy copied once more on every process
-    (`cobalt.training.overlap.TransformersCopy`), in the dtype it was loaded in (LoRA: the frozen
+    (`cobalt.training.machinery.overlap.TransformersCopy`), in the dtype it was loaded in (LoRA: the
+    frozen
     base's; the adapters are not counted)."""
     return parameters * dtype_bytes(frozen_dtype if lora else trainable_dtype)
 

@@ -41,7 +41,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from cobalt.training.sandbox_reward import CobaltRewards
+    from cobalt.training.method.sandbox_reward import CobaltRewards
 
 DENSE_SCALE = 0.5
 

@@ -1,7 +1,7 @@
 """The policy's weights in and out, one path for every trainer: GRPO (`cobalt/training/grpo.py`),
 the offline objectives (`cobalt/training/offline.py`) and the reference model's SFT fit
-(`cobalt/reference.py`). The model is loaded in the numerics `cobalt.training.precision` decides
-for it, and the trained one saved as a plain model directory the engines and vLLM load: LoRA
+(`cobalt/reference.py`). The model is loaded in the numerics `cobalt.training.machinery.precision`
+decides for it, and the trained one saved as a plain model directory the engines and vLLM load: LoRA
 adapters merged, the weights in the checkpoint's dtype, written once, by the main process, from
 the state gathered over every process.
 """
@@ -12,15 +12,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from cobalt.training.precision import (
-    Numerics,
-    Precision,
-    cast_saved,
-    checkpoint_dtype,
-    decide,
-    load_dtype,
-    write_saved_dtype,
-)
+from cobalt.training.decisions import Numerics, Precision, checkpoint_dtype, decide
+from cobalt.training.machinery.precision import cast_saved, load_dtype, write_saved_dtype
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +32,7 @@ def numerics_for(
     precision: Precision, model_path: str | Path, *, gpu: bool, mixed: bool
 ) -> Numerics:
     """The numerics of training the model saved in `model_path` (its checkpoint's dtype) on this
-    hardware (`cobalt.training.precision.decide`)."""
+    hardware (`cobalt.training.decisions.decide`)."""
     return decide(precision, checkpoint_dtype(model_path), gpu=gpu, mixed=mixed)
 
 

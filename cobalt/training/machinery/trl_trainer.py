@@ -1,49 +1,197 @@
-"""The recipe's KL penalty in TRL's GRPO trainer: a small subclass.
+"""TRL's private surface, all of it in this module: the `GRPOTrainer` subclass the project trains
+with, the few private members it calls for the rollouts, one profiling hook, and the table of
+every private member the project relies on (`PRIVATE_SURFACE`, TRL's and transformers'), written
+for TRL 1.16 and transformers 5.17. Importing it logs a warning when the installed TRL is another
+minor version; tests/training/test_trl_surface.py fails, naming the member, when a signature
+changes. Upgrading TRL starts here.
 
-TRL 1.16's `GRPOTrainer` has one KL estimator, k3 = exp(r) - r - 1 with r = log pi_ref - log pi
-(Schulman's unbiased, low-variance estimator). The paper's verl run uses `kl_loss_type="mse"`:
-k2 = 0.5 (log pi - log pi_ref)^2, whose gradient is (log pi - log pi_ref), linear in the drift (k3's
-is 1 - pi_ref / pi). At the start of training both are 0; they differ as the policy drifts.
+`CobaltGRPOTrainer` is TRL's trainer with:
+- the recipe's KL estimator (`kl_estimator="k2"`, `cobalt.training.method.k2_kl`): TRL's loss is
+  computed with its k3 term off (beta 0 for that call), then beta * k2 is added, reduced as TRL
+  reduces the policy term of the loss type, and logged as `kl`; the policy's per-token
+  log-probabilities are the loss's own forward's (captured, not recomputed). With `k3` the loss is
+  TRL's unchanged;
+- its micro-batches (`cobalt.training.machinery.padding.optimizer_windows`): each optimizer step of
+  a generation batch trains on the same completions whatever the number of processes (global row
+  g in step g mod W, in place of TRL's per-process shuffle); with `trim_padding`, rows of similar
+  length share a micro-batch and each forward is cut to its chunk's longest sequence; with
+  `packing`, a micro-batch's sequences are laid end to end in one row (`machinery.packing`; rows
+  it cannot pack keep the other paths). Checkpoints fall between generation batches
+  (`cobalt.training.decisions.check_save_steps`), where a resumed run trains as the
+  uninterrupted one did;
+- the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the prompts to a
+  `rollout_func`): the multi-turn rollout finds each conversation's problem by them, since
+  problems can share a statement and differ in their tests;
+- public methods over TRL's private ones for the rollouts and the one-step-off generator
+  (`tokenized_prompts`, `sample_turn`, `log_metric`, `text_tokenizer`), so that no other module
+  calls a private TRL member.
 
-`CobaltGRPOTrainer(kl_estimator="k2")` computes TRL's loss with the KL term switched off (beta
-set to 0 for that call), then adds beta * k2 aggregated exactly as TRL aggregates the policy term
-of the configured loss type (dapo: a token sum over the accumulation window's token count), and
-logs it as `kl`. The policy's per-token log-probabilities come from the loss's own forward pass
-(captured, not recomputed), so k2 costs no extra forward. With `kl_estimator="k3"` it is TRL's
-trainer unchanged.
-
-Its micro-batches (`cobalt.training.padding.optimizer_windows`): each optimizer step of a
-generation batch trains on the same completions whatever the number of processes (global row g in
-step g mod W, in place of TRL's per-process shuffle); with `trim_padding`, rows of similar length
-share a micro-batch within an optimizer step, and each forward is cut to its chunk's own longest
-sequence; with `packing`, a micro-batch's sequences are laid end to end in one row with no
-padding at all (`cobalt.training.packing`; rows it cannot pack keep the other paths).
-Checkpoints fall between generation batches (`cobalt.training.sharding.check_save_steps`),
-where a resumed run trains as the uninterrupted one did.
-
-It also keeps the current batch's `example_id`s (`batch_example_ids`, in the order TRL hands the
-prompts to a `rollout_func`): the multi-turn rollout finds each conversation's problem by them,
-since problems can share a statement and differ in their tests.
+TRL 1.16 also ships an experimental asynchronous GRPO trainer with prompt-shared packing; the
+project's one-step-off generation and packed passes stay because they keep TRL's loss, the k2
+estimator and the multi-turn rollout bit for bit and are tested for parity with one process.
 """
 
 from __future__ import annotations
 
+import inspect
+import logging
 from typing import Any
 
 import torch
+import transformers
+import trl
 from trl import GRPOTrainer
 
-from cobalt.training.overlap import Lookahead
-from cobalt.training.packing import packable, packed_logps, use_packed_attention
-from cobalt.training.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
+from cobalt.training.machinery.overlap import Lookahead
+from cobalt.training.machinery.packing import packable, packed_logps, use_packed_attention
+from cobalt.training.machinery.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
+from cobalt.training.method.k2_kl import K2_LOSS_TYPES, aggregate, k2_per_token
 
-K2_LOSS_TYPES = ("dapo", "cispo", "vespo", "grpo", "sapo", "bnpo", "dr_grpo")
+log = logging.getLogger(__name__)
+
+WRITTEN_FOR = {"trl": "1.16", "transformers": "5.17"}  # the versions this module was written for
+# Every private member of TRL and transformers the project uses, with the parameters it was written
+# for ("attr:" entries: attributes the class's source must still set). Where each is used:
+# CobaltGRPOTrainer below (the overrides, the wrappers); machinery/padding (TRL's batch split, via
+# _trl_split); reporting/step_timing (listen_to_profiling); offline.OfflineTrainer
+# (_get_num_items_in_batch); machinery/packing (config._attn_implementation_internal).
+PRIVATE_SURFACE: dict[str, tuple[str, ...]] = {
+    "trl.GRPOTrainer._get_train_sampler": ("self", "dataset"),
+    "trl.GRPOTrainer._generate_and_score_completions": ("self", "inputs"),
+    "trl.GRPOTrainer._get_per_token_logps_and_entropies": (
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+        "compute_aux_loss",
+        "pixel_values",
+        "image_grid_thw",
+        "num_images",
+        "pixel_attention_mask",
+        "spatial_shapes",
+        "num_tiles",
+        "image_sizes",
+        "token_type_ids",
+        "mm_token_type_ids",
+        "image_position_ids",
+    ),
+    "trl.GRPOTrainer._prepare_inputs": ("self", "generation_batch"),
+    "trl.GRPOTrainer._compute_loss": ("self", "model", "inputs"),
+    "trl.GRPOTrainer._tokenize_prompts": ("self", "prompts"),
+    "trl.GRPOTrainer._generate_single_turn": (
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+        "has_tool_images",
+    ),
+    "trl.GRPOTrainer.attr:_metrics": (),
+    "trl.GRPOTrainer.attr:_step": (),
+    "trl.GRPOTrainer.attr:_buffered_inputs": (),
+    "trl.GRPOTrainer.attr:_tokenizer": (),
+    "trl.trainer.grpo_trainer.RepeatSampler.__init__": (
+        "self",
+        "data_source",
+        "mini_repeat_count",
+        "batch_size",
+        "repeat_count",
+        "shuffle",
+        "seed",
+    ),
+    "trl.extras.profiling.ProfilingContext._log_metrics": ("self", "duration"),
+    "transformers.Trainer._get_num_items_in_batch": ("self", "batch_samples", "device"),
+    "transformers.PretrainedConfig.attr:_attn_implementation_internal": (),
+}
+
+
+def _member(path: str) -> Any:
+    """The object a PRIVATE_SURFACE key names (for "attr:" keys, its class)."""
+    import importlib
+
+    owner = path.split(".attr:")[0]
+    parts = owner.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            found: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            found = getattr(found, name)
+        return found
+    raise ImportError(path)
+
+
+def surface_changes(surface: dict[str, tuple[str, ...]] = PRIVATE_SURFACE) -> list[str]:
+    """One line for each member of `surface` that is gone or whose parameters differ from those
+    it was written for, naming it and the installed versions; [] when all still hold."""
+    installed = f"TRL {trl.__version__}, transformers {transformers.__version__}"
+    changes = []
+    for path, written in surface.items():
+        try:
+            member = _member(path)
+        except (ImportError, AttributeError):
+            changes.append(f"{path}: gone in {installed} (written for {WRITTEN_FOR})")
+            continue
+        if ".attr:" in path:
+            attribute = path.split(".attr:")[1]
+            sources = "".join(inspect.getsource(c) for c in member.__mro__ if c is not object)
+            if f"self.{attribute}" not in sources and f".{attribute} =" not in sources:
+                changes.append(f"{path}: no longer set in {installed}")
+            continue
+        found = tuple(inspect.signature(member).parameters)
+        if found != written:
+            changes.append(
+                f"{path}: written for ({', '.join(written)}), {installed} has ({', '.join(found)})"
+            )
+    return changes
+
+
+def version_mismatches() -> list[str]:
+    """The libraries whose installed minor version is not the one this module was written for."""
+    installed = {"trl": trl.__version__, "transformers": transformers.__version__}
+    return [
+        f"{name} {installed[name]} (written for {minor}.x)"
+        for name, minor in WRITTEN_FOR.items()
+        if ".".join(installed[name].split(".")[:2]) != minor
+    ]
+
+
+if version_mismatches():
+    log.warning(
+        "cobalt.training.machinery.trl_trainer was written for other versions: %s; run "
+        "tests/training/test_trl_surface.py to see which private members changed",
+        ", ".join(version_mismatches()),
+    )
+
+
+def listen_to_profiling(listener: Any) -> Any:
+    """Every TRL profiling context's duration also goes to `listener(name, seconds)`; returns the
+    function that undoes it. A class-wide patch, because TRL's `ProfilingContext` is where TRL
+    times generation and offers no hook; `StepTimer` undoes it when its run ends."""
+    from trl.extras import profiling
+
+    original = profiling.ProfilingContext._log_metrics
+
+    def log_metrics(context: Any, duration: float) -> None:
+        listener(context.name, duration)
+        original(context, duration)
+
+    profiling.ProfilingContext._log_metrics = log_metrics
+
+    def undo() -> None:
+        profiling.ProfilingContext._log_metrics = original
+
+    return undo
 
 
 class CobaltGRPOTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` with a choice of KL estimator (`k3`: TRL's; `k2`: the recipe's),
     the batch's example ids for a `rollout_func` and, with `lookahead`, the next generation
-    batch's rows (`cobalt.training.overlap`)."""
+    batch's rows (`cobalt.training.machinery.overlap`)."""
 
     def __init__(
         self,
@@ -80,6 +228,27 @@ class CobaltGRPOTrainer(GRPOTrainer):
             epoch_iterator = self._lookahead
         return super().get_batch_samples(epoch_iterator, num_batches, device)
 
+    # --- TRL's private members behind public names, for the rollouts and the overlap ----------
+    def tokenized_prompts(self, prompts: list[Any]) -> tuple[Any, ...]:
+        """TRL's own tokenization of prompts (ids, images, multimodal fields)."""
+        return self._tokenize_prompts(prompts)
+
+    def sample_turn(self, prompt_ids: list[list[int]]) -> tuple[Any, Any]:
+        """One completion of each context through TRL's generation path (transformers, or vLLM
+        colocated or as a server): (completion ids, their sampling log-probabilities)."""
+        completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, {}, 1)[:2]
+        return completion_ids, logprobs
+
+    def log_metric(self, name: str, value: float) -> None:
+        """A value for TRL's next training log line (averaged with the step's others)."""
+        self._metrics["train"][name].append(value)
+
+    @property
+    def text_tokenizer(self) -> Any:
+        """The tokenizer TRL uses for text (the processor's, for a multimodal model)."""
+        return self._tokenizer
+
+    # --- overrides of TRL's private methods (PRIVATE_SURFACE) -----------------------------------
     def _get_train_sampler(self, dataset: Any = None) -> Any:
         self._train_sampler = super()._get_train_sampler(dataset)
         return self._train_sampler
@@ -196,7 +365,8 @@ class CobaltGRPOTrainer(GRPOTrainer):
         batch_size: int | None,
         compute_entropy: bool,
     ) -> tuple[Any, Any]:
-        """TRL's chunks of `batch_size` rows, each packed into one row (`cobalt.training.packing`)."""
+        """TRL's chunks of `batch_size` rows, each packed into one row
+        (`cobalt.training.machinery.packing`)."""
         rows = input_ids.size(0)
         size = batch_size or rows
         logps, entropies = [], []
@@ -256,7 +426,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
         finally:
             self.beta = beta
         logps, self._policy_logps = self._policy_logps, None
-        per_token_kl = 0.5 * (logps - inputs["ref_per_token_logps"]) ** 2
+        per_token_kl = k2_per_token(logps, inputs["ref_per_token_logps"])
         mask = inputs["completion_mask"]
         if "tool_mask" in inputs:
             mask = mask * inputs["tool_mask"]
@@ -270,22 +440,18 @@ class CobaltGRPOTrainer(GRPOTrainer):
 
     def _aggregate(self, per_token: Any, mask: Any, inputs: dict[str, Any], mode: str) -> Any:
         """`per_token` reduced as TRL reduces the policy term of `self.loss_type` (1.16)."""
-        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-        if self.loss_type in ("dapo", "cispo", "vespo"):
-            normalizer = (
-                inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            )
-            if mode == "train":
-                normalizer = normalizer * accumulation / self.args.steps_per_generation
-            return (per_token * mask).sum() / normalizer
-        if self.loss_type in ("grpo", "sapo"):
-            per_sequence = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-            return per_sequence.mean() / accumulation
-        if self.loss_type == "bnpo":
-            return (per_token * mask).sum() / mask.sum().clamp(min=1.0) / accumulation
-        # dr_grpo
-        total = per_token.size(0) * self.max_completion_length
-        return (per_token * mask).sum() / total / accumulation
+        training = mode == "train"
+        return aggregate(
+            per_token,
+            mask,
+            self.loss_type,
+            accumulation=self.current_gradient_accumulation_steps if training else 1.0,
+            num_items_in_batch=inputs.get("num_items_in_batch"),
+            processes=self.accelerator.num_processes,
+            steps_per_generation=self.args.steps_per_generation,
+            max_completion_length=self.max_completion_length,
+            training=training,
+        )
 
 
 def _trl_split(batch: dict[str, Any], steps: int) -> list[dict[str, Any]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from cobalt.training.plan import TrainingPlan
+from cobalt.training.machinery.plan import TrainingPlan
 
 
 def why_it_failed(output: str, plan: TrainingPlan, timeout_s: int, log_path: Path) -> str:

@@ -26,7 +26,7 @@ class PresetDefaults(BaseModel):
     format_reward: bool = Field(description="The format term, where the tokenizer knows </think>.")
     plan_micro_batch: bool = Field(
         description="On a GPU, per_device_train_batch_size from the model and free memory "
-        "(cobalt.training.memory); a smaller generation_batch_size is then one step."
+        "(cobalt.training.machinery.memory); a smaller generation_batch_size is then one step."
     )
     prompts_per_step: int | None = Field(
         description="Prompts per optimizer step, one prompt's group a micro-batch, split over "

@@ -1,7 +1,7 @@
 """The sandbox's rewards as TRL reward callables (METHOD §1.5): `CobaltRewards` holds one shared
 sandbox judge and gives `correctness` and `format` (logged by TRL as `rewards/correctness/mean`
-and `rewards/format/mean`); the dense reward (`cobalt/training/dense_reward.py`) builds on its
-judged results. The reward's formulas are `cobalt/training/reward.py`.
+and `rewards/format/mean`); the dense reward (`cobalt/training/method/dense_reward.py`) builds on
+its judged results. The reward's formulas are `cobalt/training/method/cobalt_reward.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from cobalt.training.reward import correctness_reward, format_reward
+from cobalt.training.method.cobalt_reward import correctness_reward, format_reward
 from cobalt.trajectories.prompts import extract_code
 from engines import split_thinking, with_open_thinking
 from sandbox import JudgeRequest, SandboxConfig, SyncJudge, TestSuite
@@ -57,7 +57,8 @@ class CobaltRewards:
     METHOD §1.5's clipped total (`tasks.reward.total_reward`), and `rewards/format/mean` logs that
     contribution (0 when correctness is already -1).
 
-    Rows from the multi-turn rollout (cobalt/training/multiturn.py) carry the rewarded `program`
+    Rows from the multi-turn rollout (cobalt/training/method/multiturn_rollout.py) carry the
+    rewarded `program`
     and its `response`: those are judged and formatted instead of the decoded completion."""
 
     def __init__(

@@ -13,9 +13,9 @@ Mapping notes (TRL 1.16):
 
 - KL coefficient = `beta`; TRL only has the k3 estimator (exp(r) - r - 1); the paper's "mse" (k2
   = 0.5 * r^2, verl's `low_var_kl` sibling) is `kl_estimator="k2"` (the paper preset's), added by
-  `cobalt.training.kl.K2GRPOTrainer`, a small subclass of TRL's trainer.
+  `cobalt.training.machinery.trl_trainer.K2GRPOTrainer`, a small subclass of TRL's trainer.
 - Numerics: fp32 master weights with bf16 compute on a GPU (`precision`, decided in
-  `cobalt.training.precision` for every trainer), whatever the checkpoint's dtype.
+  `cobalt.training.machinery.precision` for every trainer), whatever the checkpoint's dtype.
 - TRL's vLLM importance-sampling correction (on by default in TRL) is off: the recipe has none,
   and TRL's default mode zeroes sequences whose ratio leaves [0, 3] (`vllm_is_correction`); on
   with fp8 generation, whose sampler is not the model the trainer computes.
@@ -33,9 +33,9 @@ Mapping notes (TRL 1.16):
   1024, a short run's `generation_batch_size`, or per_device x accumulation as given for one
   process (the tiny preset, `--set`) are shared by N processes (`_shared_step`).
 - Micro-batch: the paper preset plans `per_device_train_batch_size` from the model's config and
-  the GPU memory of the run's plan (`cobalt.training.memory`, `cobalt.training.plan`), keeping
-  1024 completions per optimizer step; vLLM's context is the prompt limit plus the completion
-  limit.
+  the GPU memory of the run's plan (`cobalt.training.machinery.memory`,
+  `cobalt.training.machinery.plan`), keeping 1024 completions per optimizer step; vLLM's context is
+  the prompt limit plus the completion limit.
 """
 
 from __future__ import annotations
@@ -45,15 +45,17 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from cobalt.training.precision import Precision
-from cobalt.training.preset_defaults import PRESETS, KLEstimator, Preset, PresetDefaults
-from cobalt.training.sharding import (
+from cobalt.training.decisions import (
     SHARDED,
+    Precision,
     Sharding,
     ShardingError,
     check_batch,
+    resolve_precision,
     resolve_sharding,
 )
+from cobalt.training.method.preset_defaults import PRESETS, KLEstimator, Preset, PresetDefaults
+from engines import visible_gpus
 from engines.auto import choose
 from sandbox import SandboxConfig
 
@@ -186,7 +188,8 @@ class TrainingConfig(BaseModel):
     preset: Preset = Field(
         "tiny",
         description="The recipe's defaults for what the settings leave unset (PRESETS, "
-        "cobalt/training/preset_defaults.py): tiny (seconds on a CPU: a few short steps of a "
+        "cobalt/training/method/preset_defaults.py): tiny (seconds on a CPU: a few short steps of "
+        "a "
         "tiny model) or paper (METHOD §1.6.1 mapped to TRL's GRPOConfig: 16 samples per prompt, "
         "lr 1e-6, clip 0.2/0.4, KL 1e-4, 6144 new tokens, 2 epochs; offline: 1024 rows a step).",
     )
@@ -201,7 +204,7 @@ class TrainingConfig(BaseModel):
         "correctness",
         description="correctness (default): METHOD §1.5's reward; dense: plus a VeRPO-style "
         "dense term (tests weighted by how rarely the group passes them; "
-        "cobalt.training.dense_reward), for cobalt, single_turn and multi_turn.",
+        "cobalt.training.method.dense_reward), for cobalt, single_turn and multi_turn.",
     )
     turns: int = Field(
         2,
@@ -221,7 +224,8 @@ class TrainingConfig(BaseModel):
     )
     precision: Precision = Field(
         "auto",
-        description="Numerics (cobalt.training.precision): mixed = fp32 master weights and bf16 "
+        description="Numerics (cobalt.training.machinery.precision): mixed = fp32 master weights "
+        "and bf16 "
         "autocast (the recipe), fp32, or bf16 = pure bf16 weights (small updates vanish: only "
         "when asked for). auto (default): mixed on a GPU with the paper preset, else fp32.",
     )
@@ -277,7 +281,8 @@ class TrainingConfig(BaseModel):
     )
     sharding: Sharding = Field(
         "auto",
-        description="How the processes share the model (cobalt/training/sharding.py): ddp (each "
+        description="How the processes share the model (cobalt/training/machinery/sharding.py): "
+        "ddp (each "
         "GPU holds all of it), fsdp (FSDP2 full shard), zero3 (DeepSpeed ZeRO-3), hybrid (FSDP2 "
         "sharded within each node, the nodes replicas: several nodes); auto: fsdp for full "
         "fine-tuning on several GPUs, else ddp.",
@@ -342,13 +347,15 @@ class TrainingConfig(BaseModel):
     trim_padding: bool | None = Field(
         None,
         description="Forward passes with less padding: micro-batches of similar completion "
-        "length, each cut to its own longest sequence (cobalt.training.padding; exact for the "
+        "length, each cut to its own longest sequence (cobalt.training.machinery.padding; exact "
+        "for the "
         "dapo loss). None: on with the paper preset.",
     )
     packing: bool = Field(
         False,
         description="Packed forward passes: each micro-batch's sequences end to end in one row, "
-        "no padding computed, attention kept inside each sequence (cobalt.training.packing; "
+        "no padding computed, attention kept inside each sequence "
+        "(cobalt.training.machinery.packing; "
         "variable-length FlashAttention on a GPU in bf16, SDPA a sequence at a time elsewhere). "
         "The same log-probabilities as the padded path to rounding. Text models with full "
         "causal attention only.",
@@ -365,7 +372,8 @@ class TrainingConfig(BaseModel):
         description="Generation overlapped with training, one step off (--async): each "
         "generation batch is sampled in a background thread while the one before it trains, "
         "so it comes from weights one generation batch older than those it trains "
-        "(cobalt.training.overlap). vLLM colocated stays awake (no sleep mode), a vLLM server "
+        "(cobalt.training.machinery.overlap). vLLM colocated stays awake (no sleep mode), a vLLM "
+        "server "
         "of the stage's samples on GPUs of its own (vllm_server_gpus), or transformers "
         "samples from a copy of the policy. A different update from the synchronous default "
         "(the paper's recipe): modes cobalt and single_turn only.",
@@ -524,19 +532,13 @@ class TrainingConfig(BaseModel):
 
     def resolved_precision(self) -> str:
         """`precision` with auto made concrete on this machine (mixed, fp32 or bf16)."""
-        import torch
-
-        from cobalt.training.precision import resolve
-
-        return resolve(
-            self.precision, gpu=torch.cuda.is_available(), mixed=self.defaults().mixed_precision
+        return resolve_precision(
+            self.precision, gpu=visible_gpus() > 0, mixed=self.defaults().mixed_precision
         )
 
     def resolved_sharding(self, gpus: int | None = None) -> str:
         """`sharding` with auto made concrete on this machine (ddp, fsdp, zero3 or hybrid); a custom
         accelerate_config decides by itself (reported as ddp here: nothing of ours shards)."""
-        from cobalt.training.sharding import visible_gpus
-
         return resolve_sharding(self, visible_gpus() if gpus is None else gpus)
 
     def defaults(self) -> PresetDefaults:
@@ -554,12 +556,12 @@ class TrainingConfig(BaseModel):
     def numerics_kwargs(self, gpu: bool | None = None) -> dict[str, Any]:
         """Trainer fields that follow from the precision and the curves' destination (`gpu`:
         the machine planned for; None: this one)."""
-        from cobalt.training.precision import resolve
-
         if gpu is None:
             mixed = self.resolved_precision() == "mixed"
         else:
-            mixed = resolve(self.precision, gpu=gpu, mixed=self.defaults().mixed_precision)
+            mixed = resolve_precision(
+                self.precision, gpu=gpu, mixed=self.defaults().mixed_precision
+            )
             mixed = mixed == "mixed"
         return {"bf16": mixed, "fp16": False, "report_to": self.report_to or "none"}
 
@@ -586,9 +588,7 @@ class TrainingConfig(BaseModel):
 
     def offline_kwargs(self, output_dir: str | Path) -> dict[str, Any]:
         """Keyword arguments of `transformers.TrainingArguments` for the offline mode."""
-        import torch
-
-        gpu = torch.cuda.is_available()
+        gpu = visible_gpus() > 0
         o, preset = self.offline, self.defaults()
         micro, accumulation = self.offline_micro_batches()
         kwargs: dict[str, Any] = {
@@ -672,8 +672,6 @@ class TrainingConfig(BaseModel):
         """Keyword arguments of TRL's `GRPOConfig` for this preset; `model` (the policy's
         directory) decides `generation="auto"`; `gpus`: the machine planned for (None: this
         one)."""
-        from cobalt.training.sharding import visible_gpus
-
         gpus = visible_gpus() if gpus is None else gpus
         gpu = gpus > 0
         common: dict[str, Any] = {

@@ -2,11 +2,11 @@
 computed.
 
 TRL pads every row of a micro-batch to its longest prompt and completion; `trimmed_logps`
-(`cobalt.training.padding`) cuts each chunk to its own longest. `packed_logps` removes the padding
-altogether: each row's real tokens (its prompt without the left padding, its completion up to its
-last real token) are concatenated into a single row, positions restart at 0 for each sequence, and
-attention stays inside each sequence. The per-token log-probabilities and entropies land back in
-TRL's full-width layout.
+(`cobalt.training.machinery.padding`) cuts each chunk to its own longest. `packed_logps` removes the
+padding altogether: each row's real tokens (its prompt without the left padding, its completion up
+to its last real token) are concatenated into a single row, positions restart at 0 for each
+sequence, and attention stays inside each sequence. The per-token log-probabilities and entropies
+land back in TRL's full-width layout.
 
 `use_packed_attention` gives the model `cobalt_packed` (registered in transformers' attention and
 mask registries) for its whole life: a call that carries `cu_seq_lens_q` (a packed forward, and

@@ -7,10 +7,10 @@ it is active (`with StepTimer() as timer: trainer.train()`), so a plain run gets
 generation = TRL's `*.generate*` blocks, reward = `_calculate_rewards` (the sandbox judging every
 completion of a batch), weight sync = `sync_weights` (the policy's weights loaded into a vLLM
 engine; gathered from the shards first under fsdp / zero3), optimisation = the rest of the
-optimizer step (the policy's and the reference model's forward and backward passes, the step). Each step is also logged
-as it ends (a run cut short still shows its step times and, on a GPU, its peak memory so far).
-With torch's flight recorder on (`cobalt.training.collectives`), each step also records the GB
-its process put through collectives, by collective. Plain Python, no Prefect.
+optimizer step (the policy's and the reference model's forward and backward passes, the step). Each
+step is also logged as it ends (a run cut short still shows its step times and, on a GPU, its peak
+memory so far). With torch's flight recorder on (`cobalt.training.machinery.collectives`), each step
+also records the GB its process put through collectives, by collective. Plain Python, no Prefect.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from cobalt.training.collectives import CollectiveMeter
+from cobalt.training.machinery.collectives import CollectiveMeter
 
 GENERATION = "generation"
 REWARD = "reward"
@@ -49,28 +49,22 @@ class StepTimer(TrainerCallback):
         self.steps: list[dict[str, float]] = []
         self._current: dict[str, float] = defaultdict(float)
         self._started: float | None = None
-        self._original: Any = None
+        self._undo: Any = None
         self._collectives = CollectiveMeter()
 
     # --- listening to TRL's profiling contexts --------------------------------------------------
     def __enter__(self) -> StepTimer:
-        from trl.extras import profiling
+        from cobalt.training.machinery.trl_trainer import listen_to_profiling
 
-        self._original = profiling.ProfilingContext._log_metrics
-        timer = self
+        def heard(name: str, duration: float) -> None:
+            if (bucket := _bucket(name)) is not None:
+                self._current[bucket] += duration
 
-        def log_metrics(context: Any, duration: float) -> None:
-            if (bucket := _bucket(context.name)) is not None:
-                timer._current[bucket] += duration
-            timer._original(context, duration)
-
-        profiling.ProfilingContext._log_metrics = log_metrics
+        self._undo = listen_to_profiling(heard)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        from trl.extras import profiling
-
-        profiling.ProfilingContext._log_metrics = self._original
+        self._undo()
 
     # --- TrainerCallback ----------------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):

@@ -6,7 +6,7 @@ prompt is a turn-0 context (system + instruction) of a bandit row; TRL's sampler
 repeated it `num_generations` times, so one group is `num_generations` consecutive rows, one
 conversation each. Per conversation: sample a program, run it on the problem's public tests,
 give METHOD §1.2's feedback as a user turn, sample the next program, `turns` times. Sampling goes
-through the trainer's own `_generate_single_turn` (transformers `generate`, or vLLM colocated or
+through the trainer's `sample_turn` (TRL's own path: transformers `generate`, or vLLM colocated or
 served, from the current weights); the feedback and its verdict come from the trajectory stage
 (`judge_turns`), the program and the thinking split from `make_turn`: one rule for both stages.
 
@@ -184,7 +184,7 @@ def repair_rollout(
         if ids is None or len(ids) != len(prompts):
             ids = [None] * len(prompts)
         found = [index.find(prompt, i) for prompt, i in zip(prompts, ids, strict=True)]
-        prompt_ids = trainer._tokenize_prompts(prompts)[0]
+        prompt_ids = trainer.tokenized_prompts(prompts)[0]
         opened = template_opens_thinking(trainer.processing_class, **trainer.chat_template_kwargs)
         rows = [_Rollout(p, list(ids)) for p, ids in zip(found, prompt_ids, strict=True)]
         sampled_logprobs = True
@@ -194,7 +194,7 @@ def repair_rollout(
             # gathers are collective): a process without an open conversation samples a
             # placeholder whose result is dropped
             contexts = [r.context() for r in live] or [rows[0].prompt_ids]
-            completion_ids, logprobs = trainer._generate_single_turn(contexts, None, {}, 1)
+            completion_ids, logprobs = trainer.sample_turn(contexts)
             sampled_logprobs = sampled_logprobs and logprobs is not None
             for i, row in enumerate(live):
                 ids = list(completion_ids[i])

@@ -54,7 +54,8 @@ def optimizer_windows(
     `micro_batches` equal micro-batches, `micro_batches // windows` per optimizer step: global row
     g goes to step g mod `windows`; within a step, longest completion first when `by_length`, and
     the rows of one prompt together when `by_prompt` (prompts in order of first appearance), so
-    that a micro-batch's rows share their prompts (`cobalt.training.packing.packed_logps(share_prompts=True)`).
+    that a micro-batch's rows share their prompts
+    (`cobalt.training.machinery.packing.packed_logps(share_prompts=True)`).
     Scalars (TRL's `num_items_in_batch`) are kept in every micro-batch."""
     rows = _row_count(batch)
     if micro_batches < 1 or windows < 1 or micro_batches % windows or rows % micro_batches:

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any
 
+from engines import visible_gpus
+
 SAMPLE_S = 0.2
 
 
@@ -44,7 +46,7 @@ class CostMeter:
     def __enter__(self) -> CostMeter:
         import torch
 
-        self.gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        self.gpus = visible_gpus()
         if self.gpus:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(0)

@@ -53,13 +53,13 @@ from cobalt.storage import (
     open_storage,
     recipe_key,
 )
-from cobalt.training.reward import correctness_reward
+from cobalt.training.method.cobalt_reward import correctness_reward
 from cobalt.trajectories.records import ENDING_OUTCOMES
 from cobalt.trajectories.runs import Trajectories
 
 log = logging.getLogger(__name__)
 DATA = "data.parquet"
-OFFLINE_DATA_CODE = ("cobalt.training.offline_data", "cobalt.training.reward")
+OFFLINE_DATA_CODE = ("cobalt.training.method.offline_rows", "cobalt.training.method.cobalt_reward")
 
 
 # --- rows ----------------------------------------------------------------------------------------

@@ -27,8 +27,18 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from cobalt.errors import UserError
-from cobalt.training.config import TrainingConfig
-from cobalt.training.memory import (
+from cobalt.training.decisions import (
+    SHARDED,
+    SHARDINGS,
+    Numerics,
+    ShardingError,
+    check_batch,
+    check_save_steps,
+    checkpoint_dtype,
+    decide,
+    resolve_sharding,
+)
+from cobalt.training.machinery.memory import (
     GIB,
     MicroBatchPlan,
     TrainingMemoryError,
@@ -41,16 +51,8 @@ from cobalt.training.memory import (
     vllm_awake_bytes,
     vllm_share,
 )
-from cobalt.training.precision import checkpoint_dtype, decide
-from cobalt.training.sharding import (
-    SHARDED,
-    SHARDINGS,
-    ShardingError,
-    check_batch,
-    check_save_steps,
-    config_file,
-    resolve_sharding,
-)
+from cobalt.training.machinery.sharding import config_file
+from cobalt.training.settings import TrainingConfig
 from engines.machine import Machine, detect
 
 HOST_HEADROOM = 0.9  # of the host memory free at the plan: what loading may take
@@ -74,6 +76,7 @@ class TrainingPlan(BaseModel):
     mixed_precision: str  # bf16 or no: the launch's --mixed_precision
     precision: str  # mixed, fp32 or bf16
     reduce_dtype: str  # gradients summed across processes in this dtype
+    numerics: Numerics  # every dtype of the run (the trainers read it: nothing decides it again)
     gather_dtype: str = "float32"  # FSDP gathers the layers in this dtype under mixed precision
     gpus: int  # visible on the machine planned for
     gpu_bytes: int  # each process plans its micro-batch against this (the smallest GPU's)
@@ -211,6 +214,7 @@ def plan_training(
         mixed_precision="bf16" if numerics.precision == "mixed" else "no",
         precision=numerics.precision,
         reduce_dtype=numerics.reduce,
+        numerics=numerics,
         gather_dtype=config.fsdp_gather if numerics.autocast else numerics.trainable,
         gpus=gpus,
         gpu_bytes=machine.gpu_bytes,
@@ -488,8 +492,8 @@ def host_bytes(
     sharding: str,
     reference: bool,
 ) -> int:
-    """Host memory the processes of one node hold at once while loading: each loads the policy in the
-    dtype it trains (LoRA: the frozen base's) and, with a KL term, TRL's reference model in the
+    """Host memory the processes of one node hold at once while loading: each loads the policy in
+    the dtype it trains (LoRA: the frozen base's) and, with a KL term, TRL's reference model in the
     frozen dtype; under ZeRO-3 the weights are partitioned as they load (each process keeps its
     share), otherwise every process holds a whole copy until the trainer places it (FSDP loads
     in every process: `fsdp_cpu_ram_efficient_loading` is off, see infra/accelerate/fsdp.yaml)."""
@@ -518,6 +522,18 @@ def check_host_memory(needed: int, machine: Machine, processes: int, sharding: s
     )
 
 
+def planned_numerics(plan: TrainingPlan, model: str | Path) -> Numerics:
+    """The numerics the plan decided, for the trainers; a plan made for a checkpoint of another
+    dtype (or before the model was there) is refused rather than trained and saved wrongly."""
+    found = checkpoint_dtype(model)
+    if plan.numerics.checkpoint != found:
+        raise ValueError(
+            f"the run's plan was made for a {plan.numerics.checkpoint} checkpoint, {model} is "
+            f"{found}: plan the run with its model (plan_training(config, model))"
+        )
+    return plan.numerics
+
+
 def same_on_every_process(name: str, value: Any) -> None:
     """Every process of the job computed the same `value` (its micro-batch plan, its node's GPU
     count, ...), else ShardingError naming each process's: processes that disagree would wait
@@ -531,7 +547,8 @@ def same_on_every_process(name: str, value: Any) -> None:
     if any(v != everyone[0] for v in everyone):
         raise ShardingError(
             f"the training processes disagree on {name} ({everyone}, by process): every process "
-            "must follow one plan (cobalt.training.plan); on several nodes, give every node as "
+            "must follow one plan (cobalt.training.machinery.plan); on several nodes, give every "
+            "node as "
             "many GPUs (--gpus) as the others"
         )
 
