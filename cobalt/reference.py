@@ -201,6 +201,7 @@ def fit_tiny_model(
         numerics_for,
         save_policy,
     )
+    from cobalt.training.reporting.guards import NonFiniteGuard
     from cobalt.trajectories.prompts import failed_feedback, passed_feedback
     from engines.cpu_threads import cap_cpu_threads
     from engines.tiny import build_tiny_model, builtin_corpus
@@ -293,9 +294,10 @@ def fit_tiny_model(
         args=config,
         train_dataset=Dataset.from_list(rows),
         processing_class=tokenizer,
-        callbacks=[_TimeBudget()],
+        callbacks=[_TimeBudget(), guard := NonFiniteGuard()],
     )
     result = trainer.train()
+    guard.check(numerics.describe() + ".")  # a void step: no model saved
     model = trainer.model
     model.generation_config.do_sample = True
     model.generation_config.temperature = 0.6

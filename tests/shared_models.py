@@ -35,6 +35,7 @@ SOURCES = (
     "cobalt/reference.py",
     "cobalt/data/synthetic.py",
     "cobalt/trajectories/prompts.py",
+    "cobalt/training/decisions.py",
     "cobalt/training/machinery/weights.py",
     "cobalt/training/machinery/precision.py",
 )

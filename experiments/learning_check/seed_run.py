@@ -28,6 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from engines import visible_gpus
 from experiments.learning_check import results, stages, training
 from experiments.learning_check.config import MODES, SHORT, as_json, cpus, mode_list, offline_twins
 from experiments.learning_check.kinds import GROUPS, KIND_GROUPS
@@ -41,7 +42,7 @@ def _determinism(args: argparse.Namespace) -> dict[str, Any]:
 
     set_seed(args.seed)
     chosen = getattr(args, "strict_determinism", None)
-    gpu = torch.cuda.is_available() if args.device == "auto" else args.device.startswith("cuda")
+    gpu = visible_gpus() > 0 if args.device == "auto" else args.device.startswith("cuda")
     strict = gpu if chosen is None else bool(chosen)
     if getattr(args, "generation", "transformers").startswith("vllm"):
         strict = False  # vLLM's compiled graphs have no deterministic variant
@@ -168,10 +169,8 @@ def run_seed(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     for noisy in ("httpx", "sandbox", "datasets", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    import torch
-
     if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+        args.device = "cuda" if visible_gpus() > 0 else "cpu"
     run = SeedRun(args)
     run.save()
     work = (args.work / args.label) if args.work else Path(tempfile.mkdtemp(prefix="lc-"))
