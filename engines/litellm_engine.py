@@ -171,7 +171,11 @@ class LiteLLMEngine(Engine):
         return completions[0]
 
     def _failed(self, exc: BaseException) -> Completion:
+        """The request's error as a failed completion, naming the model (LiteLLM 1.110 leaves the
+        server's reason out of a 400's text) and never the API key."""
         message = f"{type(exc).__name__}: {exc}"
+        if self.config.model not in message:
+            message += f" (model {self.config.model})"
         if self._api_key:
             message = message.replace(self._api_key, "***")
         return Completion.failed(message[:2000])

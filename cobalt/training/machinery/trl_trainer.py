@@ -1,9 +1,9 @@
 """TRL's private surface, all of it in this module: the `GRPOTrainer` subclass the project trains
 with, the few private members it calls for the rollouts, one profiling hook, and the table of
 every private member the project relies on (`PRIVATE_SURFACE`, TRL's and transformers'), written
-for TRL 1.16 and transformers 5.17. Importing it logs a warning when the installed TRL is another
-minor version; tests/training/test_trl_surface.py fails, naming the member, when a signature
-changes. Upgrading TRL starts here.
+for TRL 1.16 and transformers 5.17 (pinned; 5.25 checked too). Importing it logs a
+warning when another minor version is installed; tests/training/test_trl_surface.py fails, naming
+the member, when a signature changes. Upgrading TRL or transformers starts here.
 
 `CobaltGRPOTrainer` is TRL's trainer with:
 - the recipe's KL estimator (`kl_estimator="k2"`, `cobalt.training.method.k2_kl`): TRL's loss is
@@ -49,7 +49,9 @@ from cobalt.training.method.k2_kl import K2_LOSS_TYPES, aggregate, k2_per_token
 
 log = logging.getLogger(__name__)
 
-WRITTEN_FOR = {"trl": "1.16", "transformers": "5.17"}  # the versions this module was written for
+# the minor versions this module was checked on: the pinned sets (constraints*.txt) and transformers
+# 5.25, on which the whole suite passed (it is held at 5.17 by the GPU set's vLLM 0.31)
+WRITTEN_FOR = {"trl": ("1.16",), "transformers": ("5.17", "5.25")}
 # Every private member of TRL and transformers the project uses, with the parameters it was written
 # for ("attr:" entries: attributes the class's source must still set). Where each is used:
 # CobaltGRPOTrainer below (the overrides, the wrappers); machinery/padding (TRL's batch split, via
@@ -154,9 +156,9 @@ def version_mismatches() -> list[str]:
     """The libraries whose installed minor version is not the one this module was written for."""
     installed = {"trl": trl.__version__, "transformers": transformers.__version__}
     return [
-        f"{name} {installed[name]} (written for {minor}.x)"
-        for name, minor in WRITTEN_FOR.items()
-        if ".".join(installed[name].split(".")[:2]) != minor
+        f"{name} {installed[name]} (written for {', '.join(m + '.x' for m in minors)})"
+        for name, minors in WRITTEN_FOR.items()
+        if ".".join(installed[name].split(".")[:2]) not in minors
     ]
 
 
