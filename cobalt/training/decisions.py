@@ -11,8 +11,9 @@ launch, the report):
   itself, `file_sharding`); the accelerate configs and launch environment are
   `cobalt.training.machinery.sharding`;
 - the batch's divisibility: `check_batch` (a generation batch splits into whole micro-batches of
-  every process and whole prompt groups) and `check_save_steps` (checkpoints fall between
-  generation batches).
+  every process and whole prompt groups), `check_save_steps` (checkpoints fall between
+  generation batches), `rows_regrouped` (whether the GRPO trainer orders a generation batch's rows
+  itself) and `starts_optimizer_step` (what one-step-off generation needs).
 
 Plain functions over plain values: no torch import at module level, nothing of the machinery, so
 that the settings (`cobalt.training.settings`) can validate with them before any work.
@@ -185,3 +186,19 @@ def check_save_steps(kwargs: dict[str, Any], processes: int) -> None:
             f"batches ({windows} optimizer steps each): a resumed run would not train as the "
             f"uninterrupted one; use a multiple of {windows} (--set save_steps=N)"
         )
+
+
+def rows_regrouped(steps_per_generation: int, gradient_accumulation_steps: int) -> bool:
+    """Whether a generation batch's micro-batches make whole optimizer steps: then the GRPO trainer
+    orders its rows itself, each optimizer step training on the same completions on any number of
+    processes (`cobalt.training.machinery.padding.optimizer_windows`); otherwise TRL's own shuffle
+    and split run (the trainer says so once)."""
+    return steps_per_generation % gradient_accumulation_steps == 0
+
+
+def starts_optimizer_step(
+    steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int
+) -> bool:
+    """Whether every generation batch (its `num_iterations` passes) starts an optimizer step:
+    what generation one step ahead needs (`training.async_generation`)."""
+    return (steps_per_generation * num_iterations) % gradient_accumulation_steps == 0

@@ -207,7 +207,8 @@ class OfflineTrainer(Trainer):
 
     def _get_num_items_in_batch(self, batch_samples: list, device: Any) -> Any:
         """The completion tokens of the optimizer step: every micro-batch of its accumulation
-        window, summed over the processes."""
+        window, summed over the processes (a private hook of transformers' Trainer: its signature
+        is checked with the rest, PRIVATE_SURFACE in cobalt.training.machinery.trl_trainer)."""
         import torch
 
         count = sum(b["completion_mask"][:, 1:].sum() for b in batch_samples)

@@ -550,3 +550,15 @@ def test_shared_prompts_let_a_micro_batch_hold_more_rows_at_the_papers_lengths()
     assert [prompts_in_micro_batch(m, 16, 256) for m in (1, 4, 16, 32)] == [1, 1, 1, 2]
     assert prompts_in_micro_batch(4, 16, 250) == 2  # a process's step is not whole groups
     assert prompts_in_micro_batch(6, 16, 96) == 2 and prompts_in_micro_batch(3, 1, 96) == 3
+
+
+def test_rows_are_regrouped_only_where_a_generation_batch_makes_whole_optimizer_steps() -> None:
+    """The two alignment decisions (cobalt.training.decisions): the trainer orders a generation
+    batch's rows itself only when its micro-batches make whole optimizer steps; one-step-off
+    generation needs each generation batch, over its iterations, to start an optimizer step."""
+    from cobalt.training.decisions import rows_regrouped, starts_optimizer_step
+
+    assert rows_regrouped(2, 2) and rows_regrouped(4, 2) and not rows_regrouped(3, 2)
+    assert starts_optimizer_step(2, 1, 2) and not starts_optimizer_step(1, 1, 2)
+    # they part where a batch is trained on twice: 3 micro-batches, two passes, steps of 2
+    assert starts_optimizer_step(3, 2, 2) and not rows_regrouped(3, 2)

@@ -61,6 +61,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from cobalt.training.decisions import starts_optimizer_step
+
 log = logging.getLogger(__name__)
 
 
@@ -357,8 +359,9 @@ class OneStepOff(TrainerCallback):
         """Choose the generator for the trainer's generation backend (vLLM colocated, or
         transformers), with one background thread."""
         args = trainer.args
-        every = args.steps_per_generation * trainer.num_iterations
-        if every % args.gradient_accumulation_steps:
+        if not starts_optimizer_step(
+            args.steps_per_generation, trainer.num_iterations, args.gradient_accumulation_steps
+        ):
             raise ValueError(
                 f"training.async_generation: a generation batch must start an optimizer step "
                 f"(steps_per_generation {args.steps_per_generation} x num_iterations "

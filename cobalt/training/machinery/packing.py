@@ -201,6 +201,7 @@ def use_packed_attention(model: torch.nn.Module) -> None:
                 "(the default) or flash_attention_2/3: set training.attn_implementation to one "
                 "of them, or training.packing false"
             )
+        # transformers' private field (PRIVATE_SURFACE, machinery/trl_trainer.py): the switch
         config._attn_implementation_internal = ATTENTION
 
 

@@ -42,6 +42,7 @@ import transformers
 import trl
 from trl import GRPOTrainer
 
+from cobalt.training.decisions import rows_regrouped
 from cobalt.training.machinery.overlap import Lookahead
 from cobalt.training.machinery.packing import packable, packed_logps, use_packed_attention
 from cobalt.training.machinery.padding import REORDERABLE_LOSSES, optimizer_windows, trimmed_logps
@@ -221,6 +222,7 @@ class CobaltGRPOTrainer(GRPOTrainer):
         self.batch_example_ids: list[str] | None = None
         self.lookahead = lookahead
         self._lookahead: Lookahead | None = None
+        self._said_trl_split = False
 
     def get_batch_samples(self, epoch_iterator: Any, num_batches: int, device: Any) -> Any:
         if self.lookahead:  # the epoch's batches, readable ahead (next_generation_inputs)
@@ -399,8 +401,18 @@ class CobaltGRPOTrainer(GRPOTrainer):
 
     def _prepare_inputs(self, generation_batch: Any) -> Any:
         steps, accumulation = self.args.steps_per_generation, self.args.gradient_accumulation_steps
-        if not self.model.training or steps % accumulation:
+        if not self.model.training or not rows_regrouped(steps, accumulation):
             # evaluation, or optimizer steps that straddle generation batches: TRL's own split
+            if self.model.training and not self._said_trl_split:
+                self._said_trl_split = True
+                log.warning(
+                    "training: steps_per_generation %d is not a multiple of "
+                    "gradient_accumulation_steps %d, so optimizer steps straddle generation "
+                    "batches and TRL's own shuffle and split are used: the update depends on the "
+                    "number of processes",
+                    steps,
+                    accumulation,
+                )
             return super()._prepare_inputs(generation_batch)
         every = steps * self.num_iterations
         if self._step % every == 0 or self._buffered_inputs is None:
