@@ -14,8 +14,8 @@ Mapping notes (TRL 1.16):
 - KL coefficient = `beta`; TRL only has the k3 estimator (exp(r) - r - 1); the paper's "mse" (k2
   = 0.5 * r^2, verl's `low_var_kl` sibling) is `kl_estimator="k2"` (the paper preset's), added by
   `cobalt.training.machinery.trl_trainer.K2GRPOTrainer`, a small subclass of TRL's trainer.
-- Numerics: fp32 master weights with bf16 compute on a GPU (`precision`, decided in
-  `cobalt.training.machinery.precision` for every trainer), whatever the checkpoint's dtype.
+- Numerics: fp32 master weights with bf16 compute on a GPU (`precision`, decided once in
+  `cobalt.training.decisions` for every trainer), whatever the checkpoint's dtype.
 - TRL's vLLM importance-sampling correction (on by default in TRL) is off: the recipe has none,
   and TRL's default mode zeroes sequences whose ratio leaves [0, 3] (`vllm_is_correction`); on
   with fp8 generation, whose sampler is not the model the trainer computes.

@@ -1,5 +1,6 @@
-"""The numerics of training, decided in one place for every trainer (GRPO, offline, SFT): the dtype
-of the trainable weights, of the compute, of frozen weights and of the saved model.
+"""The numerics of training applied to a model, for every trainer (GRPO, offline, SFT): the dtype
+of the trainable weights, of the compute, of frozen weights and of the saved model, as
+`cobalt.training.decisions.decide` chose them once for the run.
 
 The paper's recipe (verl with FSDP) keeps fp32 master weights and computes in bf16. A bf16
 checkpoint (Qwen3-8B, R1-Distill-8B) loaded as it is would train in pure bf16: at learning rate

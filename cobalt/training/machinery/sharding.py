@@ -1,6 +1,7 @@
-"""How training spreads over several GPUs: the sharding a run asks for, the accelerate
-config the project ships for it (`infra/accelerate/`), and the checks that run before any work
-(enough GPUs, a strategy this machine can run, a batch that splits over the processes).
+"""How training spreads over several GPUs: the accelerate config the project ships for each
+sharding (`infra/accelerate/`) and the launch's environment for hybrid sharding. Which sharding a
+run uses, and whether its batch splits over the processes, is decided once in
+`cobalt.training.decisions`; whether the machine can run it, by the plan.
 
 | sharding | what each GPU holds of the trained model | accelerate config |
 | --- | --- | --- |
