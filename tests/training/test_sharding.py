@@ -562,3 +562,18 @@ def test_rows_are_regrouped_only_where_a_generation_batch_makes_whole_optimizer_
     assert starts_optimizer_step(2, 1, 2) and not starts_optimizer_step(1, 1, 2)
     # they part where a batch is trained on twice: 3 micro-batches, two passes, steps of 2
     assert starts_optimizer_step(3, 2, 2) and not rows_regrouped(3, 2)
+
+
+def test_a_plan_made_for_another_checkpoints_dtype_is_refused_by_the_trainers(tmp_path) -> None:
+    """The trainers take the numerics from the run's plan (`planned_numerics`): a plan made
+    before the model was there (float32 assumed) does not train a bf16 checkpoint."""
+    import json
+
+    from cobalt.training.machinery.plan import plan_training, planned_numerics
+
+    plan = plan_training(TrainingConfig())  # no model yet: planned as a float32 checkpoint
+    (tmp_path / "config.json").write_text(json.dumps({"dtype": "float32"}))
+    assert planned_numerics(plan, tmp_path) == plan.numerics
+    (tmp_path / "config.json").write_text(json.dumps({"dtype": "bfloat16"}))
+    with pytest.raises(ValueError, match=r"made for a float32 checkpoint.*is bfloat16"):
+        planned_numerics(plan, tmp_path)
